@@ -1,0 +1,103 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Decision is an approver's decision on a change.
+// +kubebuilder:validation:Enum=approve;reject;revoke
+type Decision string
+
+const (
+	// DecisionApprove counts towards the rule's required approvals.
+	DecisionApprove Decision = "approve"
+	// DecisionReject vetoes the change while it stands.
+	DecisionReject Decision = "reject"
+	// DecisionRevoke withdraws the approver's earlier decision.
+	DecisionRevoke Decision = "revoke"
+)
+
+// ApprovalSource says where an Approval came from.
+// +kubebuilder:validation:Enum=kubernetes;pull-request
+type ApprovalSource string
+
+const (
+	// SourceKubernetes is an Approval created through the API server, such as
+	// with kubectl sluice approve.
+	SourceKubernetes ApprovalSource = "kubernetes"
+	// SourcePullRequest is an Approval the syncer made from a PR review.
+	SourcePullRequest ApprovalSource = "pull-request"
+)
+
+// ApprovalSpec is one approver's decision on one approvalDigest. Immutable.
+// +kubebuilder:validation:XValidation:rule="self.source != 'kubernetes' || self.approver.startsWith('k8s:')",message="an Approval from source kubernetes needs a k8s: approver"
+// +kubebuilder:validation:XValidation:rule="self.source != 'pull-request' || (has(self.pullRequest) && has(self.reviewID))",message="an Approval from a pull request needs pullRequest and reviewID"
+type ApprovalSpec struct {
+	// Release is the name of the Release in this namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Release string `json:"release"`
+
+	// ApprovalDigest is the digest of the change decided on.
+	ApprovalDigest Digest `json:"approvalDigest"`
+
+	// Decision is approve, reject or revoke.
+	Decision Decision `json:"decision"`
+
+	// Approver is who decided.
+	Approver Identity `json:"approver"`
+
+	// Groups are the approver's Kubernetes groups at the time, stamped from
+	// the request by admission; k8s-group: approvers match them.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	// +optional
+	Groups []string `json:"groups,omitempty"`
+
+	// Source is kubernetes or pull-request.
+	Source ApprovalSource `json:"source"`
+
+	// Comment from the approver.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Comment string `json:"comment,omitempty"`
+
+	// PullRequest is the pull request number of a review.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	PullRequest int64 `json:"pullRequest,omitempty"`
+
+	// ReviewID is the provider's id of the review.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ReviewID int64 `json:"reviewID,omitempty"`
+}
+
+// Approval is an immutable, digest-addressed decision on a change.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=appr,categories=sluice
+// +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="Approval spec is immutable"
+// +kubebuilder:printcolumn:name="Release",type=string,JSONPath=`.spec.release`
+// +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision`
+// +kubebuilder:printcolumn:name="Approver",type=string,JSONPath=`.spec.approver`
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.source`
+// +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.spec.approvalDigest`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Approval struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec ApprovalSpec `json:"spec"`
+}
+
+// ApprovalList is a list of Approvals.
+// +kubebuilder:object:root=true
+type ApprovalList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Approval `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Approval{}, &ApprovalList{})
+}

@@ -1,0 +1,328 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ChangeRequestPhase is where a change stands at the gate.
+// +kubebuilder:validation:Enum=Pending;Rejected;AwaitingApproval;Approved;Applying;Applied;Failed;Superseded;Preview
+type ChangeRequestPhase string
+
+const (
+	// PhasePending: not yet looked at by the operator.
+	PhasePending ChangeRequestPhase = "Pending"
+	// PhaseRejected: a deny finding or a standing reject; terminal.
+	PhaseRejected ChangeRequestPhase = "Rejected"
+	// PhaseAwaitingApproval: valid, waiting for approvals.
+	PhaseAwaitingApproval ChangeRequestPhase = "AwaitingApproval"
+	// PhaseApproved: the gate passed; waiting for the release's apply lock.
+	PhaseApproved ChangeRequestPhase = "Approved"
+	// PhaseApplying: handed to an applier.
+	PhaseApplying ChangeRequestPhase = "Applying"
+	// PhaseApplied: the applier finished; terminal.
+	PhaseApplied ChangeRequestPhase = "Applied"
+	// PhaseFailed: the applier or a verification failed; terminal.
+	PhaseFailed ChangeRequestPhase = "Failed"
+	// PhaseSuperseded: a newer change for the release went first; terminal.
+	PhaseSuperseded ChangeRequestPhase = "Superseded"
+	// PhasePreview: a pull-request head, never applied; terminal.
+	PhasePreview ChangeRequestPhase = "Preview"
+)
+
+// IsTerminal reports whether the phase never changes again.
+func (p ChangeRequestPhase) IsTerminal() bool {
+	switch p {
+	case PhaseRejected, PhaseApplied, PhaseFailed, PhaseSuperseded, PhasePreview:
+		return true
+	}
+	return false
+}
+
+// Severity of a validation finding.
+// +kubebuilder:validation:Enum=deny;warn;unverifiable;info
+type Severity string
+
+const (
+	// SeverityDeny blocks the change.
+	SeverityDeny Severity = "deny"
+	// SeverityWarn is shown but does not block.
+	SeverityWarn Severity = "warn"
+	// SeverityUnverifiable means a check depends on a value unknown until
+	// apply; it blocks auto-approval.
+	SeverityUnverifiable Severity = "unverifiable"
+	// SeverityInfo is informational.
+	SeverityInfo Severity = "info"
+)
+
+// VerdictResult summarises the findings.
+// +kubebuilder:validation:Enum=pass;warn;fail
+type VerdictResult string
+
+const (
+	// VerdictPass: no deny or warn finding.
+	VerdictPass VerdictResult = "pass"
+	// VerdictWarn: warnings but no deny finding.
+	VerdictWarn VerdictResult = "warn"
+	// VerdictFail: at least one deny finding.
+	VerdictFail VerdictResult = "fail"
+)
+
+// Finding is one result of a policy or validation check. Secret values are
+// redacted before a finding is recorded.
+type Finding struct {
+	// Severity of the finding.
+	Severity Severity `json:"severity"`
+	// Source is what produced it: terraform, helm, policy or manifest.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Source string `json:"source,omitempty"`
+	// Policy is the rule or package that produced it.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Policy string `json:"policy,omitempty"`
+	// Resource is the Terraform address or Kubernetes object it is about.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Resource string `json:"resource,omitempty"`
+	// Message says what is wrong.
+	// +kubebuilder:validation:MaxLength=2048
+	Message string `json:"message"`
+	// File and Line locate it in the repository, where known.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	File string `json:"file,omitempty"`
+	// +optional
+	Line int32 `json:"line,omitempty"`
+}
+
+// Verdict is the validator's decision on a change.
+type Verdict struct {
+	// Result summarises the findings.
+	Result VerdictResult `json:"result"`
+	// Risk is the change's risk level.
+	Risk Risk `json:"risk"`
+	// Findings are the individual results.
+	// +kubebuilder:validation:MaxItems=500
+	// +optional
+	Findings []Finding `json:"findings,omitempty"`
+	// FindingsTruncated counts findings left out past MaxItems.
+	// +optional
+	FindingsTruncated int32 `json:"findingsTruncated,omitempty"`
+}
+
+// PlanSummary counts a Terraform plan's actions.
+type PlanSummary struct {
+	// +optional
+	Add int32 `json:"add,omitempty"`
+	// +optional
+	Change int32 `json:"change,omitempty"`
+	// +optional
+	Destroy int32 `json:"destroy,omitempty"`
+	// +optional
+	Replace int32 `json:"replace,omitempty"`
+}
+
+// PullRequestRef ties a change to a pull request.
+type PullRequestRef struct {
+	// Number of the pull request.
+	// +kubebuilder:validation:Minimum=1
+	Number int64 `json:"number"`
+	// HeadSHA is the pull request head commit.
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{40}([a-f0-9]{24})?$`
+	HeadSHA string `json:"headSHA"`
+	// Preview marks a change built from a pull-request head; it is never
+	// applied.
+	// +optional
+	Preview bool `json:"preview,omitempty"`
+	// Fork marks a pull request from another repository.
+	// +optional
+	Fork bool `json:"fork,omitempty"`
+}
+
+// ArtifactReference is where the change's content can be downloaded.
+type ArtifactReference struct {
+	// URL of the .tar.gz artifact.
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url"`
+	// SHA256 of the .tar.gz.
+	SHA256 Digest `json:"sha256"`
+}
+
+// ChangeRequestSpec is the immutable record of one release at one revision.
+type ChangeRequestSpec struct {
+	// Release is the name of the Release in this namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Release string `json:"release"`
+
+	// Revision is the commit the change was built from.
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{40}([a-f0-9]{24})?$`
+	Revision string `json:"revision"`
+
+	// Attempt is 1 for the first plan at a revision, 2 for "-r2" and so on.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:default=1
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+
+	// PreviousRevision is the revision the change was computed against.
+	// +kubebuilder:validation:Pattern=`^([a-f0-9]{40}([a-f0-9]{24})?)?$`
+	// +optional
+	PreviousRevision string `json:"previousRevision,omitempty"`
+
+	// Authors are the PR author and the commit authors and committers since
+	// the last applied revision.
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=set
+	// +optional
+	Authors []Identity `json:"authors,omitempty"`
+
+	// CommitMessage of the revision, first 4 KiB.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	CommitMessage string `json:"commitMessage,omitempty"`
+
+	// PullRequest is set for changes built from a pull request.
+	// +optional
+	PullRequest *PullRequestRef `json:"pullRequest,omitempty"`
+
+	// TargetNamespace is the workload's namespace, from the manifest.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	TargetNamespace string `json:"targetNamespace"`
+
+	// Delivery is how the chart is applied, from the manifest.
+	// +kubebuilder:default=helm
+	// +optional
+	Delivery Delivery `json:"delivery,omitempty"`
+
+	// Artifact is the downloadable content.
+	Artifact ArtifactReference `json:"artifact"`
+
+	// ContentDigest is the sha256 of the uncompressed deterministic tar.
+	ContentDigest Digest `json:"contentDigest"`
+
+	// ManifestDigest is the sha256 of the rendered Helm manifests.
+	// +optional
+	ManifestDigest Digest `json:"manifestDigest,omitempty"`
+
+	// PlanDigest is the semantic digest of the Terraform plan.
+	// +optional
+	PlanDigest Digest `json:"planDigest,omitempty"`
+
+	// PlanFileSHA256 is the sha256 of the stored plan file.
+	// +optional
+	PlanFileSHA256 Digest `json:"planFileSHA256,omitempty"`
+
+	// PlanSummary counts the plan's actions.
+	// +optional
+	PlanSummary *PlanSummary `json:"planSummary,omitempty"`
+
+	// Verdict is the validator's decision.
+	Verdict Verdict `json:"verdict"`
+
+	// Rule is the approval rule in the manifest at this revision.
+	// +optional
+	Rule ApprovalRule `json:"rule,omitempty"`
+
+	// ApprovalDigest binds approvals to this exact content; see
+	// ComputeApprovalDigest.
+	ApprovalDigest Digest `json:"approvalDigest"`
+}
+
+// ApplyResult is what the applier reported.
+type ApplyResult struct {
+	// Applier is the applier's name (helm, argocd, terraform).
+	// +optional
+	Applier string `json:"applier,omitempty"`
+	// HelmRevision is the Helm release revision installed.
+	// +optional
+	HelmRevision int32 `json:"helmRevision,omitempty"`
+	// Message is the applier's summary.
+	// +kubebuilder:validation:MaxLength=2048
+	// +optional
+	Message string `json:"message,omitempty"`
+	// StartedAt is when the applier was called.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// FinishedAt is when it returned.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+}
+
+// ChangeRequestStatus is written only by the operator.
+type ChangeRequestStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase is where the change stands.
+	// +optional
+	Phase ChangeRequestPhase `json:"phase,omitempty"`
+
+	// Conditions: Validated, Approved, Applied, Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// EffectiveRule is the strictest of the matching ApprovalPolicies, the
+	// release's applied rule and the change's own rule.
+	// +optional
+	EffectiveRule *ApprovalRule `json:"effectiveRule,omitempty"`
+
+	// Approvals counts the distinct allowed approvers with a standing approve.
+	// +optional
+	Approvals int32 `json:"approvals,omitempty"`
+
+	// ApprovedBy lists those approvers.
+	// +optional
+	ApprovedBy []Identity `json:"approvedBy,omitempty"`
+
+	// RejectedBy lists approvers with a standing reject.
+	// +optional
+	RejectedBy []Identity `json:"rejectedBy,omitempty"`
+
+	// ApprovedAt is when the gate passed.
+	// +optional
+	ApprovedAt *metav1.Time `json:"approvedAt,omitempty"`
+
+	// Apply is the applier's result.
+	// +optional
+	Apply *ApplyResult `json:"apply,omitempty"`
+}
+
+// ChangeRequest is one release at one revision, held at the approval gate.
+// Its spec is immutable.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=cr;change;changes,categories=sluice
+// +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="ChangeRequest spec is immutable"
+// +kubebuilder:printcolumn:name="Release",type=string,JSONPath=`.spec.release`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.spec.revision`
+// +kubebuilder:printcolumn:name="Risk",type=string,JSONPath=`.spec.verdict.risk`
+// +kubebuilder:printcolumn:name="Verdict",type=string,JSONPath=`.spec.verdict.result`
+// +kubebuilder:printcolumn:name="Approvals",type=integer,JSONPath=`.status.approvals`
+// +kubebuilder:printcolumn:name="Required",type=integer,JSONPath=`.status.effectiveRule.required`
+// +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.spec.approvalDigest`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ChangeRequest struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ChangeRequestSpec   `json:"spec"`
+	Status ChangeRequestStatus `json:"status,omitempty"`
+}
+
+// ChangeRequestList is a list of ChangeRequests.
+// +kubebuilder:object:root=true
+type ChangeRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ChangeRequest `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ChangeRequest{}, &ChangeRequestList{})
+}

@@ -1,0 +1,100 @@
+package v1alpha1
+
+// Identity is a prefixed principal: k8s:<username>, k8s-group:<group>,
+// github:<login>, gitlab:<username>, gitea:<username> or email:<address>.
+// +kubebuilder:validation:Pattern=`^(k8s|k8s-group|github|gitlab|gitea|email):[^\s:][^\s]*$`
+// +kubebuilder:validation:MaxLength=320
+type Identity string
+
+// Digest is "sha256:" followed by 64 lower-case hex digits.
+// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
+// +kubebuilder:validation:MaxLength=71
+type Digest string
+
+// RelativePath is a slash-separated path inside a repository or artifact: not
+// absolute and without ".." segments.
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=512
+// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="path must be relative, not absolute"
+// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)\\\\.\\\\.(/|$)')",message="path must not contain '..' segments"
+type RelativePath string
+
+// EnvironmentName names an environment of a service: lower-case letters and
+// digits only, so "<service>-<environment>" stays unambiguous.
+// +kubebuilder:validation:Pattern=`^[a-z0-9]+$`
+// +kubebuilder:validation:MaxLength=20
+type EnvironmentName string
+
+// Risk is the validator's risk level for a change.
+// +kubebuilder:validation:Enum=low;medium;high
+type Risk string
+
+const (
+	// RiskLow is a change to images, replicas, resources or config data only.
+	RiskLow Risk = "low"
+	// RiskMedium is a change that creates new objects or resources.
+	RiskMedium Risk = "medium"
+	// RiskHigh is a change to RBAC, CRDs, webhooks, network policies, or a
+	// deletion or replacement of stateful or protected resources.
+	RiskHigh Risk = "high"
+)
+
+// AutoApproveRisk is the highest risk that may pass the gate without
+// approvals; "none" turns auto-approval off.
+// +kubebuilder:validation:Enum=none;low;medium;high
+type AutoApproveRisk string
+
+const (
+	// AutoApproveNone never auto-approves.
+	AutoApproveNone AutoApproveRisk = "none"
+	// AutoApproveLow auto-approves low-risk changes.
+	AutoApproveLow AutoApproveRisk = "low"
+	// AutoApproveMedium auto-approves low- and medium-risk changes.
+	AutoApproveMedium AutoApproveRisk = "medium"
+	// AutoApproveHigh auto-approves every change that has no deny finding.
+	AutoApproveHigh AutoApproveRisk = "high"
+)
+
+// Delivery says how a release's Helm chart reaches the cluster.
+// +kubebuilder:validation:Enum=helm;argocd
+type Delivery string
+
+const (
+	// DeliveryHelm installs with the embedded Helm SDK.
+	DeliveryHelm Delivery = "helm"
+	// DeliveryArgoCD drives an Argo CD Application pinned to the approved SHA.
+	DeliveryArgoCD Delivery = "argocd"
+)
+
+// ApprovalRule says who must approve a change before it is applied.
+type ApprovalRule struct {
+	// Required is the number of distinct allowed approvers needed.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Required int32 `json:"required,omitempty"`
+
+	// Approvers lists who may approve; empty means anyone allowed to approve
+	// (RBAC for k8s: identities, write access for pull-request reviews).
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=set
+	// +optional
+	Approvers []Identity `json:"approvers,omitempty"`
+
+	// AllowAuthor lets an author of the change approve it.
+	// +optional
+	AllowAuthor bool `json:"allowAuthor,omitempty"`
+
+	// AutoApproveRisk is the highest risk that passes without approvals.
+	// +kubebuilder:default=none
+	// +optional
+	AutoApproveRisk AutoApproveRisk `json:"autoApproveRisk,omitempty"`
+}
+
+// LocalObjectReference names an object in the same namespace.
+type LocalObjectReference struct {
+	// Name of the referent.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}

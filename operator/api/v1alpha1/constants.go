@@ -1,0 +1,145 @@
+package v1alpha1
+
+// Condition types.
+const (
+	// ConditionReady summarises an object: True when it is in its desired state.
+	ConditionReady = "Ready"
+	// ConditionStalled is True when only a human can fix the object.
+	ConditionStalled = "Stalled"
+	// ConditionReconciling is True while a reconcile is in progress.
+	ConditionReconciling = "Reconciling"
+	// ConditionProgressing is True while a Release has a change in flight.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True when a Release's last change failed.
+	ConditionDegraded = "Degraded"
+	// ConditionSynced is the syncer's view of a Release: True when its
+	// inputs at the newest commit have a ChangeRequest.
+	ConditionSynced = "Synced"
+	// ConditionValidated is True when a change has no deny finding.
+	ConditionValidated = "Validated"
+	// ConditionApproved is True when a change passed the gate.
+	ConditionApproved = "Approved"
+	// ConditionApplied is True when a change was applied.
+	ConditionApplied = "Applied"
+)
+
+// Condition reasons.
+const (
+	// ReasonSucceeded: the step finished successfully.
+	ReasonSucceeded = "Succeeded"
+	// ReasonProgressing: work is under way.
+	ReasonProgressing = "Progressing"
+	// ReasonInvalidSpec: the spec cannot be acted on as written.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonSecretNotFound: a referenced Secret is missing or incomplete.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonAuthenticationFailed: the git remote refused the credentials.
+	ReasonAuthenticationFailed = "AuthenticationFailed"
+	// ReasonHostKeyMismatch: the SSH host key is not in known_hosts.
+	ReasonHostKeyMismatch = "HostKeyMismatch"
+	// ReasonGitOperationFailed: a fetch or ls-remote failed.
+	ReasonGitOperationFailed = "GitOperationFailed"
+	// ReasonRefNotFound: the tracked branch or tag does not exist.
+	ReasonRefNotFound = "RefNotFound"
+	// ReasonURLNotAllowed: the repository URL is refused by policy.
+	ReasonURLNotAllowed = "URLNotAllowed"
+	// ReasonHistoryRewritten: the new head does not descend from the last one.
+	ReasonHistoryRewritten = "HistoryRewritten"
+	// ReasonServiceRemoved: a service left the repository but prune is off.
+	ReasonServiceRemoved = "ServiceRemoved"
+	// ReasonManifestInvalid: a service.yaml could not be parsed.
+	ReasonManifestInvalid = "ManifestInvalid"
+	// ReasonOwnershipConflict: a Release is owned by another Repository.
+	ReasonOwnershipConflict = "OwnershipConflict"
+	// ReasonSuspended: the object is suspended.
+	ReasonSuspended = "Suspended"
+
+	// ReasonPolicyDenied: a deny finding blocks the change.
+	ReasonPolicyDenied = "PolicyDenied"
+	// ReasonPolicyPassed: no deny finding.
+	ReasonPolicyPassed = "PolicyPassed"
+	// ReasonVetoed: a standing reject blocks the change.
+	ReasonVetoed = "Vetoed"
+	// ReasonAwaitingApprovals: fewer approvals than the rule requires.
+	ReasonAwaitingApprovals = "AwaitingApprovals"
+	// ReasonApprovalsMet: enough allowed approvers approved.
+	ReasonApprovalsMet = "ApprovalsMet"
+	// ReasonAutoApproved: the risk is within the rule's autoApproveRisk.
+	ReasonAutoApproved = "AutoApproved"
+	// ReasonWaitingForLock: another change of the release is applying.
+	ReasonWaitingForLock = "WaitingForLock"
+	// ReasonApplying: the change was handed to an applier.
+	ReasonApplying = "Applying"
+	// ReasonApplyFailed: the applier failed.
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonGateFailedAtHandOff: the gate no longer passed when re-checked
+	// right before the hand-off.
+	ReasonGateFailedAtHandOff = "GateFailedAtHandOff"
+	// ReasonSuperseded: a newer change of the release went first.
+	ReasonSuperseded = "Superseded"
+	// ReasonPreview: a pull-request preview, never applied.
+	ReasonPreview = "Preview"
+	// ReasonNoApplier: no applier handles the change's delivery.
+	ReasonNoApplier = "NoApplier"
+	// ReasonDigestMismatch: downloaded content does not match the digests.
+	ReasonDigestMismatch = "DigestMismatch"
+	// ReasonManifestMismatch: what Helm would install differs from the
+	// approved manifests.
+	ReasonManifestMismatch = "ManifestMismatch"
+	// ReasonStalePlan: the approved Terraform plan no longer applies.
+	ReasonStalePlan = "StalePlan"
+	// ReasonNamespaceNotAllowed: the target namespace is outside the
+	// Repository's targetNamespaces.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonReleaseNotFound: the change's Release does not exist.
+	ReasonReleaseNotFound = "ReleaseNotFound"
+)
+
+// Finalizers.
+const (
+	// ReleaseFinalizer makes the operator clean up (uninstall the Helm
+	// release, prune the Application) before a Release goes.
+	ReleaseFinalizer = "gitops.sluice.dev/cleanup"
+	// ApprovalFinalizer keeps an Approval while its ChangeRequest exists.
+	ApprovalFinalizer = "gitops.sluice.dev/retain-while-referenced"
+)
+
+// Labels.
+const (
+	// LabelRepository names the Repository an object comes from.
+	LabelRepository = "gitops.sluice.dev/repository"
+	// LabelRelease names the Release an object belongs to.
+	LabelRelease = "gitops.sluice.dev/release"
+	// LabelService is the service name of a Release.
+	LabelService = "gitops.sluice.dev/service"
+	// LabelEnvironment is the environment name of a Release.
+	LabelEnvironment = "gitops.sluice.dev/environment"
+	// LabelChangeRequest names the ChangeRequest a plan Secret belongs to.
+	LabelChangeRequest = "gitops.sluice.dev/change-request"
+	// LabelPreview is "true" on preview ChangeRequests.
+	LabelPreview = "gitops.sluice.dev/preview"
+	// LabelPullRequest is the pull request number of a preview.
+	LabelPullRequest = "gitops.sluice.dev/pull-request"
+)
+
+// Annotations.
+const (
+	// AnnotationReplan on a Release asks the syncer for a new plan at the
+	// same commit (the next "-rN" ChangeRequest); any new value triggers it.
+	AnnotationReplan = "gitops.sluice.dev/replan"
+	// AnnotationReconcileRequestedAt on a Repository asks for a sync now.
+	AnnotationReconcileRequestedAt = "gitops.sluice.dev/reconcile-requested-at"
+	// AnnotationTraceParent carries the W3C trace context from the webhook
+	// to the apply.
+	AnnotationTraceParent = "gitops.sluice.dev/traceparent"
+)
+
+// PlanSecretSuffix is appended to a ChangeRequest's name to name its plan
+// Secret; chunks past the first add "-1", "-2"…
+const PlanSecretSuffix = "-plan"
+
+// PlanSecretKey is the data key holding the plan file (or its chunk).
+const PlanSecretKey = "tfplan"
+
+// PlanChunkSize is the largest plan chunk stored in one Secret.
+const PlanChunkSize = 900 * 1024

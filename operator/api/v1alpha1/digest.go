@@ -1,0 +1,39 @@
+package v1alpha1
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+var digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+
+// ValidDigest reports whether d is "sha256:" followed by 64 lower-case hex.
+func ValidDigest(d string) bool { return digestPattern.MatchString(d) }
+
+// SHA256Digest returns the Digest of b.
+func SHA256Digest(b []byte) Digest {
+	sum := sha256.Sum256(b)
+	return Digest("sha256:" + hex.EncodeToString(sum[:]))
+}
+
+// ComputeApprovalDigest is the one definition of approvalDigest: the sha256 of
+//
+//	release:<namespace>/<release>\ncontent:<contentDigest>\nmanifest:<manifestDigest>\nplan:<planDigest>\n
+//
+// with empty manifest or plan digests written as empty strings. Binding the
+// release (with its control namespace) means an approval for one environment
+// never counts for another with the same content.
+func ComputeApprovalDigest(namespace, release string, content, manifest, plan Digest) Digest {
+	var b strings.Builder
+	fmt.Fprintf(&b, "release:%s/%s\ncontent:%s\nmanifest:%s\nplan:%s\n", namespace, release, content, manifest, plan)
+	return SHA256Digest([]byte(b.String()))
+}
+
+// ExpectedApprovalDigest recomputes the approvalDigest of a ChangeRequest
+// from its own fields.
+func (c *ChangeRequest) ExpectedApprovalDigest() Digest {
+	return ComputeApprovalDigest(c.Namespace, c.Spec.Release, c.Spec.ContentDigest, c.Spec.ManifestDigest, c.Spec.PlanDigest)
+}

@@ -1,0 +1,43 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// ReleaseName is "<service>-<environment>".
+func ReleaseName(service string, env EnvironmentName) string {
+	return service + "-" + string(env)
+}
+
+// shortSHA is the first 10 hex digits of a commit.
+func shortSHA(sha string) string {
+	if len(sha) > 10 {
+		return sha[:10]
+	}
+	return sha
+}
+
+// ChangeRequestName is "<release>-<first 10 hex of the commit>", with "-rN"
+// for attempt N > 1 (a re-plan at the same commit).
+func ChangeRequestName(release, commit string, attempt int32) string {
+	name := release + "-" + shortSHA(commit)
+	if attempt > 1 {
+		name += "-r" + strconv.Itoa(int(attempt))
+	}
+	return name
+}
+
+// PreviewChangeRequestName is "<release>-pr<N>-<first 10 hex of the PR head>".
+func PreviewChangeRequestName(release string, pr int64, head string) string {
+	return fmt.Sprintf("%s-pr%d-%s", release, pr, shortSHA(head))
+}
+
+// PlanSecretName names the Secret holding chunk i (0-based) of a
+// ChangeRequest's plan file: "<cr>-plan", then "<cr>-plan-1", "<cr>-plan-2"…
+func PlanSecretName(changeRequest string, chunk int) string {
+	if chunk == 0 {
+		return changeRequest + PlanSecretSuffix
+	}
+	return fmt.Sprintf("%s%s-%d", changeRequest, PlanSecretSuffix, chunk)
+}

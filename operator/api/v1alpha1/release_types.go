@@ -1,0 +1,199 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ChartSource is where a release's Helm chart comes from: a folder in the
+// repository, or a chart repository.
+// +kubebuilder:validation:XValidation:rule="has(self.path) != has(self.repo)",message="exactly one of path or repo must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.repo) || (has(self.name) && has(self.version))",message="a chart repository needs name and version"
+type ChartSource struct {
+	// Path of the chart folder, relative to the repository root.
+	// +optional
+	Path RelativePath `json:"path,omitempty"`
+
+	// Repo is a chart repository URL.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^(https|oci)://`
+	// +optional
+	Repo string `json:"repo,omitempty"`
+
+	// Name of the chart in Repo.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Name string `json:"name,omitempty"`
+
+	// Version of the chart in Repo.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Version string `json:"version,omitempty"`
+}
+
+// TerraformSource is the Terraform stack of a release.
+type TerraformSource struct {
+	// Dir is the stack's folder, relative to the repository root.
+	Dir RelativePath `json:"dir"`
+
+	// Vars are the environment's Terraform variables.
+	// +kubebuilder:validation:MaxProperties=256
+	// +optional
+	Vars map[string]string `json:"vars,omitempty"`
+
+	// Workspace is the Terraform workspace.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]*$`
+	// +kubebuilder:validation:MaxLength=90
+	// +optional
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// ReleaseSpec is one service in one environment, written by the syncer from
+// the service manifest.
+type ReleaseSpec struct {
+	// Repository is the name of the Repository the release comes from.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Repository string `json:"repository"`
+
+	// Service is the service name from the manifest.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=42
+	Service string `json:"service"`
+
+	// Environment is the environment name from the manifest.
+	Environment EnvironmentName `json:"environment"`
+
+	// SourcePath is the service folder, relative to the repository root.
+	SourcePath RelativePath `json:"sourcePath"`
+
+	// TargetNamespace is where the workload is deployed.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	TargetNamespace string `json:"targetNamespace"`
+
+	// Chart is the Helm chart.
+	Chart ChartSource `json:"chart"`
+
+	// Values are the values files in order, relative to the service folder.
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Values []RelativePath `json:"values,omitempty"`
+
+	// Terraform is the release's Terraform stack, if any.
+	// +optional
+	Terraform *TerraformSource `json:"terraform,omitempty"`
+
+	// Delivery is how the chart is applied.
+	// +kubebuilder:default=helm
+	// +optional
+	Delivery Delivery `json:"delivery,omitempty"`
+
+	// Rule is the approval rule from the manifest.
+	// +optional
+	Rule ApprovalRule `json:"rule,omitempty"`
+
+	// Owners are the owning teams from the manifest.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +optional
+	Owners []string `json:"owners,omitempty"`
+}
+
+// ReleaseHistoryEntry is one change that reached a terminal phase.
+type ReleaseHistoryEntry struct {
+	// ChangeRequest is the change's name.
+	ChangeRequest string `json:"changeRequest"`
+	// Revision is the change's commit.
+	Revision string `json:"revision"`
+	// Phase is the terminal phase.
+	Phase ChangeRequestPhase `json:"phase"`
+	// ApprovalDigest of the change.
+	// +optional
+	ApprovalDigest Digest `json:"approvalDigest,omitempty"`
+	// FinishedAt is when the change reached the phase.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+}
+
+// ReleaseStatus is what has been synced and applied for a release.
+type ReleaseStatus struct {
+	// ObservedGeneration is the generation the operator's conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Progressing, Degraded (operator); Synced (syncer).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// LastSyncedTree is the hash of the release's inputs at the last commit
+	// the syncer processed for it.
+	// +optional
+	LastSyncedTree string `json:"lastSyncedTree,omitempty"`
+
+	// LastSyncedCommit is the commit LastSyncedTree was computed at.
+	// +optional
+	LastSyncedCommit string `json:"lastSyncedCommit,omitempty"`
+
+	// LatestChange is the newest ChangeRequest the syncer created.
+	// +optional
+	LatestChange string `json:"latestChange,omitempty"`
+
+	// CurrentChange is the ChangeRequest holding the apply lock.
+	// +optional
+	CurrentChange string `json:"currentChange,omitempty"`
+
+	// AppliedChange is the last ChangeRequest applied.
+	// +optional
+	AppliedChange string `json:"appliedChange,omitempty"`
+
+	// AppliedRevision is the commit of the last applied change.
+	// +optional
+	AppliedRevision string `json:"appliedRevision,omitempty"`
+
+	// AppliedDigest is the approvalDigest of the last applied change.
+	// +optional
+	AppliedDigest Digest `json:"appliedDigest,omitempty"`
+
+	// AppliedRule is the effective rule of the last applied change; a later
+	// change can tighten it but never loosen it for itself.
+	// +optional
+	AppliedRule *ApprovalRule `json:"appliedRule,omitempty"`
+
+	// History is the newest terminal changes, newest first.
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	History []ReleaseHistoryEntry `json:"history,omitempty"`
+}
+
+// Release is one service in one environment.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rel,categories=sluice
+// +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.service`
+// +kubebuilder:printcolumn:name="Env",type=string,JSONPath=`.spec.environment`
+// +kubebuilder:printcolumn:name="Delivery",type=string,JSONPath=`.spec.delivery`
+// +kubebuilder:printcolumn:name="Applied",type=string,JSONPath=`.status.appliedRevision`
+// +kubebuilder:printcolumn:name="Current",type=string,JSONPath=`.status.currentChange`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Release struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ReleaseSpec   `json:"spec"`
+	Status ReleaseStatus `json:"status,omitempty"`
+}
+
+// ReleaseList is a list of Releases.
+// +kubebuilder:object:root=true
+type ReleaseList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Release `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Release{}, &ReleaseList{})
+}

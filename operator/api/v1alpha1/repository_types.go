@@ -1,0 +1,166 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// GitReference selects the branch or tag a Repository tracks.
+// +kubebuilder:validation:XValidation:rule="has(self.branch) != has(self.tag)",message="exactly one of branch or tag must be set"
+type GitReference struct {
+	// Branch to track.
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	Branch string `json:"branch,omitempty"`
+
+	// Tag to track.
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	Tag string `json:"tag,omitempty"`
+}
+
+// PreviewPolicy says which pull requests get preview ChangeRequests.
+// +kubebuilder:validation:Enum=none;sameRepo;all
+type PreviewPolicy string
+
+const (
+	// PreviewsNone builds no previews.
+	PreviewsNone PreviewPolicy = "none"
+	// PreviewsSameRepo builds previews for pull requests from branches of the
+	// repository itself, never from forks.
+	PreviewsSameRepo PreviewPolicy = "sameRepo"
+	// PreviewsAll also builds previews for pull requests from forks, whose
+	// Terraform code then runs in the syncer.
+	PreviewsAll PreviewPolicy = "all"
+)
+
+// RepositorySpec is an infra repository Sluice watches.
+type RepositorySpec struct {
+	// URL of the git repository: https://, http://, ssh:// or scp-like
+	// git@host:path; file:// only where the syncer allows it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^((https?|ssh|file)://|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:)`
+	URL string `json:"url"`
+
+	// Ref is the branch or tag to track.
+	// +kubebuilder:default={branch: main}
+	// +optional
+	Ref GitReference `json:"ref,omitempty"`
+
+	// Interval between polls of the remote head.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="interval must be positive"
+	// +kubebuilder:default="1m"
+	// +optional
+	Interval metav1.Duration `json:"interval,omitempty"`
+
+	// Timeout for each git operation.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="timeout must be positive"
+	// +kubebuilder:default="60s"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// SecretRef names a Secret with git credentials: username and password
+	// (or password alone as a token) for HTTPS; identity and known_hosts for
+	// SSH.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// WebhookSecretRef names a Secret whose "token" key signs webhooks.
+	// +optional
+	WebhookSecretRef *LocalObjectReference `json:"webhookSecretRef,omitempty"`
+
+	// ServicesPath is the folder holding one folder per service.
+	// +kubebuilder:default=services
+	// +optional
+	ServicesPath RelativePath `json:"servicesPath,omitempty"`
+
+	// TargetNamespaces are the glob patterns of namespaces the repository's
+	// services may deploy to.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +listType=set
+	TargetNamespaces []string `json:"targetNamespaces"`
+
+	// ServiceAccountName is the ServiceAccount, in the control namespace, that
+	// the operator impersonates to apply this repository's changes.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccountName string `json:"serviceAccountName"`
+
+	// Prune deletes Releases whose service left the repository.
+	// +optional
+	Prune bool `json:"prune,omitempty"`
+
+	// Previews says which pull requests get preview ChangeRequests.
+	// +kubebuilder:default=sameRepo
+	// +optional
+	Previews PreviewPolicy `json:"previews,omitempty"`
+
+	// Suspend stops polling and syncing.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// RepositoryStatus is what the syncer last saw of a Repository.
+type RepositoryStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Stalled, Reconciling.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// LastFetchedCommit is the remote head last fetched.
+	// +optional
+	LastFetchedCommit string `json:"lastFetchedCommit,omitempty"`
+
+	// LastSyncedCommit is the commit whose releases were all processed.
+	// +optional
+	LastSyncedCommit string `json:"lastSyncedCommit,omitempty"`
+
+	// WebhookPath is this repository's webhook path on the receiver.
+	// +optional
+	WebhookPath string `json:"webhookPath,omitempty"`
+
+	// LastHandledReconcileAt is the last value of the reconcile-requested
+	// annotation the syncer handled.
+	// +optional
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
+}
+
+// Repository is an infra repository whose services Sluice delivers.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=repo;repos,categories=sluice
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Commit",type=string,JSONPath=`.status.lastSyncedCommit`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Repository struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   RepositorySpec   `json:"spec"`
+	Status RepositoryStatus `json:"status,omitempty"`
+}
+
+// RepositoryList is a list of Repositories.
+// +kubebuilder:object:root=true
+type RepositoryList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Repository `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Repository{}, &RepositoryList{})
+}

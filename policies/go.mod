@@ -1,0 +1,3 @@
+module github.com/sluice-gitops/sluice/policies
+
+go 1.26.8
