@@ -89,6 +89,13 @@ type ApprovalRule struct {
 	// +kubebuilder:default=none
 	// +optional
 	AutoApproveRisk AutoApproveRisk `json:"autoApproveRisk,omitempty"`
+
+	// NoApprovers says that nobody may approve: only auto-approval can pass
+	// the gate. The operator sets it on an effective rule whose approver lists
+	// have nobody in common (so an empty Approvers list can never turn into
+	// "anyone"); an ApprovalPolicy may set it to freeze manual approvals.
+	// +optional
+	NoApprovers bool `json:"noApprovers,omitempty"`
 }
 
 // LocalObjectReference names an object in the same namespace.
