@@ -96,7 +96,22 @@ type ApprovalRule struct {
 	// "anyone"); an ApprovalPolicy may set it to freeze manual approvals.
 	// +optional
 	NoApprovers bool `json:"noApprovers,omitempty"`
+
+	// AllOf lists further approver lists that an approver must also be in.
+	// The operator writes it on an effective rule combined from rules with
+	// different approver lists: an approver then has to be allowed by
+	// Approvers and by every list here (k8s-group: entries matching the
+	// groups stamped on the Approval), which no single list can express.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	AllOf []ApproverList `json:"allOf,omitempty"`
 }
+
+// ApproverList is one list of approver identities.
+// +kubebuilder:validation:MaxItems=100
+// +listType=atomic
+type ApproverList []Identity
 
 // LocalObjectReference names an object in the same namespace.
 type LocalObjectReference struct {
