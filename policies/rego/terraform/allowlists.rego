@@ -1,0 +1,43 @@
+# Instance types and AMIs outside the allowlists
+# (data.sluice.config.terraform.allowed_instance_types / allowed_amis, glob
+# patterns; an empty AMI list allows any AMI).
+package sluice.terraform.allowlists
+
+import data.sluice.lib.terraform as tf
+
+# attrs: resource type -> {check: attribute}.
+attrs := {
+	"aws_instance": {"instance_type": "instance_type", "ami": "ami"},
+	"aws_spot_instance_request": {"instance_type": "instance_type", "ami": "ami"},
+	"aws_launch_template": {"instance_type": "instance_type", "ami": "image_id"},
+	"aws_launch_configuration": {"instance_type": "instance_type", "ami": "image_id"},
+}
+
+allowlist("instance_type") := tf.config("allowed_instance_types", [])
+
+allowlist("ami") := tf.config("allowed_amis", [])
+
+deny contains tf.result(rc, msg) if {
+	some rc in tf.changes
+	tf.creates_or_updates(rc)
+	some check, attr in attrs[rc.type]
+	count(allowlist(check)) > 0
+	value := tf.after(rc)[attr]
+	is_string(value)
+	not allowed(check, value)
+	msg := sprintf("%s: %s %q is not in the allowlist", [rc.address, attr, value])
+}
+
+unverifiable contains tf.result(rc, msg) if {
+	some rc in tf.changes
+	tf.creates_or_updates(rc)
+	some check, attr in attrs[rc.type]
+	count(allowlist(check)) > 0
+	tf.unknown(rc, [attr])
+	msg := sprintf("%s: %s is known only after apply, so the %s allowlist cannot be checked", [rc.address, attr, check])
+}
+
+allowed(check, value) if {
+	some pattern in allowlist(check)
+	glob.match(pattern, [], value)
+}

@@ -1,0 +1,84 @@
+# Missing encryption at rest on EBS volumes (standalone and instance block
+# devices), RDS instances and clusters, and new S3 buckets without a
+# server-side encryption configuration.
+package sluice.terraform.encryption
+
+import data.sluice.lib.terraform as tf
+
+# flag_checks: resource type -> attribute that must be true.
+flag_checks := {
+	"aws_ebs_volume": "encrypted",
+	"aws_db_instance": "storage_encrypted",
+	"aws_rds_cluster": "storage_encrypted",
+	"aws_docdb_cluster": "storage_encrypted",
+	"aws_neptune_cluster": "storage_encrypted",
+	"aws_efs_file_system": "encrypted",
+}
+
+deny contains tf.result(rc, msg) if {
+	some rc in tf.changes
+	tf.creates_or_updates(rc)
+	attr := flag_checks[rc.type]
+	not tf.unknown(rc, [attr])
+	object.get(tf.after(rc), attr, false) != true
+	msg := sprintf("%s: %s is not true, so the data is stored unencrypted", [rc.address, attr])
+}
+
+unverifiable contains tf.result(rc, msg) if {
+	some rc in tf.changes
+	tf.creates_or_updates(rc)
+	attr := flag_checks[rc.type]
+	tf.unknown(rc, [attr])
+	msg := sprintf("%s: %s is known only after apply, so encryption cannot be checked", [rc.address, attr])
+}
+
+deny contains tf.result(rc, msg) if {
+	some rc in tf.changes
+	tf.creates_or_updates(rc)
+	rc.type == "aws_instance"
+	some block in ["root_block_device", "ebs_block_device"]
+	some i, dev in object.get(tf.after(rc), block, [])
+	not tf.unknown(rc, [block])
+	object.get(dev, "encrypted", false) == false
+	msg := sprintf("%s: %s[%d] is not encrypted", [rc.address, block, i])
+}
+
+unverifiable contains tf.result(rc, msg) if {
+	some rc in tf.changes
+	tf.creates_or_updates(rc)
+	rc.type == "aws_instance"
+	some block in ["root_block_device", "ebs_block_device"]
+	tf.unknown(rc, [block])
+	msg := sprintf("%s: %s is known only after apply, so encryption cannot be checked", [rc.address, block])
+}
+
+# A new bucket needs an inline server_side_encryption_configuration or an
+# aws_s3_bucket_server_side_encryption_configuration that points at it.
+deny contains tf.result(rc, msg) if {
+	some rc in tf.changes
+	rc.type == "aws_s3_bucket"
+	"create" in tf.actions(rc)
+	count(object.get(tf.after(rc), "server_side_encryption_configuration", [])) == 0
+	not sse_configured(rc)
+	msg := sprintf("%s: new bucket has no server-side encryption configuration", [rc.address])
+}
+
+sse_type := "aws_s3_bucket_server_side_encryption_configuration"
+
+# sse_configured holds when the configuration has an SSE resource whose bucket
+# expression references this bucket, or a planned SSE resource names it.
+sse_configured(rc) if {
+	walk(object.get(input, "configuration", {}), [_, res])
+	is_object(res)
+	object.get(res, "type", "") == sse_type
+	some ref in object.get(res, ["expressions", "bucket", "references"], [])
+	ref in {sprintf("%s.%s", [rc.type, rc.name]), sprintf("%s.%s.id", [rc.type, rc.name]), sprintf("%s.%s.bucket", [rc.type, rc.name])}
+}
+
+sse_configured(rc) if {
+	some other in tf.changes
+	other.type == sse_type
+	name := tf.after(rc).bucket
+	is_string(name)
+	tf.after(other).bucket == name
+}
