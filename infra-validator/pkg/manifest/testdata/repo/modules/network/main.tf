@@ -1,0 +1,8 @@
+variable "env" {
+  type = string
+}
+
+module "subnet" {
+  source = "./sub"
+  env    = var.env
+}

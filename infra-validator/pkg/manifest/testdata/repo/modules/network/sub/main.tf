@@ -1,0 +1,7 @@
+variable "env" {
+  type = string
+}
+
+resource "terraform_data" "subnet" {
+  input = var.env
+}
