@@ -1,0 +1,138 @@
+package policy
+
+import (
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
+)
+
+// Redacted replaces a secret value in a finding.
+const Redacted = "[REDACTED]"
+
+// minSecretLen keeps short, common strings ("true", "prod") from being
+// treated as secrets and blanked out of every message.
+const minSecretLen = 6
+
+var (
+	// secretKeyName matches keys that name a secret; it mirrors the default
+	// policy sluice.kubernetes.secrets.
+	secretKeyName = regexp.MustCompile(`(?i)(^|[_.-])(password|passwd|pwd|secret|secret[_-]?key|token|api[_-]?key|access[_-]?key|private[_-]?key|client[_-]?secret|credentials?)$`)
+	// secretValue matches values that look like credentials wherever they are.
+	secretValue = regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY|(AKIA|ASIA|A3T[A-Z0-9])[A-Z0-9]{16}|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35}|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.|"private_key_id"\s*:|[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@`)
+)
+
+// Redact is defence in depth behind the policies' own rule of never quoting
+// a value: every string of the inputs that is, or sits under a key that
+// names, a secret (Kubernetes Secret data, values Terraform marks sensitive,
+// secret-named keys, values shaped like keys or tokens) is replaced by
+// [REDACTED] wherever it appears in a finding's message or resource. The
+// inputs are only walked when there are findings.
+func Redact(findings []report.Finding, inputs ...any) []report.Finding {
+	if len(findings) == 0 {
+		return findings
+	}
+	set := map[string]bool{}
+	for _, in := range inputs {
+		collectSecrets(in, "", false, set)
+	}
+	if len(set) == 0 {
+		return findings
+	}
+	secrets := make([]string, 0, len(set))
+	for s := range set {
+		secrets = append(secrets, s)
+	}
+	// Longest first, so a secret is replaced whole before any of its lines.
+	sort.Slice(secrets, func(i, j int) bool {
+		if len(secrets[i]) != len(secrets[j]) {
+			return len(secrets[i]) > len(secrets[j])
+		}
+		return secrets[i] < secrets[j]
+	})
+	for i := range findings {
+		findings[i].Message = redactString(findings[i].Message, secrets)
+		findings[i].Resource = redactString(findings[i].Resource, secrets)
+	}
+	return findings
+}
+
+func redactString(s string, secrets []string) string {
+	if len(s) < minSecretLen {
+		return s
+	}
+	for _, sec := range secrets {
+		if strings.Contains(s, sec) {
+			s = strings.ReplaceAll(s, sec, Redacted)
+		}
+	}
+	return s
+}
+
+// collectSecrets walks v; key is the map key v sits under, secret says an
+// enclosing structure marks everything below as secret.
+func collectSecrets(v any, key string, secret bool, set map[string]bool) {
+	switch t := v.(type) {
+	case map[string]any:
+		kind, _ := t["kind"].(string)
+		for k, child := range t {
+			childSecret := secret || (kind == "Secret" && (k == "data" || k == "stringData"))
+			collectSecrets(child, k, childSecret, set)
+		}
+		// Terraform marks sensitive values in parallel structures.
+		for _, pair := range [][2]string{{"after", "after_sensitive"}, {"before", "before_sensitive"}} {
+			if marks, ok := t[pair[1]]; ok {
+				collectSensitive(t[pair[0]], marks, set)
+			}
+		}
+	case []any:
+		for _, child := range t {
+			collectSecrets(child, key, secret, set)
+		}
+	case string:
+		if len(t) < minSecretLen {
+			return
+		}
+		if secret || secretKeyName.MatchString(key) || secretValue.MatchString(t) {
+			addSecret(t, set)
+		}
+	}
+}
+
+// collectSensitive adds the strings of v where Terraform's sensitivity marks
+// (true, or a structure of marks) say they are sensitive.
+func collectSensitive(v, marks any, set map[string]bool) {
+	switch m := marks.(type) {
+	case bool:
+		if m {
+			collectSecrets(v, "", true, set)
+		}
+	case map[string]any:
+		vm, _ := v.(map[string]any)
+		for k, mk := range m {
+			collectSensitive(vm[k], mk, set)
+		}
+	case []any:
+		va, _ := v.([]any)
+		for i, mk := range m {
+			if i < len(va) {
+				collectSensitive(va[i], mk, set)
+			}
+		}
+	}
+}
+
+// addSecret records a secret, and each of its lines, so a policy that quotes
+// one line of a multi-line key is still caught.
+func addSecret(s string, set map[string]bool) {
+	set[s] = true
+	if strings.Contains(s, "\n") {
+		for _, line := range strings.Split(s, "\n") {
+			line = strings.TrimSpace(line)
+			if len(line) >= 8 && !strings.HasPrefix(line, "-----") {
+				set[line] = true
+			}
+		}
+	}
+}

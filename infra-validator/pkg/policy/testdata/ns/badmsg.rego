@@ -1,0 +1,3 @@
+package team.c
+
+deny contains {"message": "no msg field"}

@@ -1,0 +1,3 @@
+package team.a
+
+deny contains "team a says no"
