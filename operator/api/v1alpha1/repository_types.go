@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -45,7 +47,7 @@ type RepositorySpec struct {
 	// Ref is the branch or tag to track.
 	// +kubebuilder:default={branch: main}
 	// +optional
-	Ref GitReference `json:"ref,omitempty"`
+	Ref *GitReference `json:"ref,omitempty"`
 
 	// Interval between polls of the remote head.
 	// +kubebuilder:validation:Type=string
@@ -53,7 +55,7 @@ type RepositorySpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="interval must be positive"
 	// +kubebuilder:default="1m"
 	// +optional
-	Interval metav1.Duration `json:"interval,omitempty"`
+	Interval *metav1.Duration `json:"interval,omitempty"`
 
 	// Timeout for each git operation.
 	// +kubebuilder:validation:Type=string
@@ -159,6 +161,38 @@ type RepositoryList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Repository `json:"items"`
+}
+
+// Defaults used when a Repository was not defaulted by the API server (for
+// example one built in Go and never stored).
+const (
+	DefaultBranch   = "main"
+	DefaultInterval = time.Minute
+	DefaultTimeout  = time.Minute
+)
+
+// GetRef returns the tracked reference, defaulting to the main branch.
+func (r *Repository) GetRef() GitReference {
+	if r.Spec.Ref == nil || (r.Spec.Ref.Branch == "" && r.Spec.Ref.Tag == "") {
+		return GitReference{Branch: DefaultBranch}
+	}
+	return *r.Spec.Ref
+}
+
+// GetInterval returns the poll interval, defaulting to one minute.
+func (r *Repository) GetInterval() time.Duration {
+	if r.Spec.Interval == nil || r.Spec.Interval.Duration <= 0 {
+		return DefaultInterval
+	}
+	return r.Spec.Interval.Duration
+}
+
+// GetTimeout returns the timeout of one git operation, defaulting to a minute.
+func (r *Repository) GetTimeout() time.Duration {
+	if r.Spec.Timeout == nil || r.Spec.Timeout.Duration <= 0 {
+		return DefaultTimeout
+	}
+	return r.Spec.Timeout.Duration
 }
 
 func init() {

@@ -1,0 +1,105 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+)
+
+// The vectors were computed independently with sha256sum over the exact
+// preimage DESIGN.md §4 defines, so a change in the format breaks this test.
+func TestComputeApprovalDigest_matchesTheDocumentedPreimage(t *testing.T) {
+	a := Digest("sha256:" + strings.Repeat("a", 64))
+	b := Digest("sha256:" + strings.Repeat("b", 64))
+	zero := Digest("sha256:" + strings.Repeat("0", 64))
+	tests := []struct {
+		name                    string
+		ns, release             string
+		content, manifest, plan Digest
+		want                    Digest
+	}{
+		{"helm only", "sluice-system", "checkout-staging", a, b, "", "sha256:ebe7062feefb452c51fb5b7ee7b2d250a90e6a6b89e5de59c9975cdeb81feaf7"},
+		{"content only", "team-a", "web-prod", zero, "", "", "sha256:7e82cbf1433017454fc4267c1bccbd5ff378513e2aa177f1bb527eac15550e08"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ComputeApprovalDigest(tt.ns, tt.release, tt.content, tt.manifest, tt.plan)
+			if got != tt.want {
+				t.Fatalf("ComputeApprovalDigest = %s, want %s", got, tt.want)
+			}
+			if !ValidDigest(string(got)) {
+				t.Fatalf("%s is not a valid digest", got)
+			}
+		})
+	}
+}
+
+func TestComputeApprovalDigest_bindsReleaseAndEveryDigest(t *testing.T) {
+	a := Digest("sha256:" + strings.Repeat("a", 64))
+	b := Digest("sha256:" + strings.Repeat("b", 64))
+	base := ComputeApprovalDigest("ns", "svc-staging", a, b, a)
+	for name, other := range map[string]Digest{
+		"another release":   ComputeApprovalDigest("ns", "svc-prod", a, b, a),
+		"another namespace": ComputeApprovalDigest("ns2", "svc-staging", a, b, a),
+		"another content":   ComputeApprovalDigest("ns", "svc-staging", b, b, a),
+		"another manifest":  ComputeApprovalDigest("ns", "svc-staging", a, a, a),
+		"no plan":           ComputeApprovalDigest("ns", "svc-staging", a, b, ""),
+	} {
+		if other == base {
+			t.Errorf("%s gives the same approvalDigest", name)
+		}
+	}
+	cr := &ChangeRequest{Spec: ChangeRequestSpec{Release: "svc-staging", ContentDigest: a, ManifestDigest: b, PlanDigest: a}}
+	cr.Namespace = "ns"
+	if cr.ExpectedApprovalDigest() != base {
+		t.Errorf("ExpectedApprovalDigest disagrees with ComputeApprovalDigest")
+	}
+}
+
+func TestValidDigest(t *testing.T) {
+	for d, want := range map[string]bool{
+		"sha256:" + strings.Repeat("a", 64): true,
+		"sha256:" + strings.Repeat("A", 64): false,
+		"sha256:" + strings.Repeat("a", 63): false,
+		"sha512:" + strings.Repeat("a", 64): false,
+		strings.Repeat("a", 64):             false,
+		"":                                  false,
+	} {
+		if got := ValidDigest(d); got != want {
+			t.Errorf("ValidDigest(%q) = %v, want %v", d, got, want)
+		}
+	}
+}
+
+func TestNames(t *testing.T) {
+	sha := "0123456789abcdef0123456789abcdef01234567"
+	if got := ReleaseName("checkout", "prod"); got != "checkout-prod" {
+		t.Errorf("ReleaseName = %s", got)
+	}
+	if got := ChangeRequestName("checkout-prod", sha, 1); got != "checkout-prod-0123456789" {
+		t.Errorf("ChangeRequestName attempt 1 = %s", got)
+	}
+	if got := ChangeRequestName("checkout-prod", sha, 3); got != "checkout-prod-0123456789-r3" {
+		t.Errorf("ChangeRequestName attempt 3 = %s", got)
+	}
+	if got := PreviewChangeRequestName("checkout-prod", 42, sha); got != "checkout-prod-pr42-0123456789" {
+		t.Errorf("PreviewChangeRequestName = %s", got)
+	}
+	if got := PlanSecretName("x", 0); got != "x-plan" {
+		t.Errorf("PlanSecretName 0 = %s", got)
+	}
+	if got := PlanSecretName("x", 2); got != "x-plan-2" {
+		t.Errorf("PlanSecretName 2 = %s", got)
+	}
+}
+
+func TestPhaseIsTerminal(t *testing.T) {
+	terminal := map[ChangeRequestPhase]bool{
+		PhasePending: false, PhaseAwaitingApproval: false, PhaseApproved: false, PhaseApplying: false,
+		PhaseRejected: true, PhaseApplied: true, PhaseFailed: true, PhaseSuperseded: true, PhasePreview: true,
+	}
+	for p, want := range terminal {
+		if p.IsTerminal() != want {
+			t.Errorf("%s.IsTerminal() = %v, want %v", p, !want, want)
+		}
+	}
+}
