@@ -157,7 +157,7 @@ func BinaryAssetsDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	rel := filepath.Join("bin", "k8s", fmt.Sprintf("%s-%s-%s", KubernetesVersion, runtime.GOOS, runtime.GOARCH))
+	rel := filepath.Join("bin", "k8s", KubernetesVersion+"-"+goosArch())
 	for dir := wd; ; dir = filepath.Dir(dir) {
 		if candidate := filepath.Join(dir, rel); hasBinaries(candidate) {
 			return candidate, nil
@@ -221,3 +221,5 @@ func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
 }
+
+func goosArch() string { return runtime.GOOS + "-" + runtime.GOARCH }
