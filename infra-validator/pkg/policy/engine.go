@@ -588,7 +588,9 @@ func ifWithoutContains(modules map[string]*ast.Module) error {
 		}
 	}
 	if len(problems) > 0 {
-		sort.Slice(problems, func(i, j int) bool { return problems[i].File+fmt.Sprint(problems[i].Line) < problems[j].File+fmt.Sprint(problems[j].Line) })
+		sort.Slice(problems, func(i, j int) bool {
+			return problems[i].File+fmt.Sprint(problems[i].Line) < problems[j].File+fmt.Sprint(problems[j].Line)
+		})
 		return &CompileError{Problems: problems}
 	}
 	return nil
