@@ -1,0 +1,383 @@
+package terraform
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-exec/tfexec"
+	tfjson "github.com/hashicorp/terraform-json"
+)
+
+// BackendOverrideFile is the name of the override file Plan writes into a
+// stack to choose its backend. The operator writes the same file, with the
+// same content, before applying a plan file.
+const BackendOverrideFile = "zz_sluice_backend_override.tf"
+
+// DefaultTimeout bounds a whole Plan (init, workspace, plan, show) or a
+// ShowPlanFile when ExecOptions.Timeout is zero.
+const DefaultTimeout = 10 * time.Minute
+
+// Backend chooses where Plan keeps the state it plans against.
+type Backend string
+
+const (
+	// BackendOwn uses the backend the stack declares (credentials through
+	// ExecOptions.Env).
+	BackendOwn Backend = "own"
+	// BackendKubernetes writes BackendOverrideFile declaring Terraform's
+	// built-in kubernetes backend (DESIGN.md §5). Credentials only through
+	// ExecOptions.Env (e.g. KUBE_CONFIG_PATH), never -backend-config,
+	// whose values would be saved into the plan file.
+	BackendKubernetes Backend = "kubernetes"
+	// BackendNone plans statelessly against an empty local state in a
+	// temporary folder: every resource is new. For checks only; such a
+	// plan is never applied.
+	BackendNone Backend = "none"
+)
+
+// KubernetesBackend locates the state for BackendKubernetes: Secrets named
+// tfstate-<workspace>-<SecretSuffix> in Namespace (the control namespace).
+type KubernetesBackend struct {
+	Namespace    string
+	SecretSuffix string
+}
+
+// ExecOptions are common to every terraform run.
+type ExecOptions struct {
+	// ExecPath is the terraform binary; "" looks up "terraform" in PATH.
+	ExecPath string
+	// Env is added to the child's environment, e.g. KUBE_CONFIG_PATH or
+	// cloud credentials. Nothing else of this process's environment is
+	// passed on except PATH and the settings listed in passedEnv; the
+	// child never inherits KUBERNETES_SERVICE_* or tokens. TF_VAR_*,
+	// TF_CLI_ARGS*, TF_WORKSPACE, TF_LOG* and TF_INPUT are refused: use
+	// PlanOptions.Vars and Workspace.
+	Env map[string]string
+	// DataDir is TF_DATA_DIR for the child. Plan uses a temporary folder
+	// when it is empty; ShowPlanFile uses Terraform's default (<dir>/.terraform).
+	DataDir string
+	// Timeout bounds the whole call; zero means DefaultTimeout.
+	Timeout time.Duration
+	// Analyze tunes the analysis of the resulting plan.
+	Analyze Options
+}
+
+// PlanOptions describe one plan of a stack.
+type PlanOptions struct {
+	ExecOptions
+	// Dir is the stack's folder. Plan writes BackendOverrideFile into it
+	// for BackendKubernetes and BackendNone and removes it afterwards; it
+	// refuses to overwrite an existing one. Terraform's working data goes
+	// to DataDir, so Dir is otherwise left as it was (Terraform may write
+	// .terraform.lock.hcl when the stack uses providers without one).
+	Dir string
+	// Vars are passed as -var name=value.
+	Vars map[string]string
+	// Workspace is selected, or created when missing; "" means "default".
+	Workspace string
+	// Backend chooses the state; "" means BackendNone.
+	Backend Backend
+	// Kubernetes is required with BackendKubernetes.
+	Kubernetes *KubernetesBackend
+	// Destroy makes a destroy plan.
+	Destroy bool
+}
+
+// PlanResult is what a plan produced: the very plan file that was checked,
+// its JSON, the parsed plan and the report.
+type PlanResult struct {
+	PlanFile []byte
+	PlanJSON []byte
+	Plan     *tfjson.Plan
+	Report   *Report
+}
+
+// passedEnv are the variables of this process passed on to terraform when
+// set: provider installation and TLS/proxy settings, nothing with access.
+var passedEnv = []string{
+	"PATH", "TF_CLI_CONFIG_FILE", "TF_PLUGIN_CACHE_DIR", "TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE",
+	"SSL_CERT_FILE", "SSL_CERT_DIR", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy",
+	"TMPDIR",
+}
+
+var (
+	k8sName      = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	secretSuffix = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+	wsName       = regexp.MustCompile(`^[A-Za-z0-9_-]{1,90}$`)
+	varName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
+)
+
+// KubernetesBackendOverride returns the content of BackendOverrideFile for
+// the kubernetes backend. Only the namespace and secret suffix are written;
+// credentials come from the environment.
+func KubernetesBackendOverride(namespace, suffix string) ([]byte, error) {
+	if len(namespace) > 63 || !k8sName.MatchString(namespace) {
+		return nil, fmt.Errorf("kubernetes backend: namespace %q is not a DNS label", namespace)
+	}
+	// Terraform names the Secret tfstate-<workspace>-<suffix>; keep it a
+	// valid name for any workspace of up to 90 characters.
+	if len(suffix) > 150 || !secretSuffix.MatchString(suffix) {
+		return nil, fmt.Errorf("kubernetes backend: secret suffix %q must be lower-case letters, digits, '-' or '.'", suffix)
+	}
+	return []byte(fmt.Sprintf(`# Written by Sluice: state in Kubernetes Secrets; credentials come from the environment.
+terraform {
+  backend "kubernetes" {
+    namespace     = %q
+    secret_suffix = %q
+  }
+}
+`, namespace, suffix)), nil
+}
+
+func localBackendOverride(stateDir string) []byte {
+	return []byte(fmt.Sprintf(`# Written by Sluice: a throw-away local state for a stateless check.
+terraform {
+  backend "local" {
+    path          = %q
+    workspace_dir = %q
+  }
+}
+`, filepath.ToSlash(filepath.Join(stateDir, "terraform.tfstate")), filepath.ToSlash(filepath.Join(stateDir, "workspaces"))))
+}
+
+// childEnv builds the child's whole environment.
+func childEnv(o ExecOptions, home string) (map[string]string, error) {
+	env := map[string]string{}
+	for _, k := range passedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env[k] = v
+		}
+	}
+	env["HOME"] = home
+	env["CHECKPOINT_DISABLE"] = "1"
+	if o.DataDir != "" {
+		env["TF_DATA_DIR"] = o.DataDir
+	}
+	keys := make([]string, 0, len(o.Env))
+	for k := range o.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, fmt.Errorf("environment variable name %q is invalid", k)
+		}
+		env[k] = o.Env[k]
+	}
+	if bad := tfexec.ProhibitedEnv(o.Env); len(bad) > 0 {
+		sort.Strings(bad)
+		return nil, fmt.Errorf("environment variables %v are managed by the validator: use PlanOptions.Vars and Workspace", bad)
+	}
+	return env, nil
+}
+
+func (o ExecOptions) terraform(ctx context.Context, dir, home string) (*tfexec.Terraform, error) {
+	execPath := o.ExecPath
+	if execPath == "" {
+		p, err := exec.LookPath("terraform")
+		if err != nil {
+			return nil, fmt.Errorf("terraform binary not found in PATH: %w", err)
+		}
+		execPath = p
+	}
+	tf, err := tfexec.NewTerraform(dir, execPath)
+	if err != nil {
+		return nil, fmt.Errorf("terraform: %w", err)
+	}
+	env, err := childEnv(o, home)
+	if err != nil {
+		return nil, err
+	}
+	if err := tf.SetEnv(env); err != nil {
+		return nil, fmt.Errorf("terraform environment: %w", err)
+	}
+	tf.SetStdout(io.Discard)
+	tf.SetStderr(io.Discard)
+	return tf, nil
+}
+
+func (o ExecOptions) timeout() time.Duration {
+	if o.Timeout > 0 {
+		return o.Timeout
+	}
+	return DefaultTimeout
+}
+
+// runErr wraps a terraform-exec error, saying so plainly when the time ran out.
+func runErr(ctx context.Context, step string, timeout time.Duration, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("terraform %s: timed out after %s: %w", step, timeout, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("terraform %s: %w", step, err)
+}
+
+// ShowPlanFile runs `terraform show -json` on a binary plan file in an
+// initialised stack folder dir (through terraform-exec), then reads and
+// analyses the JSON. The result carries the plan file's bytes and its
+// PlanFileSHA256.
+func ShowPlanFile(ctx context.Context, opts ExecOptions, dir, planFile string) (*PlanResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, opts.timeout())
+	defer cancel()
+	home, err := os.MkdirTemp("", "sluice-tf-home-")
+	if err != nil {
+		return nil, fmt.Errorf("terraform: temporary folder: %w", err)
+	}
+	defer os.RemoveAll(home)
+	tf, err := opts.terraform(ctx, dir, home)
+	if err != nil {
+		return nil, err
+	}
+	return show(ctx, tf, opts, planFile)
+}
+
+func show(ctx context.Context, tf *tfexec.Terraform, opts ExecOptions, planFile string) (*PlanResult, error) {
+	planBytes, err := os.ReadFile(planFile)
+	if err != nil {
+		return nil, fmt.Errorf("plan file: %w", err)
+	}
+	// Cache the version first: terraform-exec would otherwise write the
+	// output of `terraform version` to the capture below.
+	if _, _, err := tf.Version(ctx, false); err != nil {
+		return nil, runErr(ctx, "version", opts.timeout(), err)
+	}
+	var out bytes.Buffer
+	tf.SetStdout(&out)
+	_, err = tf.ShowPlanFile(ctx, planFile)
+	tf.SetStdout(io.Discard)
+	if err != nil {
+		return nil, runErr(ctx, "show", opts.timeout(), err)
+	}
+	planJSON := bytes.TrimSpace(out.Bytes())
+	plan, err := ReadPlan(planJSON)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := Analyze(planJSON, opts.Analyze)
+	if err != nil {
+		return nil, err
+	}
+	rep.PlanFileSHA256 = PlanFileSHA256(planBytes)
+	return &PlanResult{PlanFile: planBytes, PlanJSON: planJSON, Plan: plan, Report: rep}, nil
+}
+
+// Plan plans a stack folder through terraform-exec: init with the chosen
+// backend, select or create the workspace, plan into a file, and show it as
+// JSON. It returns the plan file (for the syncer to store and the operator
+// to apply), its JSON, the parsed plan and the report. Terraform runs as a
+// child process with the environment described on ExecOptions.Env, HOME in
+// a temporary folder, and the whole call is bounded by Timeout.
+func Plan(ctx context.Context, opts PlanOptions) (*PlanResult, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("terraform plan: no stack folder given")
+	}
+	if fi, err := os.Stat(opts.Dir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("terraform plan: stack folder %s does not exist", filepath.Base(opts.Dir))
+	}
+	if opts.Workspace != "" && !wsName.MatchString(opts.Workspace) {
+		return nil, fmt.Errorf("terraform plan: workspace %q must match ^[A-Za-z0-9_-]+$", opts.Workspace)
+	}
+	for k := range opts.Vars {
+		if !varName.MatchString(k) {
+			return nil, fmt.Errorf("terraform plan: variable name %q is invalid", k)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.timeout())
+	defer cancel()
+
+	tmp, err := os.MkdirTemp("", "sluice-tf-")
+	if err != nil {
+		return nil, fmt.Errorf("terraform plan: temporary folder: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	home := filepath.Join(tmp, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		return nil, fmt.Errorf("terraform plan: %w", err)
+	}
+	if opts.DataDir == "" {
+		opts.DataDir = filepath.Join(tmp, "data")
+	}
+
+	var override []byte
+	switch opts.Backend {
+	case BackendOwn:
+	case BackendKubernetes:
+		if opts.Kubernetes == nil {
+			return nil, errors.New("terraform plan: the kubernetes backend needs a namespace and secret suffix")
+		}
+		override, err = KubernetesBackendOverride(opts.Kubernetes.Namespace, opts.Kubernetes.SecretSuffix)
+		if err != nil {
+			return nil, fmt.Errorf("terraform plan: %w", err)
+		}
+	case "", BackendNone:
+		override = localBackendOverride(filepath.Join(tmp, "state"))
+	default:
+		return nil, fmt.Errorf("terraform plan: unknown backend %q (own, kubernetes or none)", opts.Backend)
+	}
+	if override != nil {
+		path := filepath.Join(opts.Dir, BackendOverrideFile)
+		// O_EXCL: never replace a file the repository ships under this name.
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("terraform plan: writing %s: %w", BackendOverrideFile, errors.Unwrap(err))
+		}
+		defer os.Remove(path)
+		_, werr := f.Write(override)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return nil, fmt.Errorf("terraform plan: writing %s: %w", BackendOverrideFile, werr)
+		}
+	}
+
+	tf, err := opts.terraform(ctx, opts.Dir, home)
+	if err != nil {
+		return nil, err
+	}
+	if err := tf.Init(ctx, tfexec.Backend(true), tfexec.Reconfigure(true)); err != nil {
+		return nil, runErr(ctx, "init", opts.timeout(), err)
+	}
+	if ws := opts.Workspace; ws != "" && ws != "default" {
+		if err := selectWorkspace(ctx, tf, ws); err != nil {
+			return nil, runErr(ctx, "workspace", opts.timeout(), err)
+		}
+	}
+
+	planFile := filepath.Join(tmp, "plan.tfplan")
+	planOpts := []tfexec.PlanOption{tfexec.Out(planFile), tfexec.Destroy(opts.Destroy)}
+	names := make([]string, 0, len(opts.Vars))
+	for k := range opts.Vars {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		planOpts = append(planOpts, tfexec.Var(k+"="+opts.Vars[k]))
+	}
+	if _, err := tf.Plan(ctx, planOpts...); err != nil {
+		return nil, runErr(ctx, "plan", opts.timeout(), err)
+	}
+	return show(ctx, tf, opts.ExecOptions, planFile)
+}
+
+func selectWorkspace(ctx context.Context, tf *tfexec.Terraform, ws string) error {
+	list, _, err := tf.WorkspaceList(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range list {
+		if w == ws {
+			return tf.WorkspaceSelect(ctx, ws)
+		}
+	}
+	return tf.WorkspaceNew(ctx, ws)
+}

@@ -1,0 +1,136 @@
+// Package terraform checks Terraform plans: it reads plan JSON (from a file,
+// from a binary plan through `terraform show -json`, or by planning a
+// directory through terraform-exec), counts and lists the changes, rates
+// their risk (DESIGN.md §4), computes the semantic planDigest and the plan
+// file's sha256, and reports values unknown until apply that a check
+// depends on as "unverifiable" findings.
+//
+// Exported API:
+//
+//	func ReadPlan(data []byte) (*tfjson.Plan, error)
+//	func Analyze(planJSON []byte, opts Options) (*Report, error)
+//	func AnalyzePlan(plan *tfjson.Plan, planJSON []byte, opts Options) (*Report, error)
+//	func PlanDigest(planJSON []byte) (string, error)
+//	func PlanFileSHA256(planFile []byte) string
+//	func UnknownPaths(rc *tfjson.ResourceChange) []string
+//	func IsUnknown(rc *tfjson.ResourceChange, path string) bool
+//	func DefaultStatefulTypes() []string
+//	func DefaultSecurityAttributes() map[string][]string
+//	func ShowPlanFile(ctx context.Context, opts ExecOptions, dir, planFile string) (*PlanResult, error)
+//	func Plan(ctx context.Context, opts PlanOptions) (*PlanResult, error)
+//	func KubernetesBackendOverride(namespace, secretSuffix string) ([]byte, error)
+//	const BackendOverrideFile = "zz_sluice_backend_override.tf"
+//	type Options struct{ StatefulTypes, ProtectedTypes []string; ProtectedTag string;
+//	    SecurityAttributes map[string][]string }
+//	type Report struct{ FormatVersion, TerraformVersion string; Counts Counts;
+//	    Resources []Resource; Risk report.Risk; RiskReasons []string; PlanDigest,
+//	    PlanFileSHA256 string; Findings []report.Finding; Plan *tfjson.Plan }
+//	type Counts struct{ Create, Update, Delete, Replace, Read, NoOp int }
+//	type Resource struct{ Address, PreviousAddress, Type, Mode string; Action Action;
+//	    Actions []string; Stateful, Protected bool; Unknown []string }
+//	type Action string // ActionCreate, ActionUpdate, ActionDelete, ActionReplace, ActionRead, ActionNoOp
+//	type ExecOptions struct{ ExecPath string; Env map[string]string; Timeout time.Duration; Analyze Options }
+//	type PlanOptions struct{ ExecOptions; Dir string; Vars map[string]string; Workspace string;
+//	    Backend Backend; Kubernetes *KubernetesBackend; Destroy bool }
+//	type Backend string // BackendOwn, BackendKubernetes, BackendNone
+//	type KubernetesBackend struct{ Namespace, SecretSuffix string }
+//	type PlanResult struct{ PlanFile, PlanJSON []byte; Plan *tfjson.Plan; Report *Report }
+//
+// Plan JSON of format_version 0.x and 1.x is accepted; any other major
+// version is refused with a clear error rather than misread.
+package terraform
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	tfjson "github.com/hashicorp/terraform-json"
+)
+
+// ErrUnsupportedFormat is wrapped by the error for a plan whose
+// format_version this package does not understand.
+var ErrUnsupportedFormat = errors.New("unsupported plan format_version")
+
+// ReadPlan parses plan JSON as written by `terraform show -json`. Malformed
+// JSON, a missing or unknown-major format_version and null entries are
+// errors; numbers are kept as json.Number so large values survive.
+func ReadPlan(data []byte) (*tfjson.Plan, error) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return nil, errors.New("plan JSON is empty")
+	}
+	// Read the version first, so a future format gets a clear message
+	// instead of whatever decoding error its new shape would cause.
+	var head struct {
+		FormatVersion *string `json:"format_version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("plan JSON: %w", jsonError(data, err))
+	}
+	if head.FormatVersion == nil || *head.FormatVersion == "" {
+		return nil, errors.New("plan JSON has no format_version: is this the output of `terraform show -json` on a plan?")
+	}
+	if err := checkFormatVersion(*head.FormatVersion); err != nil {
+		return nil, err
+	}
+	plan := &tfjson.Plan{}
+	plan.UseJSONNumber(true)
+	if err := plan.UnmarshalJSON(data); err != nil {
+		return nil, fmt.Errorf("plan JSON: %w", jsonError(data, err))
+	}
+	for i, rc := range plan.ResourceChanges {
+		if rc == nil || rc.Change == nil {
+			return nil, fmt.Errorf("plan JSON: resource_changes[%d] has no change", i)
+		}
+		if rc.Address == "" {
+			return nil, fmt.Errorf("plan JSON: resource_changes[%d] has no address", i)
+		}
+	}
+	for name, oc := range plan.OutputChanges {
+		if oc == nil {
+			return nil, fmt.Errorf("plan JSON: output_changes[%q] is null", name)
+		}
+	}
+	return plan, nil
+}
+
+// checkFormatVersion accepts major versions 0 and 1 (Terraform 0.12 to 1.x).
+func checkFormatVersion(v string) error {
+	major, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%w %q: not a version number", ErrUnsupportedFormat, v)
+	}
+	if n > 1 {
+		return fmt.Errorf("%w %q: this validator reads plan format 1.x; upgrade infra-validator for this Terraform version", ErrUnsupportedFormat, v)
+	}
+	return nil
+}
+
+// jsonError adds the line and column to a JSON syntax error.
+func jsonError(data []byte, err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		line, col := position(data, se.Offset)
+		return fmt.Errorf("line %d, column %d: %w", line, col, err)
+	}
+	var ue *json.UnmarshalTypeError
+	if errors.As(err, &ue) {
+		line, col := position(data, ue.Offset)
+		return fmt.Errorf("line %d, column %d: %w", line, col, err)
+	}
+	return err
+}
+
+func position(data []byte, offset int64) (line, col int) {
+	if offset > int64(len(data)) {
+		offset = int64(len(data))
+	}
+	line = 1 + bytes.Count(data[:offset], []byte("\n"))
+	col = int(offset) - bytes.LastIndexByte(data[:offset], '\n')
+	return line, col
+}
