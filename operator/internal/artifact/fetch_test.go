@@ -153,9 +153,13 @@ func TestFetchChange_refusesContentOtherThanTheDigestsSay(t *testing.T) {
 				return change("http://artifacts.invalid/artifacts/ok.tar.gz", targz, tarball)
 			}},
 		{name: "the URL climbs out of the base path", reason: sluicev1.ReasonURLNotAllowed, says: "outside",
-			cr: func() *sluicev1.ChangeRequest { return change(s.URL+"/artifacts/../elsewhere/x.tar.gz", targz, tarball) }},
+			cr: func() *sluicev1.ChangeRequest {
+				return change(s.URL+"/artifacts/../elsewhere/x.tar.gz", targz, tarball)
+			}},
 		{name: "the URL climbs out with escaped dots", reason: sluicev1.ReasonURLNotAllowed, says: "outside",
-			cr: func() *sluicev1.ChangeRequest { return change(s.URL+"/artifacts/%2e%2e/elsewhere/x.tar.gz", targz, tarball) }},
+			cr: func() *sluicev1.ChangeRequest {
+				return change(s.URL+"/artifacts/%2e%2e/elsewhere/x.tar.gz", targz, tarball)
+			}},
 		{name: "the URL carries credentials", reason: sluicev1.ReasonURLNotAllowed, says: "outside",
 			cr: func() *sluicev1.ChangeRequest {
 				return change(strings.Replace(s.URL, "http://", "http://user:secret@", 1)+"/artifacts/ok.tar.gz", targz, tarball)
