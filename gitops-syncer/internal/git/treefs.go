@@ -56,15 +56,7 @@ func (t *treeFS) lookup(op, name string) (*object.TreeEntry, error) {
 }
 
 func (t *treeFS) info(name string, e *object.TreeEntry) (fs.FileInfo, error) {
-	fi := &entryInfo{name: path.Base(name), entry: *e, when: t.when}
-	if e.Mode.IsFile() || e.Mode == filemode.Symlink {
-		blob, err := object.GetBlob(t.store, e.Hash)
-		if err != nil {
-			return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
-		}
-		fi.size = blob.Size
-	}
-	return fi, nil
+	return &entryInfo{name: path.Base(name), entry: *e, when: t.when, store: t.store, lock: t.lock}, nil
 }
 
 // Open implements fs.FS.
@@ -200,12 +192,26 @@ func (t *treeFS) ReadLink(name string) (string, error) {
 type entryInfo struct {
 	name  string
 	entry object.TreeEntry
-	size  int64
 	when  time.Time
+	store storer.EncodedObjectStorer
+	lock  *sync.RWMutex
 }
 
 func (i *entryInfo) Name() string { return i.name }
-func (i *entryInfo) Size() int64  { return i.size }
+
+// Size reads the blob's size on demand, so walking a tree reads no blobs.
+func (i *entryInfo) Size() int64 {
+	if !i.entry.Mode.IsFile() && i.entry.Mode != filemode.Symlink {
+		return 0
+	}
+	i.lock.RLock()
+	defer i.lock.RUnlock()
+	blob, err := object.GetBlob(i.store, i.entry.Hash)
+	if err != nil {
+		return 0
+	}
+	return blob.Size
+}
 func (i *entryInfo) Mode() fs.FileMode {
 	switch i.entry.Mode {
 	case filemode.Dir:

@@ -1,0 +1,143 @@
+// Package catalog finds the services of an infra repository at one commit:
+// every folder under the services path holding a service.yaml, parsed with
+// the validator's manifest parser, with the list of repository paths each
+// service depends on (its inputs).
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+)
+
+// Entry is one service folder.
+type Entry struct {
+	// Dir is the service folder, relative to the repository root.
+	Dir string
+	// Service is the parsed manifest; nil when Err is set.
+	Service *manifest.Service
+	// Inputs are the repository paths the service depends on.
+	Inputs []string
+	// Err says why the service cannot be used (a *manifest.Error for a bad
+	// manifest).
+	Err error
+}
+
+// ErrNoServicesPath says the services folder does not exist at the commit.
+var ErrNoServicesPath = errors.New("services folder not found")
+
+// Discover lists the services under servicesPath in fsys (a commit's tree).
+// scratch is an empty folder it may use: the manifest parser reads Terraform
+// files and follows symlinks on disk, so a skeleton of the commit (every
+// folder and symlink, the manifests and Terraform files, empty placeholders
+// for other files) is written there; no other file content is read.
+func Discover(fsys fs.FS, servicesPath, scratch string) ([]Entry, error) {
+	base := strings.Trim(path.Clean("/"+servicesPath), "/")
+	if base == "" {
+		base = "."
+	}
+	dirs, err := fs.ReadDir(fsys, base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrNoServicesPath, base)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", base, err)
+	}
+	var entries []Entry
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		dir := path.Join(base, d.Name())
+		if _, err := fs.Stat(fsys, path.Join(dir, manifest.FileName)); err != nil {
+			continue // not a service folder
+		}
+		entries = append(entries, Entry{Dir: dir})
+	}
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	if err := writeSkeleton(fsys, scratch); err != nil {
+		return nil, fmt.Errorf("prepare manifest checks: %w", err)
+	}
+	for i := range entries {
+		e := &entries[i]
+		file := path.Join(e.Dir, manifest.FileName)
+		data, err := fs.ReadFile(fsys, file)
+		if err != nil {
+			e.Err = fmt.Errorf("read %s: %w", file, err)
+			continue
+		}
+		svc, err := manifest.Parse(data, file)
+		if err != nil {
+			e.Err = err
+			continue
+		}
+		svc.Dir = e.Dir
+		inputs, err := svc.Inputs(scratch)
+		if err != nil {
+			e.Err = err
+			continue
+		}
+		e.Service, e.Inputs = svc, inputs
+	}
+	return entries, nil
+}
+
+// wantContent says which files the manifest parser reads.
+func wantContent(name string) bool {
+	base := path.Base(name)
+	return base == manifest.FileName || strings.HasSuffix(base, ".tf") || strings.HasSuffix(base, ".tf.json")
+}
+
+// writeSkeleton writes the folders, symlinks and parser-relevant files of
+// fsys under dst. Symlinks are written last, so nothing is written through
+// one; a symlink's target is written as is and the parser's own
+// confinement checks judge it.
+func writeSkeleton(fsys fs.FS, dst string) error {
+	type link struct{ name, target string }
+	var links []link
+	err := fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		out := filepath.Join(dst, filepath.FromSlash(name))
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(out, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := fs.ReadLink(fsys, name)
+			if err != nil {
+				return err
+			}
+			links = append(links, link{name: out, target: target})
+			return nil
+		case !d.Type().IsRegular():
+			return nil
+		}
+		var data []byte
+		if wantContent(name) {
+			if data, err = fs.ReadFile(fsys, name); err != nil {
+				return err
+			}
+		}
+		return os.WriteFile(out, data, 0o644)
+	})
+	if err != nil {
+		return err
+	}
+	sort.Slice(links, func(i, j int) bool { return links[i].name < links[j].name })
+	for _, l := range links {
+		if err := os.Symlink(l.target, l.name); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,409 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// maxAttempts bounds the "-rN" names one pass may try.
+const maxAttempts = 50
+
+// changePlan is one release at one revision to turn into a ChangeRequest.
+type changePlan struct {
+	release  *sluicev1.Release
+	revision string
+	inputs   []string
+	tree     string
+	service  *manifest.Service // nil for an invalid manifest
+	env      string
+	// replan is the unhandled re-plan annotation value, if any.
+	replan string
+	// invalid holds the findings of a manifest that does not parse; the
+	// change is then rejected without validation.
+	invalid []sluicev1.Finding
+	// extraFindings are the syncer's own findings (target namespace).
+	extraFindings []sluicev1.Finding
+}
+
+func asManifestError(err error, target **manifest.Error) bool { return errors.As(err, target) }
+
+// planChange builds the artifact, validates it and records the
+// ChangeRequest, its plan Secrets and then the Release status. Names are
+// deterministic, so a pass interrupted anywhere resumes without creating
+// anything twice. It returns the name of a newly created ChangeRequest.
+func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, plan *changePlan) (string, error) {
+	logger := log.FromContext(ctx).WithValues("release", plan.release.Name, "revision", short(plan.revision))
+	fsys, err := cache.FS(plan.revision)
+	if err != nil {
+		return "", err
+	}
+	art, err := artifact.Build(fsys, plan.inputs)
+	if err != nil {
+		// A symlink leaving the repository and the like: reject the change.
+		plan.invalid = append(plan.invalid, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "artifact", Message: git.Redact(err.Error())})
+		art, err = artifact.Build(fsys, []string{string(plan.release.Spec.SourcePath) + "/" + manifest.FileName})
+		if err != nil {
+			return "", fmt.Errorf("build artifact: %w", err)
+		}
+	}
+	key := artifact.Key{Namespace: repo.Namespace, Repository: repo.Name, Revision: plan.revision, Release: plan.release.Name}
+	if err := r.Store.Put(key, art.TarGz); err != nil {
+		return "", err
+	}
+
+	existing, attempt, err := r.resumePoint(ctx, plan)
+	if err != nil {
+		return "", err
+	}
+	var result *validation.Result
+	for ; attempt <= maxAttempts; attempt++ {
+		name := sluicev1.ChangeRequestName(plan.release.Name, plan.revision, int32(attempt))
+		if existing != nil && existing.Name == name {
+			if existing.Spec.ContentDigest != sluicev1.Digest(art.ContentDigest) {
+				existing = nil
+				continue
+			}
+			ok, err := r.planSecretsComplete(ctx, existing)
+			if err != nil {
+				return "", err
+			}
+			if !ok {
+				if result == nil && plan.invalid == nil {
+					if result, err = r.validate(ctx, repo, plan, art); err != nil {
+						return "", err
+					}
+				}
+				if result == nil || result.PlanFileSHA256 != existing.Spec.PlanFileSHA256 {
+					// The plan recorded in the ChangeRequest is lost and a new
+					// plan differs: only a new attempt can carry it.
+					logger.Info("Plan of an existing ChangeRequest is lost; planning a new attempt", "changeRequest", existing.Name)
+					existing = nil
+					continue
+				}
+				if err := r.writePlanSecrets(ctx, existing, result.PlanFile); err != nil {
+					return "", err
+				}
+			}
+			return "", r.recordSynced(ctx, plan, existing)
+		}
+		if result == nil && plan.invalid == nil {
+			if result, err = r.validate(ctx, repo, plan, art); err != nil {
+				return "", err
+			}
+		}
+		commit, err := cache.Commit(plan.revision)
+		if err != nil {
+			return "", err
+		}
+		cr := r.newChangeRequest(repo, cache, plan, art, key, result, commit, int32(attempt))
+		if err := controllerutil.SetControllerReference(plan.release, cr, r.Scheme()); err != nil {
+			return "", fmt.Errorf("own change request: %w", err)
+		}
+		if err := r.Create(ctx, cr, client.FieldOwner(ControllerName)); err != nil {
+			if !apierrors.IsAlreadyExists(err) {
+				return "", fmt.Errorf("create change request %s: %w", name, err)
+			}
+			found := &sluicev1.ChangeRequest{}
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cr), found); err != nil {
+				return "", fmt.Errorf("read change request %s: %w", name, err)
+			}
+			existing = found
+			attempt-- // look at the same name again, as an existing one
+			continue
+		}
+		if r.Metrics != nil {
+			r.Metrics.ChangeRequestsCreated.WithLabelValues(string(cr.Spec.Verdict.Result)).Inc()
+		}
+		r.event(plan.release, corev1.EventTypeNormal, "ChangeRequestCreated",
+			fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, short(plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
+		logger.Info("Created ChangeRequest", "changeRequest", cr.Name, "verdict", cr.Spec.Verdict.Result)
+		if h := r.Hooks.AfterChangeRequestCreated; h != nil {
+			if err := h(cr); err != nil {
+				return "", err
+			}
+		}
+		if result != nil && len(result.PlanFile) > 0 {
+			if err := r.writePlanSecrets(ctx, cr, result.PlanFile); err != nil {
+				return "", err
+			}
+		}
+		return cr.Name, r.recordSynced(ctx, plan, cr)
+	}
+	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, short(plan.revision))
+}
+
+// resumePoint finds where to continue: the ChangeRequest already made for
+// this revision (and re-plan value), or the next attempt number.
+func (r *RepositoryReconciler) resumePoint(ctx context.Context, plan *changePlan) (*sluicev1.ChangeRequest, int, error) {
+	var list sluicev1.ChangeRequestList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(plan.release.Namespace), client.MatchingLabels{sluicev1.LabelRelease: plan.release.Name}); err != nil {
+		return nil, 0, fmt.Errorf("list change requests: %w", err)
+	}
+	var atRev []*sluicev1.ChangeRequest
+	for i := range list.Items {
+		cr := &list.Items[i]
+		if cr.Spec.Revision == plan.revision && cr.Spec.PullRequest == nil {
+			atRev = append(atRev, cr)
+		}
+	}
+	sort.Slice(atRev, func(i, j int) bool { return atRev[i].Spec.Attempt < atRev[j].Spec.Attempt })
+	if len(atRev) == 0 {
+		return nil, 1, nil
+	}
+	newest := atRev[len(atRev)-1]
+	attemptOf := func(cr *sluicev1.ChangeRequest) int {
+		if cr.Spec.Attempt < 1 {
+			return 1
+		}
+		return int(cr.Spec.Attempt)
+	}
+	if plan.replan == "" {
+		return newest, attemptOf(newest), nil
+	}
+	for _, cr := range atRev {
+		if cr.Annotations[sluicev1.AnnotationReplan] == plan.replan {
+			return cr, attemptOf(cr), nil
+		}
+	}
+	return nil, attemptOf(newest) + 1, nil
+}
+
+// validate extracts the artifact and runs the validator on it, so what is
+// validated is exactly what will be applied.
+func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repository, plan *changePlan, art *artifact.Artifact) (*validation.Result, error) {
+	if r.Validator == nil {
+		return nil, errors.New("no validator configured")
+	}
+	dir, err := os.MkdirTemp(r.ScratchDir, "validate-")
+	if err != nil {
+		return nil, fmt.Errorf("create scratch folder: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := artifact.Extract(art.TarGz, dir); err != nil {
+		return nil, fmt.Errorf("extract artifact: %w", err)
+	}
+	start := time.Now()
+	res, err := r.Validator.Validate(ctx, validation.Request{
+		RepoRoot:         dir,
+		Service:          plan.service,
+		Environment:      plan.env,
+		ControlNamespace: repo.Namespace,
+		Release:          plan.release.Name,
+	})
+	outcome := "error"
+	if err == nil {
+		outcome = string(res.Verdict.Result)
+	}
+	if r.Metrics != nil {
+		r.Metrics.ValidationDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("validate %s: %w", plan.release.Name, err)
+	}
+	return res, nil
+}
+
+// newChangeRequest assembles the immutable record of the change.
+func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache *git.Repo, plan *changePlan, art *artifact.Artifact, key artifact.Key,
+	res *validation.Result, commit git.CommitInfo, attempt int32) *sluicev1.ChangeRequest {
+	rel := plan.release
+	base := rel.Status.LastSyncedCommit
+	if rel.Status.AppliedRevision != "" && cache.HasCommit(rel.Status.AppliedRevision) {
+		base = rel.Status.AppliedRevision
+	}
+	emails, err := cache.Authors(plan.revision, base, 1000)
+	if err != nil {
+		emails = []string{commit.AuthorEmail, commit.CommitterEmail}
+	}
+	spec := sluicev1.ChangeRequestSpec{
+		Release:         rel.Name,
+		Revision:        plan.revision,
+		Attempt:         attempt,
+		Authors:         identities(emails),
+		CommitMessage:   truncate(commit.Message, 4000),
+		TargetNamespace: rel.Spec.TargetNamespace,
+		Delivery:        rel.Spec.Delivery,
+		Artifact:        sluicev1.ArtifactReference{URL: key.URL(r.ArtifactBaseURL), SHA256: sluicev1.Digest(art.SHA256)},
+		ContentDigest:   sluicev1.Digest(art.ContentDigest),
+		Rule:            rel.Spec.Rule,
+	}
+	if prev := rel.Status.LastSyncedCommit; prev != plan.revision && len(prev) >= 40 {
+		spec.PreviousRevision = prev
+	}
+	var findings []sluicev1.Finding
+	if res != nil {
+		spec.ManifestDigest, spec.PlanDigest, spec.PlanFileSHA256 = res.ManifestDigest, res.PlanDigest, res.PlanFileSHA256
+		spec.PlanSummary = res.PlanSummary
+		spec.Verdict = res.Verdict
+		findings = append(findings, res.Verdict.Findings...)
+	} else {
+		spec.Verdict = sluicev1.Verdict{Result: sluicev1.VerdictFail, Risk: sluicev1.RiskHigh}
+	}
+	findings = append(findings, plan.invalid...)
+	findings = append(findings, plan.extraFindings...)
+	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = cleanFindings(findings, spec.Verdict.FindingsTruncated)
+	spec.Verdict.Result = verdictResult(spec.Verdict.Result, spec.Verdict.Findings)
+	if spec.Verdict.Risk == "" {
+		spec.Verdict.Risk = sluicev1.RiskHigh
+	}
+	spec.ApprovalDigest = sluicev1.ComputeApprovalDigest(repo.Namespace, rel.Name, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest)
+	cr := &sluicev1.ChangeRequest{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      sluicev1.ChangeRequestName(rel.Name, plan.revision, attempt),
+			Namespace: repo.Namespace,
+			Labels: map[string]string{
+				sluicev1.LabelRepository:  repo.Name,
+				sluicev1.LabelRelease:     rel.Name,
+				sluicev1.LabelService:     rel.Spec.Service,
+				sluicev1.LabelEnvironment: string(rel.Spec.Environment),
+			},
+		},
+		Spec: spec,
+	}
+	if plan.replan != "" {
+		cr.Annotations = map[string]string{sluicev1.AnnotationReplan: plan.replan}
+	}
+	return cr
+}
+
+// cleanFindings redacts URL credentials, trims fields to the API's limits
+// and keeps at most 500 findings, counting the rest.
+func cleanFindings(in []sluicev1.Finding, truncated int32) ([]sluicev1.Finding, int32) {
+	const max = 500
+	out := make([]sluicev1.Finding, 0, len(in))
+	for _, f := range in {
+		if len(out) == max {
+			truncated++
+			continue
+		}
+		f.Message = truncate(git.Redact(f.Message), 2000)
+		if f.Message == "" {
+			f.Message = "(no message)"
+		}
+		f.Source = truncate(f.Source, 60)
+		f.Policy = truncate(f.Policy, 250)
+		f.Resource = truncate(git.Redact(f.Resource), 500)
+		f.File = truncate(f.File, 500)
+		switch f.Severity {
+		case sluicev1.SeverityDeny, sluicev1.SeverityWarn, sluicev1.SeverityUnverifiable, sluicev1.SeverityInfo:
+		default:
+			f.Severity = sluicev1.SeverityDeny // unknown severities never pass silently
+		}
+		out = append(out, f)
+	}
+	return out, truncated
+}
+
+// verdictResult is the validator's result, made stricter by the findings.
+func verdictResult(current sluicev1.VerdictResult, findings []sluicev1.Finding) sluicev1.VerdictResult {
+	res := sluicev1.VerdictPass
+	for _, f := range findings {
+		switch f.Severity {
+		case sluicev1.SeverityDeny:
+			return sluicev1.VerdictFail
+		case sluicev1.SeverityWarn:
+			res = sluicev1.VerdictWarn
+		}
+	}
+	if current == sluicev1.VerdictFail || (current == sluicev1.VerdictWarn && res == sluicev1.VerdictPass) {
+		return current
+	}
+	return res
+}
+
+// writePlanSecrets stores the plan file in "<cr>-plan", then "-plan-1"…,
+// each at most PlanChunkSize, owned by the ChangeRequest.
+func (r *RepositoryReconciler) writePlanSecrets(ctx context.Context, cr *sluicev1.ChangeRequest, plan []byte) error {
+	for i := 0; i == 0 || i*sluicev1.PlanChunkSize < len(plan); i++ {
+		end := min((i+1)*sluicev1.PlanChunkSize, len(plan))
+		chunk := plan[i*sluicev1.PlanChunkSize : end]
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:      sluicev1.PlanSecretName(cr.Name, i),
+				Namespace: cr.Namespace,
+				Labels: map[string]string{
+					sluicev1.LabelChangeRequest: cr.Name,
+					sluicev1.LabelRelease:       cr.Spec.Release,
+					sluicev1.LabelRepository:    cr.Labels[sluicev1.LabelRepository],
+				},
+			},
+			Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{sluicev1.PlanSecretKey: chunk},
+		}
+		if err := controllerutil.SetControllerReference(cr, s, r.Scheme()); err != nil {
+			return fmt.Errorf("own plan secret: %w", err)
+		}
+		if err := r.Create(ctx, s, client.FieldOwner(ControllerName)); err != nil {
+			if !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("create plan secret %s: %w", s.Name, err)
+			}
+			found := &corev1.Secret{}
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s), found); err != nil {
+				return fmt.Errorf("read plan secret %s: %w", s.Name, err)
+			}
+			if string(found.Data[sluicev1.PlanSecretKey]) != string(chunk) {
+				return fmt.Errorf("plan secret %s exists with other content", s.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// planSecretsComplete reports whether the plan Secrets of cr hold a plan
+// file matching its planFileSHA256 (true when it has no plan).
+func (r *RepositoryReconciler) planSecretsComplete(ctx context.Context, cr *sluicev1.ChangeRequest) (bool, error) {
+	if cr.Spec.PlanFileSHA256 == "" {
+		return true, nil
+	}
+	var plan []byte
+	for i := 0; ; i++ {
+		s := &corev1.Secret{}
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: cr.Namespace, Name: sluicev1.PlanSecretName(cr.Name, i)}, s)
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if err != nil {
+			return false, fmt.Errorf("read plan secret: %w", err)
+		}
+		plan = append(plan, s.Data[sluicev1.PlanSecretKey]...)
+	}
+	return sluicev1.SHA256Digest(plan) == cr.Spec.PlanFileSHA256, nil
+}
+
+// recordSynced writes the syncer's fields of the Release status with a
+// merge patch of just those fields (the operator owns the rest), then marks
+// a re-plan request handled.
+func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePlan, cr *sluicev1.ChangeRequest) error {
+	rel := plan.release
+	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision || rel.Status.LatestChange != cr.Name {
+		patch := fmt.Sprintf(`{"status":{"lastSyncedTree":%q,"lastSyncedCommit":%q,"latestChange":%q}}`, plan.tree, plan.revision, cr.Name)
+		if err := r.Status().Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
+		}
+	}
+	if plan.replan != "" && rel.Annotations[annotationReplanHandled] != plan.replan {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotationReplanHandled, plan.replan)
+		if err := r.Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+			return fmt.Errorf("mark re-plan of release %s handled: %w", rel.Name, err)
+		}
+	}
+	return nil
+}

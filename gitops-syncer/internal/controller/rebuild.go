@@ -1,0 +1,92 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// RebuildArtifact implements artifact.Rebuilder: it rebuilds an artifact
+// missing from storage from git, and returns it only when its sha256 is the
+// one a ChangeRequest recorded, so nothing unrecorded is ever served.
+func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.Key) (*artifact.Artifact, error) {
+	var crs sluicev1.ChangeRequestList
+	if err := r.APIReader.List(ctx, &crs, client.InNamespace(k.Namespace),
+		client.MatchingLabels{sluicev1.LabelRelease: k.Release, sluicev1.LabelRepository: k.Repository}); err != nil {
+		return nil, fmt.Errorf("list change requests: %w", err)
+	}
+	want := map[sluicev1.Digest]bool{}
+	for _, cr := range crs.Items {
+		if cr.Spec.Revision == k.Revision {
+			want[cr.Spec.Artifact.SHA256] = true
+		}
+	}
+	if len(want) == 0 {
+		return nil, artifact.ErrUnknownArtifact
+	}
+	repo := &sluicev1.Repository{}
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Repository}, repo); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, artifact.ErrUnknownArtifact
+		}
+		return nil, fmt.Errorf("read repository: %w", err)
+	}
+	remote, err := r.RemoteFor(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	cache, err := r.Git.Fetch(ctx, remote, trackedRef(repo), k.Revision)
+	if err != nil {
+		return nil, err
+	}
+	fsys, err := cache.FS(k.Revision)
+	if err != nil {
+		return nil, err
+	}
+	scratch, err := os.MkdirTemp(r.ScratchDir, "rebuild-")
+	if err != nil {
+		return nil, fmt.Errorf("create scratch folder: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	servicesPath := string(repo.Spec.ServicesPath)
+	if servicesPath == "" {
+		servicesPath = "services"
+	}
+	entries, err := catalog.Discover(fsys, servicesPath, scratch)
+	if err != nil {
+		return nil, err
+	}
+	// The same input lists planChange could have used, in its order.
+	var candidates [][]string
+	for _, e := range entries {
+		if e.Service != nil {
+			for _, env := range e.Service.Environments {
+				if sluicev1.ReleaseName(e.Service.Name, sluicev1.EnvironmentName(env.Name)) == k.Release {
+					candidates = append(candidates, e.Inputs)
+				}
+			}
+		}
+	}
+	rel := &sluicev1.Release{}
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Release}, rel); err == nil && rel.Spec.SourcePath != "" {
+		dir := string(rel.Spec.SourcePath)
+		candidates = append(candidates, []string{dir}, []string{path.Join(dir, manifest.FileName)})
+	}
+	for _, inputs := range candidates {
+		a, err := artifact.Build(fsys, inputs)
+		if err == nil && want[sluicev1.Digest(a.SHA256)] {
+			return a, nil
+		}
+	}
+	return nil, fmt.Errorf("artifact %s rebuilt from git does not match the recorded sha256", k.Path())
+}

@@ -1,0 +1,280 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+	"unicode/utf8"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// conflictError says a Release of the wanted name belongs to someone else.
+type conflictError struct{ msg string }
+
+func (e *conflictError) Error() string { return e.msg }
+
+func utf8Valid(s string) bool { return utf8.ValidString(s) }
+
+// replanRequested returns the Release's re-plan annotation value when it has
+// not been handled yet: the newest ChangeRequest records the value it
+// answered in the same annotation.
+func replanRequested(rel *sluicev1.Release) string {
+	v := rel.Annotations[sluicev1.AnnotationReplan]
+	if v == "" {
+		return ""
+	}
+	if rel.Annotations[annotationReplanHandled] == v {
+		return ""
+	}
+	return v
+}
+
+// annotationReplanHandled on a Release records the last re-plan value the
+// syncer answered with a new ChangeRequest.
+const annotationReplanHandled = "gitops.sluice.dev/replan-handled"
+
+// desiredRelease is the Release spec the manifest asks for.
+func desiredRelease(repo *sluicev1.Repository, svc *manifest.Service, envName string) (*sluicev1.Release, error) {
+	env, ok := svc.Environment(envName)
+	if !ok {
+		return nil, fmt.Errorf("environment %q not in the manifest", envName)
+	}
+	name := sluicev1.ReleaseName(svc.Name, sluicev1.EnvironmentName(env.Name))
+	rel := &sluicev1.Release{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: repo.Namespace}}
+	chart := sluicev1.ChartSource{Repo: svc.Chart.Repo, Name: svc.Chart.Name, Version: svc.Chart.Version}
+	if d := svc.ChartDir(); d != "" {
+		chart = sluicev1.ChartSource{Path: sluicev1.RelativePath(d)}
+	}
+	var values []sluicev1.RelativePath
+	for _, v := range append(append([]string{}, svc.Values...), env.Values...) {
+		values = append(values, sluicev1.RelativePath(v))
+	}
+	var tf *sluicev1.TerraformSource
+	if d := svc.TerraformDir(); d != "" {
+		tf = &sluicev1.TerraformSource{Dir: sluicev1.RelativePath(d)}
+		if env.Terraform != nil {
+			tf.Vars, tf.Workspace = env.Terraform.Vars, env.Terraform.Workspace
+		}
+	}
+	rel.Spec = sluicev1.ReleaseSpec{
+		Repository:      repo.Name,
+		Service:         svc.Name,
+		Environment:     sluicev1.EnvironmentName(env.Name),
+		SourcePath:      sluicev1.RelativePath(svc.Dir),
+		TargetNamespace: env.Namespace,
+		Chart:           chart,
+		Values:          values,
+		Terraform:       tf,
+		Delivery:        sluicev1.Delivery(env.Delivery),
+		Rule:            ruleOf(env.Approval),
+		Owners:          svc.Owners,
+	}
+	return rel, nil
+}
+
+func ruleOf(a manifest.Approval) sluicev1.ApprovalRule {
+	rule := sluicev1.ApprovalRule{Required: int32(a.Required), AllowAuthor: a.AllowAuthor, AutoApproveRisk: sluicev1.AutoApproveRisk(a.AutoApproveRisk)}
+	for _, id := range a.Approvers {
+		rule.Approvers = append(rule.Approvers, sluicev1.Identity(id))
+	}
+	return rule
+}
+
+// ensureRelease creates the Release or brings its spec and labels in line,
+// refusing one controlled by anything but this Repository.
+func (p *syncPass) ensureRelease(ctx context.Context, want *sluicev1.Release, existing *sluicev1.Release) (*sluicev1.Release, error) {
+	labels := map[string]string{
+		sluicev1.LabelRepository:  p.repo.Name,
+		sluicev1.LabelService:     want.Spec.Service,
+		sluicev1.LabelEnvironment: string(want.Spec.Environment),
+	}
+	if existing == nil {
+		// Not labelled as ours: it may still exist, owned by someone else.
+		cur := &sluicev1.Release{}
+		err := p.r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), cur)
+		switch {
+		case err == nil:
+			existing = cur
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("read release %s: %w", want.Name, err)
+		}
+	}
+	if existing == nil {
+		want.Labels = labels
+		if err := controllerutil.SetControllerReference(p.repo, want, p.r.Scheme()); err != nil {
+			return nil, fmt.Errorf("own release %s: %w", want.Name, err)
+		}
+		if err := p.r.Create(ctx, want, client.FieldOwner(ControllerName)); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return nil, fmt.Errorf("release %s appeared meanwhile; retrying", want.Name)
+			}
+			return nil, fmt.Errorf("create release %s: %w", want.Name, err)
+		}
+		return want, nil
+	}
+	if owner := metav1.GetControllerOf(existing); owner != nil && owner.UID != p.repo.UID {
+		return nil, &conflictError{msg: fmt.Sprintf("Release %s is owned by %s %s, not by this Repository; it is left alone", existing.Name, owner.Kind, owner.Name)}
+	} else if owner == nil && existing.Spec.Repository != p.repo.Name {
+		return nil, &conflictError{msg: fmt.Sprintf("Release %s belongs to Repository %q; it is left alone", existing.Name, existing.Spec.Repository)}
+	}
+	patched := existing.DeepCopy()
+	patched.Spec = want.Spec
+	if patched.Labels == nil {
+		patched.Labels = map[string]string{}
+	}
+	for k, v := range labels {
+		patched.Labels[k] = v
+	}
+	if metav1.GetControllerOf(patched) == nil {
+		if err := controllerutil.SetControllerReference(p.repo, patched, p.r.Scheme()); err != nil {
+			return nil, fmt.Errorf("own release %s: %w", want.Name, err)
+		}
+	}
+	if equality.Semantic.DeepEqual(existing.Spec, patched.Spec) && equality.Semantic.DeepEqual(existing.Labels, patched.Labels) &&
+		equality.Semantic.DeepEqual(existing.OwnerReferences, patched.OwnerReferences) {
+		return existing, nil
+	}
+	if err := p.r.Patch(ctx, patched, client.MergeFrom(existing), client.FieldOwner(ControllerName)); err != nil {
+		return nil, fmt.Errorf("update release %s: %w", want.Name, err)
+	}
+	return patched, nil
+}
+
+// targetAllowed reports whether ns matches one of the Repository's
+// targetNamespaces globs.
+func targetAllowed(repo *sluicev1.Repository, ns string) bool {
+	for _, pattern := range repo.Spec.TargetNamespaces {
+		if ok, err := path.Match(pattern, ns); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// syncRelease brings one release up to date with the head commit: nothing
+// when its inputs hash as before (and no re-plan is asked), otherwise an
+// artifact, a validation and a ChangeRequest.
+func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName string, existing *sluicev1.Release) error {
+	want, err := desiredRelease(p.repo, e.Service, envName)
+	if err != nil {
+		return err
+	}
+	tree, err := p.cache.InputsHash(p.head, e.Inputs)
+	if err != nil {
+		return fmt.Errorf("hash inputs: %w", err)
+	}
+	if existing != nil && metav1.IsControlledBy(existing, p.repo) && existing.Status.LastSyncedTree == tree && replanRequested(existing) == "" &&
+		equality.Semantic.DeepEqual(existing.Spec, want.Spec) {
+		p.trees[want.Name] = tree
+		return nil
+	}
+	rel, err := p.ensureRelease(ctx, want, existing)
+	if err != nil {
+		return err
+	}
+	if rel.Status.LastSyncedTree == tree && replanRequested(rel) == "" {
+		p.trees[want.Name] = tree // only the spec needed updating
+		return nil
+	}
+	plan := &changePlan{
+		release:  rel,
+		revision: p.head,
+		inputs:   e.Inputs,
+		tree:     tree,
+		service:  e.Service,
+		env:      envName,
+		replan:   replanRequested(rel),
+	}
+	if !targetAllowed(p.repo, want.Spec.TargetNamespace) {
+		plan.extraFindings = append(plan.extraFindings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "targetNamespaces",
+			Message: fmt.Sprintf("target namespace %q is not in the Repository's targetNamespaces", want.Spec.TargetNamespace), File: path.Join(e.Dir, manifest.FileName)})
+	}
+	cr, err := p.r.planChange(ctx, p.repo, p.cache, plan)
+	if err != nil {
+		return err
+	}
+	p.trees[want.Name] = tree
+	if cr != "" {
+		p.created = append(p.created, cr)
+	}
+	return nil
+}
+
+// syncInvalid answers a manifest that no longer parses with a rejected
+// ChangeRequest for each Release already known from the folder.
+func (p *syncPass) syncInvalid(ctx context.Context, e *catalog.Entry, rel *sluicev1.Release) error {
+	if metav1.GetControllerOf(rel) == nil || !metav1.IsControlledBy(rel, p.repo) {
+		return &conflictError{msg: fmt.Sprintf("Release %s is not owned by this Repository; it is left alone", rel.Name)}
+	}
+	inputs := []string{e.Dir}
+	tree, err := p.cache.InputsHash(p.head, inputs)
+	if err != nil {
+		return fmt.Errorf("hash inputs: %w", err)
+	}
+	if rel.Status.LastSyncedTree == tree && replanRequested(rel) == "" {
+		p.trees[rel.Name] = tree
+		return nil
+	}
+	plan := &changePlan{release: rel, revision: p.head, inputs: inputs, tree: tree, env: string(rel.Spec.Environment), replan: replanRequested(rel),
+		invalid: manifestFindings(e.Err, path.Join(e.Dir, manifest.FileName))}
+	cr, err := p.r.planChange(ctx, p.repo, p.cache, plan)
+	if err != nil {
+		return err
+	}
+	p.trees[rel.Name] = tree
+	if cr != "" {
+		p.created = append(p.created, cr)
+	}
+	return nil
+}
+
+// manifestFindings turns a manifest error into deny findings.
+func manifestFindings(err error, file string) []sluicev1.Finding {
+	var merr *manifest.Error
+	if ok := asManifestError(err, &merr); ok && len(merr.Problems) > 0 {
+		out := make([]sluicev1.Finding, 0, len(merr.Problems))
+		for _, pr := range merr.Problems {
+			out = append(out, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "service.yaml", Message: pr.Message, File: pr.File, Line: int32(pr.Line)})
+		}
+		return out
+	}
+	return []sluicev1.Finding{{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "service.yaml", Message: err.Error(), File: file}}
+}
+
+// event records a Kubernetes Event on obj.
+func (r *RepositoryReconciler) event(obj runtime.Object, eventType, reason, msg string) {
+	if r.Recorder == nil {
+		return
+	}
+	r.Recorder.Eventf(obj, nil, eventType, reason, "Sync", "%s", truncate(msg, 1024))
+}
+
+// identities turns commit emails into "email:" identities, dropping any
+// that the API's Identity pattern would refuse.
+func identities(emails []string) []sluicev1.Identity {
+	var out []sluicev1.Identity
+	seen := map[string]bool{}
+	for _, e := range emails {
+		e = strings.TrimSpace(e)
+		if e == "" || strings.ContainsAny(e, " \t\r\n") || strings.HasPrefix(e, ":") || len(e) > 300 || seen[e] {
+			continue
+		}
+		seen[e] = true
+		out = append(out, sluicev1.Identity("email:"+e))
+	}
+	return out
+}
+
+var _ = log.FromContext

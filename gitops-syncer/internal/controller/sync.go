@@ -1,0 +1,351 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// trackedRef is the full ref name a Repository tracks.
+func trackedRef(repo *sluicev1.Repository) string {
+	if repo.Spec.Ref.Tag != "" {
+		return "refs/tags/" + repo.Spec.Ref.Tag
+	}
+	if repo.Spec.Ref.Branch != "" {
+		return "refs/heads/" + repo.Spec.Ref.Branch
+	}
+	return "refs/heads/main"
+}
+
+// RemoteFor reads the Repository's credentials Secret and returns its git
+// remote. Errors are safe to show.
+func (r *RepositoryReconciler) RemoteFor(ctx context.Context, repo *sluicev1.Repository) (git.Remote, error) {
+	remote := git.Remote{Key: repo.Namespace + "/" + repo.Name, URL: repo.Spec.URL}
+	if repo.Spec.Timeout != nil {
+		remote.Timeout = repo.Spec.Timeout.Duration
+	}
+	if repo.Spec.SecretRef == nil {
+		return remote, nil
+	}
+	secret := &corev1.Secret{}
+	key := types.NamespacedName{Namespace: repo.Namespace, Name: repo.Spec.SecretRef.Name}
+	if err := r.APIReader.Get(ctx, key, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return remote, &git.Error{Reason: git.ReasonSecret, Message: fmt.Sprintf("secret %q not found", key.Name)}
+		}
+		return remote, fmt.Errorf("read secret %q: %w", key.Name, err)
+	}
+	auth, err := git.AuthFromSecret(secret.Data)
+	if err != nil {
+		return remote, &git.Error{Reason: git.ReasonSecret, Message: fmt.Sprintf("secret %q: %s", key.Name, err.Error())}
+	}
+	remote.Auth = auth
+	return remote, nil
+}
+
+// gitFailure turns a git error into the Ready condition: problems only a
+// human can fix stall the Repository (no backoff loop, the poll retries);
+// others are retried at the poll interval.
+func gitFailure(repo *sluicev1.Repository, err error) (ctrl.Result, error) {
+	reason, stalled := sluicev1.ReasonGitOperationFailed, false
+	switch git.ReasonOf(err) {
+	case git.ReasonAuth:
+		reason = sluicev1.ReasonAuthenticationFailed
+	case git.ReasonHostKey:
+		reason = sluicev1.ReasonHostKeyMismatch
+	case git.ReasonRefNotFound:
+		reason = sluicev1.ReasonRefNotFound
+	case git.ReasonURL:
+		reason, stalled = sluicev1.ReasonURLNotAllowed, true
+	case git.ReasonSecret:
+		reason, stalled = sluicev1.ReasonSecretNotFound, true
+	case "":
+		// Not a git error (an API read failed): back off.
+		setReady(repo, metav1.ConditionFalse, reason, git.Redact(err.Error()), false)
+		return ctrl.Result{}, err
+	}
+	setReady(repo, metav1.ConditionFalse, reason, err.Error(), stalled)
+	return ctrl.Result{RequeueAfter: interval(repo)}, nil
+}
+
+// reconcileSync checks the remote head and, when anything needs doing,
+// runs a sync pass over the commit.
+func (r *RepositoryReconciler) reconcileSync(ctx context.Context, repo *sluicev1.Repository) (ctrl.Result, error) {
+	key := client.ObjectKeyFromObject(repo)
+	remote, err := r.RemoteFor(ctx, repo)
+	if err != nil {
+		return gitFailure(repo, err)
+	}
+	ref := trackedRef(repo)
+	head, err := r.Git.Head(ctx, remote, ref)
+	if err != nil {
+		return gitFailure(repo, err)
+	}
+
+	var owned sluicev1.ReleaseList
+	if err := r.List(ctx, &owned, client.InNamespace(repo.Namespace), client.MatchingLabels{sluicev1.LabelRepository: repo.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list releases: %w", err)
+	}
+	requested := repo.Annotations[sluicev1.AnnotationReconcileRequestedAt]
+	if r.idle(key, repo, head, owned.Items) && requested == repo.Status.LastHandledReconcileAt {
+		if c := meta.FindStatusCondition(repo.Status.Conditions, sluicev1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+			setReady(repo, metav1.ConditionTrue, sluicev1.ReasonSucceeded, "up to date at "+short(head), false)
+		}
+		return ctrl.Result{RequeueAfter: interval(repo)}, nil
+	}
+
+	cache, err := r.Git.Fetch(ctx, remote, ref, head)
+	if err != nil {
+		return gitFailure(repo, err)
+	}
+	repo.Status.LastFetchedCommit = head
+	pass := &syncPass{r: r, repo: repo, cache: cache, head: head, owned: owned.Items}
+	if err := pass.run(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+	return pass.finish(ctx)
+}
+
+// idle reports whether nothing changed since the last full pass: same head,
+// every release it produced still there at the same inputs, and no re-plan
+// asked for.
+func (r *RepositoryReconciler) idle(key types.NamespacedName, repo *sluicev1.Repository, head string, owned []sluicev1.Release) bool {
+	if head != repo.Status.LastSyncedCommit {
+		return false
+	}
+	m, ok := r.memoFor(key)
+	if !ok || m.commit != head {
+		return false
+	}
+	byName := map[string]*sluicev1.Release{}
+	for i := range owned {
+		byName[owned[i].Name] = &owned[i]
+	}
+	for name, tree := range m.trees {
+		rel, ok := byName[name]
+		if !ok || rel.Status.LastSyncedTree != tree || replanRequested(rel) != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// syncPass is one pass over one commit of one Repository.
+type syncPass struct {
+	r     *RepositoryReconciler
+	repo  *sluicev1.Repository
+	cache *git.Repo
+	head  string
+	owned []sluicev1.Release
+
+	// trees records the input hash of every release synced at head.
+	trees map[string]string
+	// retry lists failures worth retrying with backoff.
+	retry []string
+	// problems are failures only a human can fix, by condition reason.
+	problems map[string][]string
+	// notes are facts for the Ready message (rewritten history).
+	notes   []string
+	created []string
+}
+
+func (p *syncPass) problem(reason, msg string) {
+	if p.problems == nil {
+		p.problems = map[string][]string{}
+	}
+	p.problems[reason] = append(p.problems[reason], msg)
+}
+
+// run processes every release of the commit; one failing release never
+// stops the others.
+func (p *syncPass) run(ctx context.Context) error {
+	logger := log.FromContext(ctx)
+	p.trees = map[string]string{}
+	if last := p.repo.Status.LastSyncedCommit; last != "" && last != p.head {
+		ok, err := p.cache.IsAncestor(last, p.head)
+		if err != nil {
+			return fmt.Errorf("check history: %w", err)
+		}
+		if !ok {
+			msg := fmt.Sprintf("history rewritten: %s does not descend from the last synced commit %s; changes are computed by comparing trees, nothing is rolled back", short(p.head), short(last))
+			p.notes = append(p.notes, msg)
+			p.r.event(p.repo, corev1.EventTypeWarning, sluicev1.ReasonHistoryRewritten, msg)
+			logger.Info("History rewritten", "head", p.head, "lastSynced", last)
+		}
+	}
+
+	fsys, err := p.cache.FS(p.head)
+	if err != nil {
+		return fmt.Errorf("read commit: %w", err)
+	}
+	scratch, err := os.MkdirTemp(p.r.ScratchDir, "catalog-")
+	if err != nil {
+		return fmt.Errorf("create scratch folder: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	servicesPath := string(p.repo.Spec.ServicesPath)
+	if servicesPath == "" {
+		servicesPath = "services"
+	}
+	entries, err := catalog.Discover(fsys, servicesPath, scratch)
+	if errors.Is(err, catalog.ErrNoServicesPath) {
+		// Never prune on a missing folder: it is far likelier a mistake.
+		p.problem(sluicev1.ReasonInvalidSpec, fmt.Sprintf("services folder %q not found at %s", servicesPath, short(p.head)))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("find services: %w", err)
+	}
+
+	ownedByName := map[string]*sluicev1.Release{}
+	for i := range p.owned {
+		ownedByName[p.owned[i].Name] = &p.owned[i]
+	}
+	wanted := map[string]bool{}
+	for i := range entries {
+		e := &entries[i]
+		if e.Err != nil {
+			// Releases already known for this folder get a rejected
+			// ChangeRequest; otherwise only the condition can say it.
+			known := false
+			for _, rel := range p.owned {
+				if string(rel.Spec.SourcePath) == e.Dir {
+					known = true
+					wanted[rel.Name] = true
+					if err := p.syncInvalid(ctx, e, rel.DeepCopy()); err != nil {
+						p.fail(ctx, rel.Name, err)
+					}
+				}
+			}
+			if !known {
+				p.problem(sluicev1.ReasonManifestInvalid, git.Redact(e.Err.Error()))
+			}
+			continue
+		}
+		for _, env := range e.Service.Environments {
+			name := sluicev1.ReleaseName(e.Service.Name, sluicev1.EnvironmentName(env.Name))
+			wanted[name] = true
+			if err := p.syncRelease(ctx, e, env.Name, ownedByName[name]); err != nil {
+				p.fail(ctx, name, err)
+			}
+		}
+	}
+	return p.prune(ctx, wanted)
+}
+
+// fail records a release's failure: conflicts and bad manifests are for a
+// human, anything else is retried.
+func (p *syncPass) fail(ctx context.Context, release string, err error) {
+	var c *conflictError
+	if errors.As(err, &c) {
+		p.problem(sluicev1.ReasonOwnershipConflict, c.Error())
+		return
+	}
+	log.FromContext(ctx).Error(err, "Syncing a release failed", "release", release)
+	p.retry = append(p.retry, fmt.Sprintf("%s: %s", release, git.Redact(err.Error())))
+}
+
+// prune deletes (spec.prune) or reports the owned Releases whose service or
+// environment left the repository.
+func (p *syncPass) prune(ctx context.Context, wanted map[string]bool) error {
+	var gone []string
+	for i := range p.owned {
+		rel := &p.owned[i]
+		if wanted[rel.Name] || !metav1.IsControlledBy(rel, p.repo) || !rel.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if !p.repo.Spec.Prune {
+			gone = append(gone, rel.Name)
+			continue
+		}
+		if err := p.r.Delete(ctx, rel, client.Preconditions{UID: &rel.UID}); client.IgnoreNotFound(err) != nil {
+			p.retry = append(p.retry, fmt.Sprintf("delete release %s: %s", rel.Name, err))
+			continue
+		}
+		p.r.event(p.repo, corev1.EventTypeNormal, "ReleasePruned", fmt.Sprintf("deleted Release %s: its service left the repository", rel.Name))
+	}
+	if len(gone) > 0 {
+		sort.Strings(gone)
+		p.problem(sluicev1.ReasonServiceRemoved, fmt.Sprintf("services left the repository; Releases %s are kept because prune is off", strings.Join(gone, ", ")))
+	}
+	return nil
+}
+
+// finish writes the pass's outcome into the Repository status.
+func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
+	repo := p.repo
+	if len(p.retry) > 0 {
+		msg := "some releases failed and are retried: " + strings.Join(p.retry, "; ")
+		setReady(repo, metav1.ConditionFalse, sluicev1.ReasonGitOperationFailed, truncate(msg, 1024), false)
+		return ctrl.Result{}, fmt.Errorf("sync %s: %d release(s) failed", short(p.head), len(p.retry))
+	}
+	// Everything that can be done at this commit is done.
+	repo.Status.LastSyncedCommit = p.head
+	p.r.remember(client.ObjectKeyFromObject(repo), syncMemo{commit: p.head, trees: p.trees})
+	if len(p.problems) > 0 {
+		reasons := make([]string, 0, len(p.problems))
+		for reason := range p.problems {
+			reasons = append(reasons, reason)
+		}
+		sort.Strings(reasons)
+		var parts []string
+		for _, reason := range reasons {
+			parts = append(parts, strings.Join(p.problems[reason], "; "))
+		}
+		parts = append(parts, p.notes...)
+		msg := fmt.Sprintf("synced %s with problems: %s", short(p.head), strings.Join(parts, "; "))
+		// ServiceRemoved alone is information, not a failure.
+		status := metav1.ConditionFalse
+		if len(reasons) == 1 && reasons[0] == sluicev1.ReasonServiceRemoved {
+			status = metav1.ConditionTrue
+		}
+		setReady(repo, status, reasons[0], truncate(msg, 2048), false)
+		return ctrl.Result{RequeueAfter: interval(repo)}, nil
+	}
+	msg := fmt.Sprintf("synced %s", short(p.head))
+	if len(p.created) > 0 {
+		msg += fmt.Sprintf("; created ChangeRequests %s", strings.Join(p.created, ", "))
+	}
+	reason := sluicev1.ReasonSucceeded
+	if len(p.notes) > 0 {
+		reason = sluicev1.ReasonHistoryRewritten
+		msg += "; " + strings.Join(p.notes, "; ")
+	}
+	setReady(repo, metav1.ConditionTrue, reason, truncate(msg, 2048), false)
+	return ctrl.Result{RequeueAfter: interval(repo)}, nil
+}
+
+func short(sha string) string {
+	if len(sha) > 10 {
+		return sha[:10]
+	}
+	return sha
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8Valid(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
+}
