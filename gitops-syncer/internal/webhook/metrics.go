@@ -1,0 +1,50 @@
+package webhook
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Metrics are the webhook receiver's sluice_* metrics (DESIGN.md §7).
+type Metrics struct {
+	// Requests counts deliveries by provider, event and result.
+	Requests *prometheus.CounterVec
+	// PushToChangeRequest is the time from a verified push delivery to the
+	// first ChangeRequest of the pushed commit existing.
+	PushToChangeRequest prometheus.Histogram
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil:
+// controller-runtime's registry, served on the manager's metrics endpoint).
+// Registering twice returns the collectors already registered.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	if reg == nil {
+		reg = crmetrics.Registry
+	}
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_webhook_requests_total",
+			Help: "Webhook deliveries by provider, event and result (accepted, ignored, duplicate, unauthorized, too_large, bad_request, not_found, unavailable).",
+		}, []string{"provider", "event", "result"}),
+		PushToChangeRequest: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_webhook_push_to_changerequest_seconds",
+			Help:    "Time from a verified push webhook to the first ChangeRequest of the pushed commit.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
+		}),
+	}
+	m.Requests = register(reg, m.Requests)
+	m.PushToChangeRequest = register(reg, m.PushToChangeRequest)
+	return m
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return c
+}
