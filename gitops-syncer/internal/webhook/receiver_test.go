@@ -26,8 +26,8 @@ import (
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook"
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 var env *testenv.Env
