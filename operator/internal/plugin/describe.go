@@ -1,0 +1,374 @@
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/gate"
+)
+
+// Description is what describe shows, also printed by -o json|yaml.
+type Description struct {
+	// ChangeRequest is the change as stored.
+	ChangeRequest *sluicev1.ChangeRequest `json:"changeRequest"`
+	// ReleaseFound is false when the change's Release does not exist.
+	ReleaseFound bool `json:"releaseFound"`
+	// EffectiveRule is the strictest of the selecting ApprovalPolicies, the
+	// Release's applied rule and the change's own rule, worked out now.
+	EffectiveRule sluicev1.ApprovalRule `json:"effectiveRule"`
+	// EffectiveRuleText is the effective rule in words.
+	EffectiveRuleText string `json:"effectiveRuleText"`
+	// RuleSources says where the effective rule came from.
+	RuleSources []string `json:"ruleSources"`
+	// RuleWarnings are ApprovalPolicies with invalid selectors.
+	RuleWarnings []string `json:"ruleWarnings,omitempty"`
+	// Gate is the gate's verdict on the live Approvals.
+	Gate GateSummary `json:"gate"`
+	// Approvals are the Approvals that bind to this change (its release and
+	// approvalDigest), oldest first.
+	Approvals []ApprovalSummary `json:"approvals"`
+}
+
+// GateSummary is the gate's decision as describe reports it.
+type GateSummary struct {
+	Passed     bool                `json:"passed"`
+	Reason     string              `json:"reason"`
+	Message    string              `json:"message"`
+	ApprovedBy []sluicev1.Identity `json:"approvedBy,omitempty"`
+	RejectedBy []sluicev1.Identity `json:"rejectedBy,omitempty"`
+	// StillNeeded is who must still approve; empty once nothing is missing.
+	StillNeeded string `json:"stillNeeded"`
+	// MoreApprovals is how many more distinct allowed approvers must approve.
+	MoreApprovals int32               `json:"moreApprovals"`
+	Candidates    []sluicev1.Identity `json:"candidates,omitempty"`
+}
+
+// ApprovalSummary is one Approval of the change and whether it counts.
+type ApprovalSummary struct {
+	Name     string                  `json:"name"`
+	Approver sluicev1.Identity       `json:"approver"`
+	Groups   []string                `json:"groups,omitempty"`
+	Decision sluicev1.Decision       `json:"decision"`
+	Source   sluicev1.ApprovalSource `json:"source"`
+	Comment  string                  `json:"comment,omitempty"`
+	// Effect is counts, vetoes, superseded, author, not-allowed or revoked.
+	Effect  string      `json:"effect"`
+	Created metav1.Time `json:"created"`
+}
+
+func newDescribeCommand(a *app) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:     "describe CHANGE",
+		Short:   "Show a change's verdict, findings, digests, effective rule, approvals and who is still needed",
+		Example: `  kubectl sluice describe checkout-prod-1a2b3c4d5e -n team-a`,
+		Args:    exactlyOneChange,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, outputTable, outputJSON, outputYAML); err != nil {
+				return err
+			}
+			if err := a.connect(); err != nil {
+				return err
+			}
+			d, err := a.describe(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			if output != outputTable {
+				if err := setKinds(d.ChangeRequest); err != nil {
+					return err
+				}
+				return printData(a.opts.Out, d, output)
+			}
+			return a.printDescription(a.opts.Out, d)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json or yaml (default: text).")
+	return cmd
+}
+
+// describe gathers the change, its Release, the ApprovalPolicies and the
+// Approvals of the namespace, and runs the gate over them exactly as the
+// operator does.
+func (a *app) describe(cmd *cobra.Command, name string) (*Description, error) {
+	ctx := cmd.Context()
+	cr, err := a.getChange(cmd, name)
+	if err != nil {
+		return nil, err
+	}
+	d := &Description{ChangeRequest: cr, ReleaseFound: true}
+
+	rel := &sluicev1.Release{}
+	err = a.client.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: cr.Spec.Release}, rel)
+	switch {
+	case apierrors.IsNotFound(err):
+		// Without its Release only the change's own rule (and policies
+		// that select every environment) can be shown.
+		d.ReleaseFound = false
+		rel = &sluicev1.Release{ObjectMeta: metav1.ObjectMeta{Name: cr.Spec.Release, Namespace: cr.Namespace}}
+	case err != nil:
+		return nil, fmt.Errorf("get release %s/%s: %w", cr.Namespace, cr.Spec.Release, err)
+	}
+	var policies sluicev1.ApprovalPolicyList
+	if err := a.client.List(ctx, &policies, client.InNamespace(cr.Namespace)); err != nil {
+		return nil, fmt.Errorf("list approval policies in %s: %w", cr.Namespace, err)
+	}
+	var approvals sluicev1.ApprovalList
+	if err := a.client.List(ctx, &approvals, client.InNamespace(cr.Namespace)); err != nil {
+		return nil, fmt.Errorf("list approvals in %s: %w", cr.Namespace, err)
+	}
+
+	rule, ruleErrs := gate.EffectiveRule(policies.Items, rel, cr)
+	for _, e := range ruleErrs {
+		d.RuleWarnings = append(d.RuleWarnings, e.Error())
+	}
+	d.EffectiveRule = rule.API()
+	d.EffectiveRuleText = rule.String()
+	d.RuleSources = rule.Origins
+	dec := gate.Evaluate(cr, rule, approvals.Items)
+	d.Gate = GateSummary{
+		Passed:        dec.Passed,
+		Reason:        dec.Reason,
+		Message:       dec.Message,
+		ApprovedBy:    dec.ApprovedBy,
+		RejectedBy:    dec.RejectedBy,
+		StillNeeded:   stillNeeded(cr, dec),
+		MoreApprovals: dec.Needed.Approvals,
+		Candidates:    dec.Needed.Candidates,
+	}
+	if dec.Passed || dec.Rejected() {
+		d.Gate.MoreApprovals = 0
+		d.Gate.Candidates = nil
+	}
+	d.Approvals = approvalSummaries(cr, dec, approvals.Items)
+	return d, nil
+}
+
+// approvalSummaries lists the Approvals bound to the change with their
+// effect on the gate.
+func approvalSummaries(cr *sluicev1.ChangeRequest, dec gate.Decision, all []sluicev1.Approval) []ApprovalSummary {
+	why := map[string]gate.IgnoreReason{}
+	for _, ig := range dec.Ignored {
+		why[ig.Approval] = ig.Why
+	}
+	var out []ApprovalSummary
+	for _, ap := range all {
+		if ap.Spec.Release != cr.Spec.Release || ap.Spec.ApprovalDigest != cr.Spec.ApprovalDigest {
+			continue
+		}
+		s := ApprovalSummary{
+			Name: ap.Name, Approver: ap.Spec.Approver, Groups: ap.Spec.Groups, Decision: ap.Spec.Decision,
+			Source: ap.Spec.Source, Comment: ap.Spec.Comment, Created: ap.CreationTimestamp,
+		}
+		switch w, ignored := why[ap.Name]; {
+		case ignored && w == gate.IgnoredSuperseded:
+			s.Effect = "superseded"
+		case ignored && w == gate.IgnoredAuthor:
+			s.Effect = "author"
+		case ignored && w == gate.IgnoredNotAllowed:
+			s.Effect = "not-allowed"
+		case ignored && w == gate.IgnoredRevoked:
+			s.Effect = "revoked"
+		case ignored:
+			s.Effect = strings.ToLower(string(w))
+		case slices.Contains(dec.RejectedBy, ap.Spec.Approver):
+			s.Effect = "vetoes"
+		case slices.Contains(dec.ApprovedBy, ap.Spec.Approver):
+			s.Effect = "counts"
+		default:
+			// The gate stopped before counting (a deny finding or a
+			// digest mismatch).
+			s.Effect = "not-counted"
+		}
+		out = append(out, s)
+	}
+	slices.SortStableFunc(out, func(x, y ApprovalSummary) int {
+		if c := x.Created.Compare(y.Created.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Name, y.Name)
+	})
+	return out
+}
+
+// stillNeeded says, in one line, who must still act for the change to pass.
+func stillNeeded(cr *sluicev1.ChangeRequest, dec gate.Decision) string {
+	phase := sluicev1.ChangeRequestPhase(phaseOf(cr))
+	switch {
+	case phase.IsTerminal():
+		return fmt.Sprintf("nobody: the change is %s", phase)
+	case dec.Rejected():
+		return fmt.Sprintf("nobody: the change cannot pass (%s)", dec.Message)
+	case dec.Passed:
+		return fmt.Sprintf("nobody: the gate passes (%s)", dec.Message)
+	}
+	n := dec.Needed
+	var who string
+	switch {
+	case n.Nobody:
+		return "nobody is allowed to approve under the effective rule; only auto-approval can pass it"
+	case n.Anyone:
+		who = "anyone allowed to approve (RBAC for k8s: users, write access for pull-request reviews)"
+	case len(n.Candidates) > 0:
+		who = "any of " + joinIdentities(n.Candidates)
+	default:
+		var lists []string
+		for _, l := range n.Lists {
+			lists = append(lists, "["+joinIdentities(l)+"]")
+		}
+		who = "someone in every one of " + strings.Join(lists, " and ")
+	}
+	more := "approval"
+	if n.Approvals != 1 {
+		more = "approvals"
+	}
+	s := fmt.Sprintf("%d more %s from %s", n.Approvals, more, who)
+	if !dec.Rule.AllowAuthor && len(cr.Spec.Authors) > 0 {
+		s += "; authors do not count (" + joinIdentities(cr.Spec.Authors) + ")"
+	}
+	if len(dec.ApprovedBy) > 0 {
+		s += "; already approved by " + joinIdentities(dec.ApprovedBy)
+	}
+	return s
+}
+
+func joinIdentities(ids []sluicev1.Identity) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = string(id)
+	}
+	return strings.Join(s, ", ")
+}
+
+// printDescription writes the text form of describe.
+func (a *app) printDescription(w io.Writer, d *Description) error {
+	cr := d.ChangeRequest
+	now := a.opts.Now()
+	t := newTable(w)
+	field := func(k, v string) { t.row(k+":", v) }
+
+	field("Name", cr.Name)
+	field("Namespace", cr.Namespace)
+	rel := cr.Spec.Release
+	if !d.ReleaseFound {
+		rel += " (not found)"
+	}
+	field("Release", rel)
+	rev := cr.Spec.Revision
+	if cr.Spec.Attempt > 1 {
+		rev += fmt.Sprintf(" (attempt %d)", cr.Spec.Attempt)
+	}
+	field("Revision", rev)
+	if cr.Spec.PreviousRevision != "" {
+		field("Previous revision", cr.Spec.PreviousRevision)
+	}
+	if pr := cr.Spec.PullRequest; pr != nil {
+		s := fmt.Sprintf("#%d (head %s)", pr.Number, short(pr.HeadSHA))
+		if pr.Preview {
+			s += ", preview: never applied"
+		}
+		if pr.Fork {
+			s += ", from a fork"
+		}
+		field("Pull request", s)
+	}
+	if msg, _, _ := strings.Cut(cr.Spec.CommitMessage, "\n"); msg != "" {
+		field("Commit message", msg)
+	}
+	field("Authors", orNone(joinIdentities(cr.Spec.Authors)))
+	field("Target namespace", cr.Spec.TargetNamespace)
+	field("Delivery", orNone(string(cr.Spec.Delivery)))
+	field("Phase", phaseOf(cr))
+	field("Age", age(now, cr.CreationTimestamp))
+	field("Verdict", fmt.Sprintf("%s, risk %s", orNone(string(cr.Spec.Verdict.Result)), orNone(string(cr.Spec.Verdict.Risk))))
+	if ps := cr.Spec.PlanSummary; ps != nil {
+		field("Plan", fmt.Sprintf("%d to add, %d to change, %d to destroy, %d to replace", ps.Add, ps.Change, ps.Destroy, ps.Replace))
+	}
+	field("Digests", "")
+	field("  approval", string(cr.Spec.ApprovalDigest))
+	field("  content", string(cr.Spec.ContentDigest))
+	field("  manifest", orNone(string(cr.Spec.ManifestDigest)))
+	field("  plan", orNone(string(cr.Spec.PlanDigest)))
+	field("  plan file", orNone(string(cr.Spec.PlanFileSHA256)))
+	field("  artifact", fmt.Sprintf("%s (%s)", cr.Spec.Artifact.URL, cr.Spec.Artifact.SHA256))
+	field("Effective rule", d.EffectiveRuleText)
+	field("  from", strings.Join(d.RuleSources, ", "))
+	for _, warn := range d.RuleWarnings {
+		field("  warning", warn)
+	}
+	verdict := d.Gate.Reason
+	if d.Gate.Message != "" {
+		verdict += ": " + d.Gate.Message
+	}
+	field("Gate", verdict)
+	field("Still needed", d.Gate.StillNeeded)
+	if err := t.flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "Findings:")
+	if len(cr.Spec.Verdict.Findings) == 0 {
+		fmt.Fprintln(w, "  <none>")
+	} else {
+		ft := newTable(w, "  SEVERITY", "POLICY", "RESOURCE", "WHERE", "MESSAGE")
+		for _, f := range cr.Spec.Verdict.Findings {
+			where := f.File
+			if f.Line > 0 {
+				where = fmt.Sprintf("%s:%d", f.File, f.Line)
+			}
+			ft.row("  "+string(f.Severity), orNone(f.Policy), orNone(f.Resource), orNone(where), f.Message)
+		}
+		if err := ft.flush(); err != nil {
+			return err
+		}
+		if cr.Spec.Verdict.FindingsTruncated > 0 {
+			fmt.Fprintf(w, "  … and %d more findings\n", cr.Spec.Verdict.FindingsTruncated)
+		}
+	}
+
+	fmt.Fprintln(w, "Approvals:")
+	if len(d.Approvals) == 0 {
+		fmt.Fprintln(w, "  <none>")
+	} else {
+		at := newTable(w, "  APPROVER", "DECISION", "SOURCE", "EFFECT", "AGE", "NAME", "COMMENT")
+		for _, ap := range d.Approvals {
+			comment, _, _ := strings.Cut(ap.Comment, "\n")
+			at.row("  "+string(ap.Approver), string(ap.Decision), string(ap.Source), ap.Effect, age(now, ap.Created), ap.Name, orNone(comment))
+		}
+		if err := at.flush(); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintln(w, "Conditions:")
+	if len(cr.Status.Conditions) == 0 {
+		fmt.Fprintln(w, "  <none>")
+	} else {
+		ct := newTable(w, "  TYPE", "STATUS", "REASON", "AGE", "MESSAGE")
+		for _, c := range cr.Status.Conditions {
+			ct.row("  "+c.Type, string(c.Status), c.Reason, age(now, c.LastTransitionTime), c.Message)
+		}
+		if err := ct.flush(); err != nil {
+			return err
+		}
+	}
+	if ap := cr.Status.Apply; ap != nil {
+		fmt.Fprintf(w, "Apply:\n  %s", orNone(ap.Applier))
+		if ap.HelmRevision > 0 {
+			fmt.Fprintf(w, ", Helm revision %d", ap.HelmRevision)
+		}
+		if ap.Message != "" {
+			fmt.Fprintf(w, ": %s", ap.Message)
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
+}
