@@ -33,6 +33,7 @@
 //	func New(ctx, Options) (*Engine, error)
 //	func (*Engine) Eval(ctx, Kind, []Document) ([]report.Finding, error)
 //	func (*Engine) Namespaces() []string
+//	func (*Engine) Config(path ...string) any
 //	func Redact(findings, inputs ...any) []report.Finding
 package policy
 
@@ -171,7 +172,8 @@ type querySet struct {
 // concurrent use.
 type Engine struct {
 	opts       Options
-	namespaces []string // the caller's selected namespaces
+	data       map[string]any // merged policy data, read-only after New
+	namespaces []string       // the caller's selected namespaces
 
 	terraform, kubeDoc *querySet // per document
 	kubeCombined       *querySet // default combined packages
@@ -234,7 +236,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	store := inmem.NewFromObject(data)
 
-	e := &Engine{opts: opts}
+	e := &Engine{opts: opts, data: data}
 
 	// Rules by namespace, split between the defaults and the caller's.
 	defaultRules := map[string][]ruleRef{}
@@ -374,6 +376,20 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		}
 	}
 	return e, nil
+}
+
+// Config returns the value at data.sluice.config.<path...> (the defaults
+// merged with the caller's data), or nil when unset. Callers must not modify it.
+func (e *Engine) Config(path ...string) any {
+	var v any = e.data
+	for _, p := range append([]string{"sluice", "config"}, path...) {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
 }
 
 // Namespaces returns the caller's namespaces the engine evaluates.

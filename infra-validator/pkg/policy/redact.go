@@ -70,6 +70,19 @@ func redactString(s string, secrets []string) string {
 	return s
 }
 
+// valueMarkers are substrings every secretValue match contains; checking them
+// first keeps the regular expression off the bulk of a large input.
+var valueMarkers = []string{"-----BEGIN", "AKIA", "ASIA", "A3T", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox", "AIza", "eyJ", "://", "private_key_id"}
+
+func maybeSecretValue(s string) bool {
+	for _, m := range valueMarkers {
+		if strings.Contains(s, m) {
+			return true
+		}
+	}
+	return false
+}
+
 // collectSecrets walks v; key is the map key v sits under, secret says an
 // enclosing structure marks everything below as secret.
 func collectSecrets(v any, key string, secret bool, set map[string]bool) {
@@ -94,7 +107,7 @@ func collectSecrets(v any, key string, secret bool, set map[string]bool) {
 		if len(t) < minSecretLen {
 			return
 		}
-		if secret || secretKeyName.MatchString(key) || secretValue.MatchString(t) {
+		if secret || secretKeyName.MatchString(key) || (maybeSecretValue(t) && secretValue.MatchString(t)) {
 			addSecret(t, set)
 		}
 	}

@@ -9,10 +9,17 @@ config(key, def) := v if {
 } else := def
 
 # changes are the planned changes of managed resources (data sources are read,
-# never changed).
-changes contains rc if {
+# never changed). Policies that check one type use changes_of instead.
+changes := [rc |
 	some rc in input.resource_changes
-	object.get(rc, "mode", "managed") == "managed"
+	not rc.mode == "data"
+]
+
+# changes_of lists the changes of managed resources of one type. The
+# comprehension is indexed by OPA (keyed on type), so all types are grouped in
+# one pass per query and a policy only walks its own types.
+changes_of(type) := rcs if {
+	rcs := [rc | rc := input.resource_changes[_]; rc.type == type; rc.mode == "managed"]
 }
 
 actions(rc) := object.get(rc, ["change", "actions"], [])
@@ -47,16 +54,15 @@ after_unknown(rc) := u if {
 	is_object(u)
 } else := {}
 
-# unknown holds when the value at path (a list of keys) of the planned value,
-# or any part of it, is known only after apply. Checks that depend on such a
-# value report unverifiable instead of passing.
-unknown(rc, path) if {
-	some n in numbers.range(0, count(path))
-	object.get(after_unknown(rc), array.slice(path, 0, n), false) == true
-}
+# unknown holds when the planned value of attribute key, or any part of it,
+# is known only after apply. Checks that depend on such a value report
+# unverifiable instead of passing.
+unknown(rc, _) if rc.change.after_unknown == true
 
-unknown(rc, path) if {
-	v := object.get(after_unknown(rc), path, false)
+unknown(rc, key) if rc.change.after_unknown[key] == true
+
+unknown(rc, key) if {
+	v := rc.change.after_unknown[key]
 	not is_boolean(v)
 	walk(v, [_, true])
 }

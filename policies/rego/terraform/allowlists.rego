@@ -18,9 +18,10 @@ allowlist("instance_type") := tf.config("allowed_instance_types", [])
 allowlist("ami") := tf.config("allowed_amis", [])
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some type, checks in attrs
+	some rc in tf.changes_of(type)
 	tf.creates_or_updates(rc)
-	some check, attr in attrs[rc.type]
+	some check, attr in checks
 	count(allowlist(check)) > 0
 	value := tf.after(rc)[attr]
 	is_string(value)
@@ -29,11 +30,12 @@ deny contains tf.result(rc, msg) if {
 }
 
 unverifiable contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some type, checks in attrs
+	some rc in tf.changes_of(type)
 	tf.creates_or_updates(rc)
-	some check, attr in attrs[rc.type]
+	some check, attr in checks
 	count(allowlist(check)) > 0
-	tf.unknown(rc, [attr])
+	tf.unknown(rc, attr)
 	msg := sprintf("%s: %s is known only after apply, so the %s allowlist cannot be checked", [rc.address, attr, check])
 }
 

@@ -16,47 +16,44 @@ flag_checks := {
 }
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some type, attr in flag_checks
+	some rc in tf.changes_of(type)
 	tf.creates_or_updates(rc)
-	attr := flag_checks[rc.type]
-	not tf.unknown(rc, [attr])
+	not tf.unknown(rc, attr)
 	object.get(tf.after(rc), attr, false) != true
 	msg := sprintf("%s: %s is not true, so the data is stored unencrypted", [rc.address, attr])
 }
 
 unverifiable contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some type, attr in flag_checks
+	some rc in tf.changes_of(type)
 	tf.creates_or_updates(rc)
-	attr := flag_checks[rc.type]
-	tf.unknown(rc, [attr])
+	tf.unknown(rc, attr)
 	msg := sprintf("%s: %s is known only after apply, so encryption cannot be checked", [rc.address, attr])
 }
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some rc in tf.changes_of("aws_instance")
 	tf.creates_or_updates(rc)
-	rc.type == "aws_instance"
 	some block in ["root_block_device", "ebs_block_device"]
 	some i, dev in object.get(tf.after(rc), block, [])
-	not tf.unknown(rc, [block])
+	not tf.unknown(rc, block)
 	object.get(dev, "encrypted", false) == false
 	msg := sprintf("%s: %s[%d] is not encrypted", [rc.address, block, i])
 }
 
 unverifiable contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some rc in tf.changes_of("aws_instance")
 	tf.creates_or_updates(rc)
-	rc.type == "aws_instance"
 	some block in ["root_block_device", "ebs_block_device"]
-	tf.unknown(rc, [block])
+	tf.unknown(rc, block)
 	msg := sprintf("%s: %s is known only after apply, so encryption cannot be checked", [rc.address, block])
 }
 
 # A new bucket needs an inline server_side_encryption_configuration or an
 # aws_s3_bucket_server_side_encryption_configuration that points at it.
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes
-	rc.type == "aws_s3_bucket"
+	some rc in tf.changes_of("aws_s3_bucket")
 	"create" in tf.actions(rc)
 	count(object.get(tf.after(rc), "server_side_encryption_configuration", [])) == 0
 	not sse_configured(rc)
@@ -76,8 +73,7 @@ sse_configured(rc) if {
 }
 
 sse_configured(rc) if {
-	some other in tf.changes
-	other.type == sse_type
+	some other in tf.changes_of(sse_type)
 	name := tf.after(rc).bucket
 	is_string(name)
 	tf.after(other).bucket == name

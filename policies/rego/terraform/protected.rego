@@ -6,8 +6,9 @@ package sluice.terraform.protected
 import data.sluice.lib.terraform as tf
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes
-	tf.deletes(rc)
+	some rc in input.resource_changes
+	rc.change.actions[_] == "delete"
+	not rc.mode == "data"
 	reason := protected_reason(rc)
 	msg := sprintf("%s would be %s, but it is protected (%s)", [rc.address, tf.delete_word(rc), reason])
 }

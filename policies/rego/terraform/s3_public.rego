@@ -15,18 +15,17 @@ public_groups := {
 block_flags := ["block_public_acls", "block_public_policy", "ignore_public_acls", "restrict_public_buckets"]
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some type in ["aws_s3_bucket", "aws_s3_bucket_acl"]
+	some rc in tf.changes_of(type)
 	tf.creates_or_updates(rc)
-	rc.type in {"aws_s3_bucket", "aws_s3_bucket_acl"}
 	acl := tf.after(rc).acl
 	acl in public_acls
 	msg := sprintf("%s: canned ACL %q opens the bucket to the public", [rc.address, acl])
 }
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some rc in tf.changes_of("aws_s3_bucket_acl")
 	tf.creates_or_updates(rc)
-	rc.type == "aws_s3_bucket_acl"
 	some policy in object.get(tf.after(rc), "access_control_policy", [])
 	some grant in object.get(policy, "grant", [])
 	some grantee in object.get(grant, "grantee", [])
@@ -35,19 +34,17 @@ deny contains tf.result(rc, msg) if {
 }
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some rc in tf.changes_of("aws_s3_bucket_public_access_block")
 	tf.creates_or_updates(rc)
-	rc.type == "aws_s3_bucket_public_access_block"
 	some flag in block_flags
-	not tf.unknown(rc, [flag])
+	not tf.unknown(rc, flag)
 	object.get(tf.after(rc), flag, false) != true
 	msg := sprintf("%s: %s is not true, so the bucket can be made public", [rc.address, flag])
 }
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some rc in tf.changes_of("aws_s3_bucket_policy")
 	tf.creates_or_updates(rc)
-	rc.type == "aws_s3_bucket_policy"
 	some statement in statements(tf.after(rc).policy)
 	object.get(statement, "Effect", "") == "Allow"
 	any_principal(object.get(statement, "Principal", null))
@@ -56,20 +53,21 @@ deny contains tf.result(rc, msg) if {
 }
 
 unverifiable contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some type, attrs in unknown_attrs
+	some rc in tf.changes_of(type)
 	tf.creates_or_updates(rc)
-	some attr in unknown_attrs(rc.type)
-	tf.unknown(rc, [attr])
+	some attr in attrs
+	tf.unknown(rc, attr)
 	msg := sprintf("%s: %s is known only after apply, so public access cannot be checked", [rc.address, attr])
 }
 
-unknown_attrs("aws_s3_bucket") := ["acl"]
-
-unknown_attrs("aws_s3_bucket_acl") := ["acl", "access_control_policy"]
-
-unknown_attrs("aws_s3_bucket_public_access_block") := block_flags
-
-unknown_attrs("aws_s3_bucket_policy") := ["policy"]
+# unknown_attrs: resource type -> attributes public access depends on.
+unknown_attrs := {
+	"aws_s3_bucket": ["acl"],
+	"aws_s3_bucket_acl": ["acl", "access_control_policy"],
+	"aws_s3_bucket_public_access_block": block_flags,
+	"aws_s3_bucket_policy": ["policy"],
+}
 
 # statements are the Statement entries of a policy document in JSON; a
 # single statement object counts as a list of one.

@@ -8,8 +8,11 @@ import data.sluice.lib.terraform as tf
 
 open_cidrs := {"0.0.0.0/0", "::/0"}
 
+sg_types := ["aws_security_group", "aws_security_group_rule", "aws_vpc_security_group_ingress_rule"]
+
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some type in sg_types
+	some rc in tf.changes_of(type)
 	tf.creates_or_updates(rc)
 	some rule in ingress(rc)
 	some cidr in rule.cidrs
@@ -20,10 +23,11 @@ deny contains tf.result(rc, msg) if {
 }
 
 unverifiable contains tf.result(rc, msg) if {
-	some rc in tf.changes
+	some type in sg_types
+	some rc in tf.changes_of(type)
 	tf.creates_or_updates(rc)
 	some attr in unknown_attrs(rc)
-	tf.unknown(rc, [attr])
+	tf.unknown(rc, attr)
 	msg := sprintf("%s: %s is known only after apply, so open admin ports cannot be ruled out", [rc.address, attr])
 }
 

@@ -1,0 +1,248 @@
+// Package validate is the validator's entry point for the syncer and the CLI:
+// it checks one service environment (manifest, Helm chart, Terraform stack)
+// against policy and returns one result with the digests the approval binds to.
+//
+// A Validator compiles the policies once (New) and is then reused for every
+// check; it is safe for concurrent use.
+//
+// Exported API:
+//
+//	type Options struct{ Policy policy.Options; Terraform terraform.ExecOptions; Helm HelmOptions }
+//	type HelmOptions struct{ KubeVersion string; Timeout time.Duration }
+//	type Validator
+//	func New(ctx, Options) (*Validator, error)
+//	func (*Validator) CheckService(ctx, ServiceRequest) (*ServiceResult, error)
+//	func (*Validator) CheckPlanJSON(ctx, file string, planJSON []byte) (*PlanCheck, error)
+//	func (*Validator) CheckPlanFile(ctx, dir, planFile string) (*PlanCheck, error)
+//	func (*Validator) PlanAndCheck(ctx, PlanRequest) (*PlanCheck, error)
+//	type PlanRequest struct{ Dir string; Vars map[string]string; Workspace string; Backend terraform.Backend;
+//	    Kubernetes *terraform.KubernetesBackend; Env map[string]string; Destroy bool }
+//	func (*Validator) CheckChart(ctx, ChartRequest) (*ChartCheck, error)
+//	func (*Validator) CheckObjects(ctx, []policy.Document) (report.Verdict, error)
+//	type ServiceRequest struct{ RepoRoot, ServiceDir, Environment string; Backend terraform.Backend;
+//	    Kubernetes *terraform.KubernetesBackend; SkipTerraform bool }
+//	type ServiceResult struct{ Service *manifest.Service; Environment string; Verdict report.Verdict;
+//	    ManifestDigest, PlanDigest, PlanFileSHA256 string; PlanFile, PlanJSON []byte;
+//	    PlanSummary *PlanSummary; Chart *ChartCheck; Plan *PlanCheck }
+//	type PlanSummary struct{ Add, Change, Destroy int }
+//
+// Errors are returned for input that cannot be checked at all (a manifest
+// that does not parse, malformed plan JSON, terraform failing); everything
+// the checks find is a finding in the verdict.
+package validate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+)
+
+// Options configure a Validator.
+type Options struct {
+	// Policy selects the policies and data (defaults are always embedded).
+	Policy policy.Options
+	// Terraform configures terraform runs (binary, environment, timeout).
+	// Its Analyze.ProtectedTypes/ProtectedTag default to the policies'
+	// data.sluice.config.terraform values, so risk and policy agree.
+	Terraform terraform.ExecOptions
+	// Helm configures chart rendering.
+	Helm HelmOptions
+}
+
+// HelmOptions configure chart rendering.
+type HelmOptions struct {
+	// KubeVersion is the Kubernetes version charts are rendered for
+	// (Capabilities.KubeVersion), e.g. "1.37.2"; "" uses the renderer's default.
+	KubeVersion string
+	// Timeout bounds one render; zero uses the renderer's default.
+	Timeout time.Duration
+}
+
+// Validator checks services, plans and charts with policies compiled once.
+type Validator struct {
+	opts   Options
+	engine *policy.Engine
+}
+
+// New compiles the policies and returns a Validator. A policy or data file
+// that does not load returns a *policy.CompileError.
+func New(ctx context.Context, opts Options) (*Validator, error) {
+	engine, err := policy.New(ctx, opts.Policy)
+	if err != nil {
+		return nil, err
+	}
+	an := &opts.Terraform.Analyze
+	if an.ProtectedTypes == nil {
+		an.ProtectedTypes = stringList(engine.Config("terraform", "protected_types"))
+	}
+	if an.ProtectedTag == "" {
+		if tag, ok := engine.Config("terraform", "protected_tag").(string); ok {
+			an.ProtectedTag = tag
+		}
+	}
+	return &Validator{opts: opts, engine: engine}, nil
+}
+
+// Engine returns the compiled policy engine.
+func (v *Validator) Engine() *policy.Engine { return v.engine }
+
+// PlanSummary counts a plan's changes the way `terraform plan` prints them:
+// a replace counts as one add and one destroy.
+type PlanSummary struct {
+	Add     int `json:"add"`
+	Change  int `json:"change"`
+	Destroy int `json:"destroy"`
+}
+
+// String is terraform's "Plan: 1 to add, 0 to change, 2 to destroy."
+func (s PlanSummary) String() string {
+	return fmt.Sprintf("%d to add, %d to change, %d to destroy", s.Add, s.Change, s.Destroy)
+}
+
+// PlanCheck is the result of checking one Terraform plan.
+type PlanCheck struct {
+	// Verdict: the analysis findings and risk plus the policy findings.
+	Verdict report.Verdict
+	// Report is the plan analysis: counts, resources, risk, planDigest and,
+	// for a plan file, planFileSHA256.
+	Report  *terraform.Report
+	Summary PlanSummary
+	// PlanFile is the binary plan that was checked (nil for plan JSON input).
+	PlanFile []byte
+	PlanJSON []byte
+}
+
+// CheckPlanJSON checks plan JSON (terraform show -json); file names the input
+// in findings.
+func (v *Validator) CheckPlanJSON(ctx context.Context, file string, planJSON []byte) (*PlanCheck, error) {
+	rep, err := terraform.Analyze(planJSON, v.opts.Terraform.Analyze)
+	if err != nil {
+		return nil, err
+	}
+	return v.checkPlan(ctx, file, &terraform.PlanResult{PlanJSON: planJSON, Report: rep})
+}
+
+// CheckPlanFile shows a binary plan file of the initialised stack folder dir
+// as JSON (terraform show -json) and checks it.
+func (v *Validator) CheckPlanFile(ctx context.Context, dir, planFile string) (*PlanCheck, error) {
+	res, err := terraform.ShowPlanFile(ctx, v.opts.Terraform, dir, planFile)
+	if err != nil {
+		return nil, err
+	}
+	return v.checkPlan(ctx, planFile, res)
+}
+
+// PlanRequest says which stack to plan and how.
+type PlanRequest struct {
+	// Dir is the stack folder (absolute, or relative to the working folder).
+	Dir string
+	// Vars are passed as -var name=value; Workspace is selected or created.
+	Vars      map[string]string
+	Workspace string
+	// Backend chooses the state: the stack's own, the kubernetes backend
+	// override (with Kubernetes), or none for a stateless check ("").
+	Backend    terraform.Backend
+	Kubernetes *terraform.KubernetesBackend
+	// Env is added to the Validator's terraform environment for this run
+	// (e.g. KUBE_CONFIG_PATH or cloud credentials).
+	Env map[string]string
+	// Destroy makes a destroy plan.
+	Destroy bool
+}
+
+// PlanAndCheck plans a stack through terraform-exec and checks the plan. The
+// result carries the plan file to store and apply.
+func (v *Validator) PlanAndCheck(ctx context.Context, req PlanRequest) (*PlanCheck, error) {
+	exec := v.opts.Terraform
+	if len(req.Env) > 0 {
+		env := make(map[string]string, len(exec.Env)+len(req.Env))
+		for k, val := range exec.Env {
+			env[k] = val
+		}
+		for k, val := range req.Env {
+			env[k] = val
+		}
+		exec.Env = env
+	}
+	res, err := terraform.Plan(ctx, terraform.PlanOptions{
+		ExecOptions: exec,
+		Dir:         req.Dir,
+		Vars:        req.Vars,
+		Workspace:   req.Workspace,
+		Backend:     req.Backend,
+		Kubernetes:  req.Kubernetes,
+		Destroy:     req.Destroy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.checkPlan(ctx, req.Dir, res)
+}
+
+func (v *Validator) checkPlan(ctx context.Context, file string, res *terraform.PlanResult) (*PlanCheck, error) {
+	doc, err := decodeJSON(res.PlanJSON)
+	if err != nil {
+		return nil, fmt.Errorf("plan JSON: %w", err)
+	}
+	policyFindings, err := v.engine.Eval(ctx, policy.KindTerraform, []policy.Document{{Path: file, Value: doc}})
+	if err != nil {
+		return nil, err
+	}
+	rep := res.Report
+	findings := append(append([]report.Finding(nil), rep.Findings...), policyFindings...)
+	c := rep.Counts
+	return &PlanCheck{
+		Verdict:  report.NewVerdict(rep.Risk, findings),
+		Report:   rep,
+		Summary:  PlanSummary{Add: c.Create + c.Replace, Change: c.Update, Destroy: c.Delete + c.Replace},
+		PlanFile: res.PlanFile,
+		PlanJSON: res.PlanJSON,
+	}, nil
+}
+
+// CheckObjects evaluates the Kubernetes policies against rendered objects
+// (per object, and the combined checks over all of them).
+func (v *Validator) CheckObjects(ctx context.Context, docs []policy.Document) (report.Verdict, error) {
+	fs, err := v.engine.Eval(ctx, policy.KindKubernetes, docs)
+	if err != nil {
+		return report.Verdict{}, err
+	}
+	return report.NewVerdict(report.RiskLow, fs), nil
+}
+
+// decodeJSON decodes one JSON document for policy input, keeping numbers
+// exact; trailing data is an error.
+func decodeJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("unexpected data after the JSON document")
+	}
+	return v, nil
+}
+
+func stringList(v any) []string {
+	list, ok := v.([]any)
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
