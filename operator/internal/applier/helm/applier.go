@@ -1,0 +1,490 @@
+// Package helm is the embedded default applier (delivery: helm): a Helm v3
+// SDK upgrade --install of the approved artifact's chart with the
+// environment's values, as the Repository's ServiceAccount, into the
+// change's target namespace, installing only manifests that hash to the
+// approved manifestDigest (DESIGN.md §5).
+//
+// One Apply runs these steps, and stops at the first that fails:
+//
+//  1. the target namespace is one the Repository allows;
+//  2. as the ServiceAccount, read the Helm history (storage: Secrets in the
+//     target namespace); a deployed latest revision that carries this
+//     change's marker means the change is already applied: return it;
+//  3. download, verify (archive, content and approval digests) and extract
+//     the artifact;
+//  4. read the service manifest from the verified content, and check it
+//     agrees with the change and the Release;
+//  5. recover a release an earlier attempt left behind (pending-*, or never
+//     deployed): uninstall it when nothing was ever deployed, otherwise mark
+//     the interrupted revision failed and upgrade over it;
+//  6. install or upgrade with the post-renderer that refuses any manifest
+//     other than the approved one; on failure uninstall a first install or
+//     roll back to the previous deployed revision.
+package helm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/cli/values"
+	"helm.sh/helm/v3/pkg/getter"
+	"helm.sh/helm/v3/pkg/kube"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact"
+	"github.com/sluice-gitops/sluice/operator/internal/impersonate"
+)
+
+// Name is the applier's name in status and metrics.
+const Name = "helm"
+
+// LabelApproval is the Helm release label (on the storage Secret) holding
+// the first 40 hex digits of the approvalDigest a revision installs.
+const LabelApproval = "gitops.sluice.dev/approval"
+
+// DefaultTimeout bounds hooks and, when Wait is on, the wait for readiness.
+const DefaultTimeout = 5 * time.Minute
+
+// DefaultMaxHistory is how many Helm revisions are kept per release.
+const DefaultMaxHistory = 10
+
+// Options configure the Helm applier.
+type Options struct {
+	// Config is the operator's own connection; it must be allowed to
+	// impersonate the Repositories' ServiceAccounts and nothing is applied
+	// with it directly.
+	Config *rest.Config
+	// Fetcher downloads and verifies artifacts.
+	Fetcher *artifact.Fetcher
+	// KubeVersion is the Kubernetes version charts are rendered for; it must
+	// be the validator's, or every digest differs. Empty means
+	// DefaultKubeVersion.
+	KubeVersion string
+	// Wait makes Helm wait for the installed objects to be ready.
+	Wait bool
+	// Timeout bounds hooks and Wait; zero means DefaultTimeout.
+	Timeout time.Duration
+	// MaxHistory is how many revisions Helm keeps; zero means
+	// DefaultMaxHistory.
+	MaxHistory int
+	// Log receives Helm's debug output at V(1).
+	Log logr.Logger
+}
+
+// Applier installs approved changes with the Helm SDK.
+type Applier struct {
+	opts Options
+	caps *chartutil.Capabilities
+}
+
+var (
+	_ applier.Applier = (*Applier)(nil)
+	_ applier.Cleaner = (*Applier)(nil)
+)
+
+// New checks the options and returns the applier.
+func New(opts Options) (*Applier, error) {
+	if opts.Config == nil {
+		return nil, errors.New("helm applier: no rest config")
+	}
+	if opts.Fetcher == nil {
+		return nil, errors.New("helm applier: no artifact fetcher")
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.MaxHistory == 0 {
+		opts.MaxHistory = DefaultMaxHistory
+	}
+	caps, err := renderCapabilities(opts.KubeVersion)
+	if err != nil {
+		return nil, fmt.Errorf("helm applier: %w", err)
+	}
+	return &Applier{opts: opts, caps: caps}, nil
+}
+
+// Name implements applier.Applier.
+func (a *Applier) Name() string { return Name }
+
+// ReleaseName is the Helm release name of a Release: the Release's own
+// name, "<service>-<environment>", the name the validator renders with.
+func ReleaseName(rel *sluicev1.Release) string { return rel.Name }
+
+// marker is the description of a revision installed for cr; it makes a
+// re-run of the same change recognise its own finished work.
+func marker(cr *sluicev1.ChangeRequest) string {
+	return fmt.Sprintf("Sluice change %s/%s %s", cr.Namespace, cr.Name, cr.Spec.ApprovalDigest)
+}
+
+func approvalLabel(d sluicev1.Digest) string {
+	s := strings.TrimPrefix(string(d), "sha256:")
+	if len(s) > 40 {
+		s = s[:40]
+	}
+	return s
+}
+
+// Apply implements applier.Applier. It is idempotent per change: a re-run
+// after a crash finishes or confirms the earlier attempt and never installs
+// a second revision for a change already deployed.
+func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Result, error) {
+	cr, rel, repo := req.Change, req.Release, req.Repository
+	if cr == nil || rel == nil {
+		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the request has no change or no release")
+	}
+	ns := cr.Spec.TargetNamespace
+	if err := impersonate.CheckNamespace(repo, ns); err != nil {
+		return applier.Result{}, err
+	}
+	if !sluicev1.ValidDigest(string(cr.Spec.ManifestDigest)) {
+		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change records no manifestDigest, so nothing can be checked against it")
+	}
+	name := ReleaseName(rel)
+	if err := chartutil.ValidateReleaseName(name); err != nil {
+		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "%q cannot be a Helm release name: %v", name, err)
+	}
+	s, err := a.session(repo, ns)
+	if err != nil {
+		return applier.Result{}, err
+	}
+	log := a.opts.Log.WithValues("helmRelease", ns+"/"+name, "change", cr.Name)
+
+	hist, err := s.history(name)
+	if err != nil {
+		return applier.Result{}, s.explain("read the Helm history", err)
+	}
+	last, deployed := latest(hist), latestDeployed(hist)
+	if last != nil && last.Info.Status == release.StatusDeployed && last.Info.Description == marker(cr) {
+		log.V(1).Info("Change already deployed", "revision", last.Version)
+		return result(ns, last, "already deployed"), nil
+	}
+
+	content, err := a.opts.Fetcher.FetchChange(ctx, cr)
+	if err != nil {
+		return applier.Result{}, err
+	}
+	defer func() { _ = content.Close() }()
+	ch, vals, err := loadInputs(content.Dir, cr, rel)
+	if err != nil {
+		return applier.Result{}, err
+	}
+
+	// Helm runs to the end once started: cancelling it half-way leaves the
+	// release failed while Helm goes on in the background. A killed process
+	// is what the recovery below is for.
+	hctx := context.WithoutCancel(ctx)
+
+	if last != nil && (deployed == nil || last.Info.Status.IsPending()) {
+		if err := a.recover(s, name, last, deployed, log); err != nil {
+			return applier.Result{}, err
+		}
+		if deployed == nil {
+			last = nil // uninstalled: install afresh.
+		}
+	}
+
+	gate := &digestGate{want: cr.Spec.ManifestDigest}
+	if last == nil {
+		return a.install(hctx, s, name, cr, ch, vals, gate, log)
+	}
+	return a.upgrade(hctx, s, name, cr, ch, vals, gate, deployed, log)
+}
+
+func (a *Applier) install(ctx context.Context, s *session, name string, cr *sluicev1.ChangeRequest, ch *chart.Chart, vals map[string]any, gate *digestGate, log logr.Logger) (applier.Result, error) {
+	newInstall := func() *action.Install {
+		in := action.NewInstall(s.cfg)
+		in.ReleaseName, in.Namespace = name, s.namespace
+		in.Wait, in.Timeout = a.opts.Wait, a.opts.Timeout
+		in.Description = marker(cr)
+		in.Labels = map[string]string{LabelApproval: approvalLabel(cr.Spec.ApprovalDigest)}
+		in.PostRenderer = gate
+		return in
+	}
+	if len(ch.CRDObjects()) > 0 {
+		// Install puts a chart's crds/ in before it renders; render first
+		// (dry run, no writes) so a refused chart installs no CRD either.
+		dry := newInstall()
+		dry.DryRun, dry.DryRunOption = true, "server"
+		if _, err := dry.RunWithContext(ctx, ch, vals); err != nil {
+			return applier.Result{}, s.explain("check the chart before installing its CRDs", err)
+		}
+	}
+	r, err := newInstall().RunWithContext(ctx, ch, vals)
+	if err == nil {
+		log.Info("Installed Helm release", "revision", r.Version)
+		return result(s.namespace, r, "installed"), nil
+	}
+	failure := s.explain("install", err)
+	var mismatch *ManifestMismatchError
+	if !errors.As(err, &mismatch) {
+		// Nothing of a failed first install may stay behind.
+		if uerr := s.uninstall(name, true); uerr != nil {
+			return applier.Result{}, fmt.Errorf("%w; uninstalling the failed install also failed: %v", failure, uerr)
+		}
+	}
+	return applier.Result{}, failure
+}
+
+func (a *Applier) upgrade(ctx context.Context, s *session, name string, cr *sluicev1.ChangeRequest, ch *chart.Chart, vals map[string]any, gate *digestGate, deployed *release.Release, log logr.Logger) (applier.Result, error) {
+	up := action.NewUpgrade(s.cfg)
+	up.Namespace = s.namespace
+	up.Wait, up.Timeout = a.opts.Wait, a.opts.Timeout
+	up.MaxHistory = a.opts.MaxHistory
+	up.Description = marker(cr)
+	up.Labels = map[string]string{LabelApproval: approvalLabel(cr.Spec.ApprovalDigest)}
+	up.PostRenderer = gate
+	r, err := up.RunWithContext(ctx, name, ch, vals)
+	if err == nil {
+		log.Info("Upgraded Helm release", "revision", r.Version)
+		return result(s.namespace, r, "upgraded"), nil
+	}
+	failure := s.explain("upgrade", err)
+	var mismatch *ManifestMismatchError
+	if errors.As(err, &mismatch) || deployed == nil {
+		return applier.Result{}, failure // refused before anything was stored.
+	}
+	rb := action.NewRollback(s.cfg)
+	rb.Version = deployed.Version
+	rb.Timeout = a.opts.Timeout
+	rb.MaxHistory = a.opts.MaxHistory
+	if rerr := rb.Run(name); rerr != nil {
+		return applier.Result{}, fmt.Errorf("%w; rolling back to revision %d also failed: %v", failure, deployed.Version, rerr)
+	}
+	log.Info("Rolled back after a failed upgrade", "revision", deployed.Version)
+	var f *applier.Failure
+	if errors.As(failure, &f) {
+		f.Message += fmt.Sprintf("; rolled back to revision %d", deployed.Version)
+	}
+	return applier.Result{}, failure
+}
+
+// recover makes an interrupted release usable again. When nothing was ever
+// deployed the leftovers are uninstalled, so the install starts from
+// nothing; otherwise the pending revision is marked failed and the upgrade
+// that follows completes the change over it.
+func (a *Applier) recover(s *session, name string, last, deployed *release.Release, log logr.Logger) error {
+	if deployed == nil {
+		log.Info("Removing a Helm release that never deployed", "revision", last.Version, "status", last.Info.Status.String())
+		if err := s.uninstall(name, true); err != nil {
+			return s.explain("remove the interrupted first install", err)
+		}
+		return nil
+	}
+	if last.Info.Status.IsPending() {
+		log.Info("Marking an interrupted Helm revision failed", "revision", last.Version, "status", last.Info.Status.String())
+		last.SetStatus(release.StatusFailed, fmt.Sprintf("Interrupted while %s; marked failed by Sluice to recover", last.Info.Status))
+		if err := s.cfg.Releases.Update(last); err != nil {
+			return s.explain("mark the interrupted revision failed", err)
+		}
+	}
+	return nil
+}
+
+// Cleanup implements applier.Cleaner: it uninstalls the Release's Helm
+// release as the Repository's ServiceAccount, and returns nil once it is
+// gone.
+func (a *Applier) Cleanup(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository) error {
+	if rel == nil {
+		return nil
+	}
+	ns := rel.Spec.TargetNamespace
+	if err := impersonate.CheckNamespace(repo, ns); err != nil {
+		return err
+	}
+	s, err := a.session(repo, ns)
+	if err != nil {
+		return err
+	}
+	if err := s.uninstall(ReleaseName(rel), false); err != nil {
+		return s.explain("uninstall", err)
+	}
+	a.opts.Log.Info("Uninstalled Helm release", "helmRelease", ns+"/"+ReleaseName(rel))
+	return nil
+}
+
+// session is one impersonated Helm configuration for one namespace.
+type session struct {
+	cfg       *action.Configuration
+	namespace string
+	user      string
+}
+
+func (a *Applier) session(repo *sluicev1.Repository, ns string) (*session, error) {
+	rc, err := impersonate.Config(a.opts.Config, repo)
+	if err != nil {
+		return nil, err
+	}
+	if rc.Timeout == 0 {
+		rc.Timeout = 2 * time.Minute // no single request may hang an apply.
+	}
+	g, err := newRESTClientGetter(rc, ns)
+	if err != nil {
+		return nil, fmt.Errorf("helm client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(g.config)
+	if err != nil {
+		return nil, fmt.Errorf("helm client: %w", err)
+	}
+	debug := func(format string, v ...any) { a.opts.Log.V(1).Info(fmt.Sprintf(format, v...)) }
+	kc := kube.New(g)
+	kc.Namespace = ns
+	kc.Log = debug
+	d := driver.NewSecrets(cs.CoreV1().Secrets(ns))
+	d.Log = debug
+	store := storage.Init(d)
+	store.MaxHistory = a.opts.MaxHistory
+	caps := a.caps.Copy()
+	cfg := &action.Configuration{
+		RESTClientGetter: g,
+		KubeClient:       kc,
+		Releases:         store,
+		Capabilities:     caps,
+		Log:              debug,
+	}
+	return &session{cfg: cfg, namespace: ns, user: rc.Impersonate.UserName}, nil
+}
+
+func (s *session) history(name string) ([]*release.Release, error) {
+	h, err := s.cfg.Releases.History(name)
+	if errors.Is(err, driver.ErrReleaseNotFound) {
+		return nil, nil
+	}
+	return h, err
+}
+
+// uninstall removes the release and its history; a release that is not
+// there is no error. Hooks are skipped when recovering a half-done install.
+func (s *session) uninstall(name string, skipHooks bool) error {
+	h, err := s.history(name)
+	if err != nil {
+		return err
+	}
+	if len(h) == 0 {
+		return nil
+	}
+	un := action.NewUninstall(s.cfg)
+	un.DisableHooks = skipHooks
+	un.KeepHistory = false
+	_, err = un.Run(name)
+	if errors.Is(err, driver.ErrReleaseNotFound) {
+		return nil
+	}
+	return err
+}
+
+func latest(h []*release.Release) *release.Release {
+	var l *release.Release
+	for _, r := range h {
+		if l == nil || r.Version > l.Version {
+			l = r
+		}
+	}
+	return l
+}
+
+func latestDeployed(h []*release.Release) *release.Release {
+	var l *release.Release
+	for _, r := range h {
+		if r.Info != nil && r.Info.Status == release.StatusDeployed && (l == nil || r.Version > l.Version) {
+			l = r
+		}
+	}
+	return l
+}
+
+func result(ns string, r *release.Release, what string) applier.Result {
+	return applier.Result{
+		HelmRevision: int32(r.Version),
+		Message:      fmt.Sprintf("Helm release %s/%s revision %d %s", ns, r.Name, r.Version, what),
+	}
+}
+
+// loadInputs reads the service manifest from the verified content, checks
+// it agrees with the change and the Release, and loads the chart and the
+// merged values from the same content.
+func loadInputs(dir string, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) (*chart.Chart, map[string]any, error) {
+	invalid := func(format string, args ...any) error {
+		return applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved content: "+format, args...)
+	}
+	svc, err := manifest.Load(dir, string(rel.Spec.SourcePath))
+	if err != nil {
+		return nil, nil, invalid("%v", err)
+	}
+	env, ok := svc.Environment(string(rel.Spec.Environment))
+	if !ok {
+		return nil, nil, invalid("service %q has no environment %q", svc.Name, rel.Spec.Environment)
+	}
+	if env.Namespace != cr.Spec.TargetNamespace {
+		return nil, nil, invalid("environment %q deploys to namespace %q, the change says %q", env.Name, env.Namespace, cr.Spec.TargetNamespace)
+	}
+	if env.Delivery != "" && string(env.Delivery) != string(sluicev1.DeliveryHelm) {
+		return nil, nil, invalid("environment %q is delivered by %q, not helm", env.Name, env.Delivery)
+	}
+	chartDir := svc.ChartDir()
+	if chartDir == "" {
+		return nil, nil, invalid("the chart comes from a chart repository, which the Helm applier does not fetch; use a chart folder in the repository")
+	}
+	if rel.Spec.Chart.Path != "" && string(rel.Spec.Chart.Path) != chartDir {
+		return nil, nil, invalid("chart %q differs from the Release's %q", chartDir, rel.Spec.Chart.Path)
+	}
+	files, err := svc.ValuesFiles(env.Name)
+	if err != nil {
+		return nil, nil, invalid("%v", err)
+	}
+	relValues := make([]string, 0, len(rel.Spec.Values))
+	for _, v := range rel.Spec.Values {
+		relValues = append(relValues, string(v))
+	}
+	if wantValues := slices.Concat(svc.Values, env.Values); len(relValues) > 0 && !slices.Equal(relValues, wantValues) {
+		return nil, nil, invalid("values files %v differ from the Release's %v", wantValues, relValues)
+	}
+
+	chartPath, err := manifest.ConfinedPath(dir, chartDir)
+	if err != nil {
+		return nil, nil, invalid("chart folder: %v", err)
+	}
+	ch, err := loader.LoadDir(chartPath)
+	if err != nil {
+		return nil, nil, invalid("chart %s: %v", chartDir, scrubPath(err, dir))
+	}
+	abs := make([]string, 0, len(files))
+	for _, f := range files {
+		p, err := manifest.ConfinedPath(dir, f)
+		if err != nil {
+			return nil, nil, invalid("values file: %v", err)
+		}
+		abs = append(abs, p)
+	}
+	vals, err := (&values.Options{ValueFiles: abs}).MergeValues(getter.Providers{})
+	if err != nil {
+		return nil, nil, invalid("values: %v", scrubPath(err, dir))
+	}
+	return ch, vals, nil
+}
+
+// scrubPath removes the private extraction folder from an error message, so
+// it names repository paths only.
+func scrubPath(err error, dir string) string {
+	msg := err.Error()
+	if real, rerr := filepath.EvalSymlinks(dir); rerr == nil {
+		msg = strings.ReplaceAll(msg, real+"/", "")
+	}
+	return strings.ReplaceAll(msg, dir+"/", "")
+}
