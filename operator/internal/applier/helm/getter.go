@@ -43,7 +43,9 @@ func newRESTClientGetter(cfg *rest.Config, namespace string) (*restClientGetter,
 	}, nil
 }
 
-func (g *restClientGetter) ToRESTConfig() (*rest.Config, error) { return rest.CopyConfig(g.config), nil }
+func (g *restClientGetter) ToRESTConfig() (*rest.Config, error) {
+	return rest.CopyConfig(g.config), nil
+}
 
 func (g *restClientGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
 	return g.discovery, nil

@@ -180,10 +180,10 @@ environments:
 // manifest and the two values files.
 func (f *fixture) tree(stagingValues string) map[string][]byte {
 	files := map[string][]byte{
-		"services/web/service.yaml":         []byte(f.serviceYAML()),
-		"services/web/values.yaml":          []byte("replicas: 1\n"),
-		"services/web/values-staging.yaml":  []byte(stagingValues),
-		"services/web/README.md":            []byte("The web service.\n"),
+		"services/web/service.yaml":          []byte(f.serviceYAML()),
+		"services/web/values.yaml":           []byte("replicas: 1\n"),
+		"services/web/values-staging.yaml":   []byte(stagingValues),
+		"services/web/README.md":             []byte("The web service.\n"),
 		"charts/" + f.chart + "/.helmignore": []byte("*.bak\n"),
 	}
 	root := filepath.Join("testdata", "charts", f.chart)
