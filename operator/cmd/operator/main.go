@@ -1,0 +1,112 @@
+// Command operator is the Sluice operator: it holds every ChangeRequest at
+// the approval gate and hands approved changes to an applier.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/api/version"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/controller"
+	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
+)
+
+func main() {
+	var (
+		o            controller.ManagerOptions
+		namespaces   string
+		testAppliers string
+		showVersion  bool
+	)
+	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
+	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics endpoint (\"0\" disables it).")
+	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.StringVar(&o.PprofAddr, "pprof-bind-address", "127.0.0.1:6060", "Address of the pprof endpoint; loopback or private addresses only (\"0\" disables it).")
+	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "Elect a leader, so only one replica reconciles.")
+	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	flag.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 0, "How long a non-leader waits before taking over an unrenewed lease (default 60s).")
+	flag.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 0, "How long the leader keeps retrying to renew before it gives up (default 40s).")
+	flag.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 0, "How often leader election clients retry (default 5s).")
+	flag.IntVar(&o.Concurrency, "concurrency", 4, "Parallel reconciles per controller.")
+	flag.IntVar(&o.KeepChangeRequests, "keep-changerequests", 20, "ChangeRequests kept per Release; older terminal ones are deleted.")
+	flag.DurationVar(&o.ApprovalGracePeriod, "approval-grace-period", 0, "How long an Approval matching no ChangeRequest is kept (default 10m).")
+	flag.DurationVar(&o.LockRetryInterval, "lock-retry-interval", 0, "How often a change waiting for its release's apply lock looks again (default 30s).")
+	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated control namespaces to watch (default: all).")
+	flag.StringVar(&testAppliers, "test-applier", "", "FOR DEMOS AND TESTS ONLY: comma-separated deliveries (helm,argocd) handled by the record-only test applier, which installs nothing and only records changes in a ConfigMap.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+
+	if showVersion {
+		fmt.Println(version.String("operator"))
+		return
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+	if namespaces != "" {
+		o.Namespaces = strings.Split(namespaces, ",")
+	}
+	if err := run(log, o, testAppliers); err != nil {
+		log.Error(err, "Operator failed")
+		os.Exit(1)
+	}
+}
+
+func run(log logr.Logger, o controller.ManagerOptions, testAppliers string) error {
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+
+	// The appliers, one per delivery mode (Applier and, optionally,
+	// Cleaner from internal/applier). Each applier package is registered
+	// here, e.g. o.Appliers[sluicev1.DeliveryHelm] = <the Helm applier>.
+	o.Appliers = applier.Registry{}
+	if testAppliers != "" {
+		apiClient, err := newAPIClient(cfg)
+		if err != nil {
+			return err
+		}
+		ta := &testapplier.Applier{Client: apiClient}
+		for _, d := range strings.Split(testAppliers, ",") {
+			delivery := sluicev1.Delivery(strings.TrimSpace(d))
+			if delivery != sluicev1.DeliveryHelm && delivery != sluicev1.DeliveryArgoCD {
+				return fmt.Errorf("--test-applier: unknown delivery %q (helm or argocd)", d)
+			}
+			log.Info("Registering the record-only TEST applier; nothing will be installed", "delivery", delivery)
+			o.Appliers[delivery] = ta
+		}
+	}
+
+	mgr, err := controller.NewManager(ctx, cfg, o)
+	if err != nil {
+		return err
+	}
+	log.Info("Starting", "version", version.String("operator"))
+	return mgr.Start(ctx)
+}
+
+// newAPIClient is an uncached client for appliers that must read their own
+// records fresh.
+func newAPIClient(cfg *rest.Config) (client.Client, error) {
+	scheme, err := controller.NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("create API client: %w", err)
+	}
+	return c, nil
+}

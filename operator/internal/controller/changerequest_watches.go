@@ -1,0 +1,146 @@
+package controller
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// changeRequestChanged passes creations and the updates that can change a
+// ChangeRequest's outcome: a new phase (never hidden), a new generation, or
+// the start of a deletion. Status writes that only touch conditions or
+// counts are skipped.
+func changeRequestChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true },
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*sluicev1.ChangeRequest)
+			n, ok2 := e.ObjectNew.(*sluicev1.ChangeRequest)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return o.Status.Phase != n.Status.Phase ||
+				o.Generation != n.Generation ||
+				o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// createdOnly passes creations only.
+func createdOnly() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return true },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// approvalCreatedOrDeleted passes new Approvals (never hidden) and deleted
+// ones; an Approval's spec is immutable, so updates (metadata) are skipped.
+func approvalCreatedOrDeleted() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return true },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// releaseGateInputsChanged passes Release events that can change the
+// decision on its changes: creation and deletion, labels (policies select
+// by them), environment, the applied rule, the apply lock and the latest
+// change. The syncer's lastSyncedTree and the conditions are skipped.
+func releaseGateInputsChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true },
+		DeleteFunc: func(event.DeleteEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*sluicev1.Release)
+			n, ok2 := e.ObjectNew.(*sluicev1.Release)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+				o.Spec.Environment != n.Spec.Environment ||
+				o.Status.CurrentChange != n.Status.CurrentChange ||
+				o.Status.LatestChange != n.Status.LatestChange ||
+				!equality.Semantic.DeepEqual(o.Status.AppliedRule, n.Status.AppliedRule)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// changesForApproval maps an Approval to the ChangeRequests with its
+// approvalDigest, through the field index.
+func (r *ChangeRequestReconciler) changesForApproval(ctx context.Context, o client.Object) []reconcile.Request {
+	a, ok := o.(*sluicev1.Approval)
+	if !ok {
+		return nil
+	}
+	return r.openChanges(ctx, a.Namespace, client.MatchingFields{IndexApprovalDigest: string(a.Spec.ApprovalDigest)}, "")
+}
+
+// changesForRelease maps a Release to its open ChangeRequests and to the
+// holder of its apply lock (which may be terminal and due to hand it back).
+func (r *ChangeRequestReconciler) changesForRelease(ctx context.Context, o client.Object) []reconcile.Request {
+	rel, ok := o.(*sluicev1.Release)
+	if !ok {
+		return nil
+	}
+	return r.openChanges(ctx, rel.Namespace, client.MatchingFields{IndexRelease: rel.Name}, rel.Status.CurrentChange)
+}
+
+// changesForPolicy maps an ApprovalPolicy to every open ChangeRequest of
+// its namespace.
+func (r *ChangeRequestReconciler) changesForPolicy(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.openChanges(ctx, o.GetNamespace(), nil, "")
+}
+
+// olderChangesOfRelease maps a new ChangeRequest to the other open changes
+// of its release, which it may supersede.
+func (r *ChangeRequestReconciler) olderChangesOfRelease(ctx context.Context, o client.Object) []reconcile.Request {
+	cr, ok := o.(*sluicev1.ChangeRequest)
+	if !ok || isPreview(cr) {
+		return nil
+	}
+	reqs := r.openChanges(ctx, cr.Namespace, client.MatchingFields{IndexRelease: cr.Spec.Release}, "")
+	out := reqs[:0]
+	for _, req := range reqs {
+		if req.Name != cr.Name {
+			out = append(out, req)
+		}
+	}
+	return out
+}
+
+// openChanges lists the non-terminal ChangeRequests matching fields in a
+// namespace, plus the named extra one.
+func (r *ChangeRequestReconciler) openChanges(ctx context.Context, namespace string, fields client.MatchingFields, extra string) []reconcile.Request {
+	var list sluicev1.ChangeRequestList
+	opts := []client.ListOption{client.InNamespace(namespace), client.UnsafeDisableDeepCopy}
+	if fields != nil {
+		opts = append(opts, fields)
+	}
+	if err := r.Client.List(ctx, &list, opts...); err != nil {
+		log.FromContext(ctx).Error(err, "Listing ChangeRequests to wake failed", "namespace", namespace)
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		cr := &list.Items[i]
+		if !cr.Status.Phase.IsTerminal() || cr.Name == extra {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(cr)})
+		}
+	}
+	return out
+}

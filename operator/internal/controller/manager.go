@@ -1,0 +1,154 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/metrics"
+)
+
+// ManagerOptions configure the operator's manager.
+type ManagerOptions struct {
+	Options
+	// MetricsAddr serves /metrics ("0" disables).
+	MetricsAddr string
+	// ProbeAddr serves /healthz and /readyz.
+	ProbeAddr string
+	// PprofAddr serves pprof; it must be a loopback or private address
+	// ("0" or empty disables).
+	PprofAddr string
+	// LeaderElection turns leader election on, with a Lease named
+	// LeaderElectionID in LeaderElectionNamespace.
+	LeaderElection          bool
+	LeaderElectionID        string
+	LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election;
+	// the defaults (60s, 40s, 5s) ride out a short API server outage
+	// without losing the lease.
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// Namespaces restricts the cache (and so the operator) to these
+	// namespaces; empty watches all.
+	Namespaces []string
+}
+
+// NewScheme returns a scheme with the client-go and Sluice kinds.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := sluicev1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// DefaultLeaderElectionID is the Lease of the operator's leader election.
+const DefaultLeaderElectionID = "sluice-operator.gitops.sluice.dev"
+
+// CheckInternalAddr refuses a listen address that is not loopback or
+// private (pprof must never face the outside).
+func CheckInternalAddr(addr string) error {
+	if addr == "" || addr == "0" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("pprof address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !(ip.IsLoopback() || ip.IsPrivate()) {
+		return fmt.Errorf("pprof address %q must be a loopback or private IP address (such as 127.0.0.1:6060)", addr)
+	}
+	return nil
+}
+
+// NewManager builds the operator's manager: metrics, health probes, pprof,
+// leader election, the sluice_* metrics and both reconcilers.
+func NewManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
+	if err := CheckInternalAddr(o.PprofAddr); err != nil {
+		return nil, err
+	}
+	if o.PprofAddr == "" {
+		o.PprofAddr = "0"
+	}
+	orDefault := func(d, def time.Duration) *time.Duration {
+		if d <= 0 {
+			d = def
+		}
+		return &d
+	}
+	id := o.LeaderElectionID
+	if id == "" {
+		id = DefaultLeaderElectionID
+	}
+	var cacheOpts cache.Options
+	if len(o.Namespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.Namespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         cacheOpts,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:        o.ProbeAddr,
+		PprofBindAddress:              o.PprofAddr,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              id,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 orDefault(o.LeaseDuration, 60*time.Second),
+		RenewDeadline:                 orDefault(o.RenewDeadline, 40*time.Second),
+		RetryPeriod:                   orDefault(o.RetryPeriod, 5*time.Second),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
+		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+			return nil, fmt.Errorf("add healthz check: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+			if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+				return fmt.Errorf("cache not synced")
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("add readyz check: %w", err)
+		}
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.New(mgr.GetCache())
+		if err := o.Metrics.Register(ctrlmetrics.Registry); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	if err := Setup(ctx, mgr, o.Options); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}

@@ -1,0 +1,518 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+)
+
+// MaxHistory is the number of terminal changes kept in Release.status.history.
+const MaxHistory = 20
+
+// ReleaseReconciler summarises a Release from its ChangeRequests (Ready,
+// Progressing, Degraded, the applied change and rule, a short history),
+// deletes old terminal ChangeRequests beyond the newest KeepChangeRequests
+// and Approvals that no remaining change needs, repairs an apply lock left
+// by a finished or deleted change, and on deletion runs the applier's
+// cleanup before letting the Release go.
+//
+// It never touches the syncer's status fields (lastSyncedTree,
+// lastSyncedCommit, latestChange, the Synced condition): its status write is
+// a merge patch of its own fields carrying the resourceVersion read.
+//
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases/finalizers,verbs=update
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=changerequests;approvals,verbs=get;list;watch;delete
+type ReleaseReconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Appliers  applier.Registry
+	// KeepChangeRequests per Release; 20 when zero.
+	KeepChangeRequests int
+	// ApprovalGracePeriod before an orphaned Approval is deleted; 10m when
+	// zero. It covers a ChangeRequest not yet in the cache.
+	ApprovalGracePeriod time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+type releaseScope struct {
+	rel      *sluicev1.Release
+	original *sluicev1.Release
+	changes  []sluicev1.ChangeRequest // newest first
+}
+
+func (r *ReleaseReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// SetupWithManager watches Releases, the phase changes of their
+// ChangeRequests and new Approvals.
+func (r *ReleaseReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("release").
+		For(&sluicev1.Release{}, builder.WithPredicates(releaseChanged())).
+		Watches(&sluicev1.ChangeRequest{}, handler.EnqueueRequestsFromMapFunc(releaseOf), builder.WithPredicates(changePhaseChanged())).
+		Watches(&sluicev1.Approval{}, handler.EnqueueRequestsFromMapFunc(releaseOf), builder.WithPredicates(createdOnly())).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// releaseOf maps a ChangeRequest or an Approval to its Release.
+func releaseOf(_ context.Context, o client.Object) []reconcile.Request {
+	var name string
+	switch x := o.(type) {
+	case *sluicev1.ChangeRequest:
+		name = x.Spec.Release
+	case *sluicev1.Approval:
+		name = x.Spec.Release
+	}
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// releaseChanged passes what can change the Release's outcome: creation, a
+// new generation, deletion, finalizers, and the lock and change fields of
+// its status. The syncer's lastSyncedTree and condition-only writes are
+// skipped.
+func releaseChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true },
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*sluicev1.Release)
+			n, ok2 := e.ObjectNew.(*sluicev1.Release)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return o.Generation != n.Generation ||
+				o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+				!slices.Equal(o.Finalizers, n.Finalizers) ||
+				o.Status.CurrentChange != n.Status.CurrentChange ||
+				o.Status.AppliedChange != n.Status.AppliedChange ||
+				o.Status.LatestChange != n.Status.LatestChange
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// changePhaseChanged passes a ChangeRequest's creation, deletion and every
+// phase change (never hidden).
+func changePhaseChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true },
+		DeleteFunc: func(event.DeleteEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*sluicev1.ChangeRequest)
+			n, ok2 := e.ObjectNew.(*sluicev1.ChangeRequest)
+			return !ok1 || !ok2 || o.Status.Phase != n.Status.Phase
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// Reconcile summarises one Release and prunes its old changes.
+func (r *ReleaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	rel := &sluicev1.Release{}
+	if err := r.Client.Get(ctx, req.NamespacedName, rel); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !rel.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, rel)
+	}
+	if !controllerutil.ContainsFinalizer(rel, sluicev1.ReleaseFinalizer) {
+		orig := rel.DeepCopy()
+		controllerutil.AddFinalizer(rel, sluicev1.ReleaseFinalizer)
+		if err := r.Client.Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer to Release %s: %w", rel.Name, err)
+		}
+	}
+
+	s := &releaseScope{rel: rel, original: rel.DeepCopy()}
+	defer func() {
+		if err := r.patchStatus(ctx, s); err != nil {
+			retErr = kerrors.NewAggregate([]error{retErr, err})
+		}
+	}()
+
+	var list sluicev1.ChangeRequestList
+	if err := r.Client.List(ctx, &list, client.InNamespace(rel.Namespace), client.MatchingFields{IndexRelease: rel.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list ChangeRequests of Release %s: %w", rel.Name, err)
+	}
+	s.changes = list.Items
+	slices.SortFunc(s.changes, newestFirst)
+
+	if err := r.reconcileLock(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.reconcileApplied(s)
+	r.reconcileHistory(s)
+	r.reconcileConditions(s)
+	if err := r.reconcileRetention(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.reconcileApprovalGC(ctx, s)
+}
+
+// newestFirst orders changes newest first: creation time, then attempt,
+// then name (so the order is total and stable).
+func newestFirst(a, b sluicev1.ChangeRequest) int {
+	if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	if a.Spec.Attempt != b.Spec.Attempt {
+		return int(b.Spec.Attempt - a.Spec.Attempt)
+	}
+	switch {
+	case a.Name > b.Name:
+		return -1
+	case a.Name < b.Name:
+		return 1
+	}
+	return 0
+}
+
+// patchStatus writes the operator's status fields when they changed.
+func (r *ReleaseReconciler) patchStatus(ctx context.Context, s *releaseScope) error {
+	s.rel.Status.ObservedGeneration = s.rel.Generation
+	if equality.Semantic.DeepEqual(s.original.Status, s.rel.Status) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(s.original, client.MergeFromWithOptimisticLock{})
+	if err := r.Client.Status().Patch(ctx, s.rel, patch, client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("patch status of Release %s: %w", s.rel.Name, err)
+	}
+	return nil
+}
+
+// reconcileLock frees an apply lock whose holder is terminal (recording it
+// when applied) or gone. A live holder keeps it.
+func (r *ReleaseReconciler) reconcileLock(ctx context.Context, s *releaseScope) error {
+	holder := s.rel.Status.CurrentChange
+	if holder == "" {
+		return nil
+	}
+	for i := range s.changes {
+		if s.changes[i].Name == holder {
+			if s.changes[i].Status.Phase.IsTerminal() {
+				releaseLock(s.rel, &s.changes[i])
+			}
+			return nil
+		}
+	}
+	// Not in the cache: make sure it is really gone.
+	cr := &sluicev1.ChangeRequest{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.rel.Namespace, Name: holder}, cr)
+	switch {
+	case apierrors.IsNotFound(err):
+		s.rel.Status.CurrentChange = ""
+	case err != nil:
+		return fmt.Errorf("get lock holder %s: %w", holder, err)
+	case cr.Status.Phase.IsTerminal():
+		releaseLock(s.rel, cr)
+	}
+	return nil
+}
+
+// finishedAt is when a terminal change reached its phase.
+func finishedAt(cr *sluicev1.ChangeRequest) *metav1.Time {
+	if cr.Status.Apply != nil && cr.Status.Apply.FinishedAt != nil {
+		return cr.Status.Apply.FinishedAt
+	}
+	if c := meta.FindStatusCondition(cr.Status.Conditions, sluicev1.ConditionReady); c != nil {
+		t := c.LastTransitionTime
+		return &t
+	}
+	return nil
+}
+
+// reconcileApplied records the newest applied change when the status does
+// not name it yet (the ChangeRequest reconciler normally records it with
+// the lock; this repairs a crash between the two writes).
+func (r *ReleaseReconciler) reconcileApplied(s *releaseScope) {
+	var newest *sluicev1.ChangeRequest
+	for i := range s.changes {
+		cr := &s.changes[i]
+		if cr.Status.Phase != sluicev1.PhaseApplied {
+			continue
+		}
+		if newest == nil || finishedAt(cr).After(finishedAt(newest).Time) {
+			newest = cr
+		}
+	}
+	if newest == nil || newest.Name == s.rel.Status.AppliedChange {
+		return
+	}
+	if current := s.rel.Status.AppliedChange; current != "" {
+		for i := range s.changes {
+			if s.changes[i].Name == current && !finishedAt(newest).After(finishedAt(&s.changes[i]).Time) {
+				return
+			}
+		}
+		if !slices.ContainsFunc(s.changes, func(c sluicev1.ChangeRequest) bool { return c.Name == current }) {
+			// The recorded change is gone; only a change newer than
+			// its history entry replaces it.
+			for _, h := range s.rel.Status.History {
+				if h.ChangeRequest == current && h.FinishedAt != nil && !finishedAt(newest).After(h.FinishedAt.Time) {
+					return
+				}
+			}
+		}
+	}
+	recordApplied(s.rel, newest)
+}
+
+// reconcileHistory merges the terminal changes into the history, newest
+// first, keeping MaxHistory entries (entries of deleted changes stay).
+func (r *ReleaseReconciler) reconcileHistory(s *releaseScope) {
+	byName := map[string]sluicev1.ReleaseHistoryEntry{}
+	for _, h := range s.rel.Status.History {
+		byName[h.ChangeRequest] = h
+	}
+	for i := range s.changes {
+		cr := &s.changes[i]
+		if !cr.Status.Phase.IsTerminal() || isPreview(cr) {
+			continue
+		}
+		byName[cr.Name] = sluicev1.ReleaseHistoryEntry{
+			ChangeRequest:  cr.Name,
+			Revision:       cr.Spec.Revision,
+			Phase:          cr.Status.Phase,
+			ApprovalDigest: cr.Spec.ApprovalDigest,
+			FinishedAt:     finishedAt(cr),
+		}
+	}
+	history := make([]sluicev1.ReleaseHistoryEntry, 0, len(byName))
+	for _, h := range byName {
+		history = append(history, h)
+	}
+	slices.SortFunc(history, func(a, b sluicev1.ReleaseHistoryEntry) int {
+		var ta, tb time.Time
+		if a.FinishedAt != nil {
+			ta = a.FinishedAt.Time
+		}
+		if b.FinishedAt != nil {
+			tb = b.FinishedAt.Time
+		}
+		if c := tb.Compare(ta); c != 0 {
+			return c
+		}
+		switch {
+		case a.ChangeRequest > b.ChangeRequest:
+			return -1
+		case a.ChangeRequest < b.ChangeRequest:
+			return 1
+		}
+		return 0
+	})
+	if len(history) > MaxHistory {
+		history = history[:MaxHistory]
+	}
+	if len(history) == 0 {
+		history = nil
+	}
+	s.rel.Status.History = history
+}
+
+// reconcileConditions sets Ready, Progressing and Degraded from the lock
+// and the newest non-preview change.
+func (r *ReleaseReconciler) reconcileConditions(s *releaseScope) {
+	var newest *sluicev1.ChangeRequest
+	for i := range s.changes {
+		if !isPreview(&s.changes[i]) {
+			newest = &s.changes[i]
+			break
+		}
+	}
+	set := func(t string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&s.rel.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: truncate(msg), ObservedGeneration: s.rel.Generation})
+	}
+
+	// Progressing: a change holds the lock or waits at the gate.
+	switch {
+	case s.rel.Status.CurrentChange != "":
+		set(sluicev1.ConditionProgressing, metav1.ConditionTrue, sluicev1.ReasonApplying, fmt.Sprintf("%s holds the apply lock", s.rel.Status.CurrentChange))
+	case newest != nil && !newest.Status.Phase.IsTerminal():
+		set(sluicev1.ConditionProgressing, metav1.ConditionTrue, changeReason(newest), fmt.Sprintf("%s is %s", newest.Name, phaseOf(newest)))
+	default:
+		set(sluicev1.ConditionProgressing, metav1.ConditionFalse, sluicev1.ReasonSucceeded, "no change in flight")
+	}
+
+	// Degraded: the newest change that ended for its own sake failed.
+	var lastEnded *sluicev1.ChangeRequest
+	for i := range s.changes {
+		cr := &s.changes[i]
+		if isPreview(cr) || !cr.Status.Phase.IsTerminal() || cr.Status.Phase == sluicev1.PhaseSuperseded {
+			continue
+		}
+		lastEnded = cr
+		break
+	}
+	if lastEnded != nil && lastEnded.Status.Phase == sluicev1.PhaseFailed {
+		set(sluicev1.ConditionDegraded, metav1.ConditionTrue, changeReason(lastEnded), fmt.Sprintf("%s failed", lastEnded.Name))
+	} else {
+		set(sluicev1.ConditionDegraded, metav1.ConditionFalse, sluicev1.ReasonSucceeded, "the last change did not fail")
+	}
+
+	// Ready: the newest change is applied.
+	switch {
+	case newest == nil:
+		set(sluicev1.ConditionReady, metav1.ConditionFalse, sluicev1.ReasonProgressing, "no change yet")
+	case newest.Status.Phase == sluicev1.PhaseApplied:
+		set(sluicev1.ConditionReady, metav1.ConditionTrue, sluicev1.ReasonSucceeded, fmt.Sprintf("%s applied revision %s", newest.Name, newest.Spec.Revision))
+	default:
+		set(sluicev1.ConditionReady, metav1.ConditionFalse, changeReason(newest), fmt.Sprintf("the newest change %s is %s", newest.Name, phaseOf(newest)))
+	}
+}
+
+func phaseOf(cr *sluicev1.ChangeRequest) sluicev1.ChangeRequestPhase {
+	if cr.Status.Phase == "" {
+		return sluicev1.PhasePending
+	}
+	return cr.Status.Phase
+}
+
+// changeReason is the reason of a change's Ready condition, or Progressing.
+func changeReason(cr *sluicev1.ChangeRequest) string {
+	if c := meta.FindStatusCondition(cr.Status.Conditions, sluicev1.ConditionReady); c != nil {
+		return c.Reason
+	}
+	return sluicev1.ReasonProgressing
+}
+
+func (r *ReleaseReconciler) keep() int {
+	if r.KeepChangeRequests > 0 {
+		return r.KeepChangeRequests
+	}
+	return 20
+}
+
+// reconcileRetention deletes terminal changes beyond the newest
+// KeepChangeRequests, never the lock holder or the applied change.
+func (r *ReleaseReconciler) reconcileRetention(ctx context.Context, s *releaseScope) error {
+	if len(s.changes) <= r.keep() {
+		return nil
+	}
+	kept := s.changes[:r.keep()]
+	for i := r.keep(); i < len(s.changes); i++ {
+		cr := &s.changes[i]
+		if !cr.Status.Phase.IsTerminal() || cr.Name == s.rel.Status.CurrentChange || cr.Name == s.rel.Status.AppliedChange || !cr.DeletionTimestamp.IsZero() {
+			kept = append(kept, *cr)
+			continue
+		}
+		err := r.Client.Delete(ctx, cr, client.Preconditions{UID: &cr.UID, ResourceVersion: &cr.ResourceVersion})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete old ChangeRequest %s: %w", cr.Name, err)
+		}
+	}
+	s.changes = kept
+	return nil
+}
+
+func (r *ReleaseReconciler) grace() time.Duration {
+	if r.ApprovalGracePeriod > 0 {
+		return r.ApprovalGracePeriod
+	}
+	return 10 * time.Minute
+}
+
+// reconcileApprovalGC deletes the release's Approvals whose digest matches
+// none of its remaining ChangeRequests, once they are older than the grace
+// period; younger ones are looked at again when it ends.
+func (r *ReleaseReconciler) reconcileApprovalGC(ctx context.Context, s *releaseScope) (ctrl.Result, error) {
+	var list sluicev1.ApprovalList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.rel.Namespace), client.MatchingFields{IndexRelease: s.rel.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list Approvals of Release %s: %w", s.rel.Name, err)
+	}
+	digests := map[sluicev1.Digest]bool{}
+	for i := range s.changes {
+		digests[s.changes[i].Spec.ApprovalDigest] = true
+	}
+	var result ctrl.Result
+	now := r.now()
+	for i := range list.Items {
+		a := &list.Items[i]
+		if digests[a.Spec.ApprovalDigest] || !a.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if age := now.Sub(a.CreationTimestamp.Time); age < r.grace() {
+			if wait := r.grace() - age + time.Second; result.RequeueAfter == 0 || wait < result.RequeueAfter {
+				result.RequeueAfter = wait
+			}
+			continue
+		}
+		if controllerutil.ContainsFinalizer(a, sluicev1.ApprovalFinalizer) {
+			orig := a.DeepCopy()
+			controllerutil.RemoveFinalizer(a, sluicev1.ApprovalFinalizer)
+			if err := r.Client.Patch(ctx, a, client.MergeFrom(orig), client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsNotFound(err) {
+				return ctrl.Result{}, fmt.Errorf("remove finalizer of orphaned Approval %s: %w", a.Name, err)
+			}
+		}
+		if err := r.Client.Delete(ctx, a, client.Preconditions{UID: &a.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("delete orphaned Approval %s: %w", a.Name, err)
+		}
+	}
+	return result, nil
+}
+
+// reconcileDelete runs the cleanup of the release's applier, then removes
+// the finalizer. A failing cleanup keeps the finalizer and is retried.
+func (r *ReleaseReconciler) reconcileDelete(ctx context.Context, rel *sluicev1.Release) error {
+	if !controllerutil.ContainsFinalizer(rel, sluicev1.ReleaseFinalizer) {
+		return nil
+	}
+	d := rel.Spec.Delivery
+	if d == "" {
+		d = sluicev1.DeliveryHelm
+	}
+	if app, ok := r.Appliers.For(d); ok {
+		if cleaner, ok := app.(applier.Cleaner); ok {
+			repo := &sluicev1.Repository{}
+			if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo); err != nil {
+				if !apierrors.IsNotFound(err) {
+					return fmt.Errorf("get Repository %s for cleanup: %w", rel.Spec.Repository, err)
+				}
+				repo = nil
+			}
+			if err := cleaner.Cleanup(ctx, rel, repo); err != nil {
+				if r.Recorder != nil {
+					r.Recorder.Eventf(rel, nil, "Warning", "CleanupFailed", "Cleanup", "the %s applier's cleanup failed: %s", app.Name(), truncate(err.Error()))
+				}
+				return fmt.Errorf("clean up Release %s with the %s applier: %w", rel.Name, app.Name(), err)
+			}
+		}
+	}
+	orig := rel.DeepCopy()
+	controllerutil.RemoveFinalizer(rel, sluicev1.ReleaseFinalizer)
+	if err := r.Client.Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("remove finalizer of Release %s: %w", rel.Name, err))
+	}
+	return nil
+}

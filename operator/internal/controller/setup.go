@@ -1,0 +1,111 @@
+// Package controller holds the operator's reconcilers: the ChangeRequest
+// reconciler, which holds every change at the approval gate and hands
+// approved ones to an applier, and the Release reconciler, which summarises
+// a release, keeps its history, prunes old ChangeRequests and orphaned
+// Approvals, and cleans up on deletion.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/metrics"
+)
+
+// Field indexes registered on the manager's cache.
+const (
+	// IndexApprovalDigest indexes ChangeRequests and Approvals by
+	// spec.approvalDigest, so a new Approval finds its ChangeRequests.
+	IndexApprovalDigest = "spec.approvalDigest"
+	// IndexRelease indexes ChangeRequests and Approvals by spec.release.
+	IndexRelease = "spec.release"
+)
+
+// FieldOwner is the field manager of every write the operator makes.
+const FieldOwner = "sluice-operator"
+
+// Options configure the reconcilers.
+type Options struct {
+	// Appliers maps a delivery mode to its applier.
+	Appliers applier.Registry
+	// Metrics records the sluice_* metrics; nil records nothing.
+	Metrics *metrics.Recorder
+	// Concurrency is the number of parallel reconciles per controller.
+	Concurrency int
+	// KeepChangeRequests is how many ChangeRequests per Release are kept
+	// (older terminal ones are deleted); 20 when zero.
+	KeepChangeRequests int
+	// ApprovalGracePeriod is how long an Approval whose digest matches no
+	// ChangeRequest is kept before it is deleted; 10 minutes when zero.
+	ApprovalGracePeriod time.Duration
+	// LockRetryInterval is how often a change waiting for its release's
+	// apply lock looks again (it is also woken when the lock is released);
+	// 30 seconds when zero.
+	LockRetryInterval time.Duration
+}
+
+// IndexFields registers the field indexes both reconcilers use.
+func IndexFields(ctx context.Context, mgr ctrl.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	for _, spec := range []struct {
+		obj   client.Object
+		field string
+		fn    client.IndexerFunc
+	}{
+		{&sluicev1.ChangeRequest{}, IndexApprovalDigest, func(o client.Object) []string {
+			return []string{string(o.(*sluicev1.ChangeRequest).Spec.ApprovalDigest)}
+		}},
+		{&sluicev1.ChangeRequest{}, IndexRelease, func(o client.Object) []string {
+			return []string{o.(*sluicev1.ChangeRequest).Spec.Release}
+		}},
+		{&sluicev1.Approval{}, IndexApprovalDigest, func(o client.Object) []string {
+			return []string{string(o.(*sluicev1.Approval).Spec.ApprovalDigest)}
+		}},
+		{&sluicev1.Approval{}, IndexRelease, func(o client.Object) []string {
+			return []string{o.(*sluicev1.Approval).Spec.Release}
+		}},
+	} {
+		if err := idx.IndexField(ctx, spec.obj, spec.field, spec.fn); err != nil {
+			return fmt.Errorf("index %T by %s: %w", spec.obj, spec.field, err)
+		}
+	}
+	return nil
+}
+
+// Setup registers the indexes and both reconcilers with the manager.
+func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	if err := IndexFields(ctx, mgr); err != nil {
+		return err
+	}
+	copts := controller.Options{MaxConcurrentReconciles: max(opts.Concurrency, 1)}
+	cr := &ChangeRequestReconciler{
+		Client:            mgr.GetClient(),
+		APIReader:         mgr.GetAPIReader(),
+		Recorder:          mgr.GetEventRecorder("sluice-changerequest"),
+		Appliers:          opts.Appliers,
+		Metrics:           opts.Metrics,
+		LockRetryInterval: opts.LockRetryInterval,
+	}
+	if err := cr.SetupWithManager(mgr, copts); err != nil {
+		return fmt.Errorf("set up the ChangeRequest controller: %w", err)
+	}
+	rel := &ReleaseReconciler{
+		Client:              mgr.GetClient(),
+		APIReader:           mgr.GetAPIReader(),
+		Recorder:            mgr.GetEventRecorder("sluice-release"),
+		Appliers:            opts.Appliers,
+		KeepChangeRequests:  opts.KeepChangeRequests,
+		ApprovalGracePeriod: opts.ApprovalGracePeriod,
+	}
+	if err := rel.SetupWithManager(mgr, copts); err != nil {
+		return fmt.Errorf("set up the Release controller: %w", err)
+	}
+	return nil
+}
