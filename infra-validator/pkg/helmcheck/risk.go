@@ -1,0 +1,176 @@
+package helmcheck
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
+)
+
+// highRiskKinds change who may do what, what the API server accepts, or
+// who may talk to whom.
+var highRiskKinds = map[string]string{
+	"Role": "RBAC object", "ClusterRole": "RBAC object", "RoleBinding": "RBAC object", "ClusterRoleBinding": "RBAC object",
+	"CustomResourceDefinition":       "CRD",
+	"ValidatingWebhookConfiguration": "admission webhook", "MutatingWebhookConfiguration": "admission webhook",
+	"ValidatingAdmissionPolicy": "admission policy", "ValidatingAdmissionPolicyBinding": "admission policy",
+	"MutatingAdmissionPolicy": "admission policy", "MutatingAdmissionPolicyBinding": "admission policy",
+	"NetworkPolicy": "NetworkPolicy", "APIService": "APIService",
+}
+
+// volatileLabels change with every chart release and say nothing about
+// the workload.
+var volatileLabels = []string{"helm.sh/chart", "app.kubernetes.io/version"}
+
+// risk rates the change from Options.Previous to the rendered objects
+// (DESIGN.md §4):
+//   - high: a new or changed RBAC object, CRD, admission webhook or policy,
+//     NetworkPolicy or APIService, or any object of Previous that is gone;
+//   - medium: a new object, or a change beyond the low-risk fields;
+//   - low: no change, or changes only to container images and resources,
+//     replicas, ConfigMap/Secret data, chart-version labels and checksum/*
+//     annotations.
+//
+// Hooks count only when they are of a high-risk kind (Helm keeps no
+// previous copy of them to compare with).
+func (c *checker) risk(objs []Object) {
+	prev, _ := splitManifest(c.opts.Previous, false)
+	prevByID := map[string]Object{}
+	for _, p := range prev {
+		setNamespace(&p, c.opts.Namespace)
+		prevByID[riskKey(p)] = p
+	}
+	type reason struct {
+		risk report.Risk
+		text string
+	}
+	var reasons []reason
+	add := func(r report.Risk, format string, args ...any) {
+		reasons = append(reasons, reason{r, fmt.Sprintf(format, args...)})
+	}
+	seen := map[string]bool{}
+	for _, o := range objs {
+		what, high := highRiskKinds[o.Kind]
+		if o.Hook {
+			if high {
+				add(report.RiskHigh, "%s: a hook creating a %s", o.ID(), what)
+			}
+			continue
+		}
+		key := riskKey(o)
+		seen[key] = true
+		p, existed := prevByID[key]
+		switch {
+		case !existed && high:
+			add(report.RiskHigh, "%s: new %s", o.ID(), what)
+		case !existed:
+			add(report.RiskMedium, "%s: new object", o.ID())
+		case reflect.DeepEqual(p.Object, o.Object):
+		case high:
+			add(report.RiskHigh, "%s: %s changed", o.ID(), what)
+		case reflect.DeepEqual(lowRiskNormal(p), lowRiskNormal(o)):
+			add(report.RiskLow, "%s: image, replicas, resources or data changed", o.ID())
+		default:
+			add(report.RiskMedium, "%s: changed", o.ID())
+		}
+	}
+	for key, p := range prevByID {
+		if !seen[key] {
+			add(report.RiskHigh, "%s: deleted", p.ID())
+		}
+	}
+	rank := map[report.Risk]int{report.RiskLow: 0, report.RiskMedium: 1, report.RiskHigh: 2}
+	sort.SliceStable(reasons, func(i, j int) bool {
+		if rank[reasons[i].risk] != rank[reasons[j].risk] {
+			return rank[reasons[i].risk] > rank[reasons[j].risk]
+		}
+		return reasons[i].text < reasons[j].text
+	})
+	for _, r := range reasons {
+		c.res.Risk = report.MaxRisk(c.res.Risk, r.risk)
+		if rank[r.risk] > 0 {
+			c.res.RiskReasons = append(c.res.RiskReasons, r.text)
+		}
+	}
+}
+
+func riskKey(o Object) string {
+	return groupOf(o.APIVersion) + "/" + o.ID()
+}
+
+// lowRiskNormal returns a copy of the object without the fields whose
+// change is low risk.
+func lowRiskNormal(o Object) any {
+	v := deepCopy(o.Object)
+	m := v.(map[string]any)
+	if o.Kind == "ConfigMap" || o.Kind == "Secret" {
+		delete(m, "data")
+		delete(m, "binaryData")
+		delete(m, "stringData")
+	}
+	if spec, ok := m["spec"].(map[string]any); ok {
+		delete(spec, "replicas")
+	}
+	strip(v)
+	return v
+}
+
+// strip removes, anywhere in the object, container images and resources,
+// volatile labels and checksum annotations.
+func strip(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, c := range t {
+			switch k {
+			case "containers", "initContainers", "ephemeralContainers":
+				if list, ok := c.([]any); ok {
+					for _, item := range list {
+						if cm, ok := item.(map[string]any); ok {
+							delete(cm, "image")
+							delete(cm, "resources")
+						}
+					}
+				}
+			case "labels":
+				if lm, ok := c.(map[string]any); ok {
+					for _, l := range volatileLabels {
+						delete(lm, l)
+					}
+				}
+			case "annotations":
+				if am, ok := c.(map[string]any); ok {
+					for a := range am {
+						if strings.HasPrefix(a, "checksum/") {
+							delete(am, a)
+						}
+					}
+				}
+			}
+			strip(c)
+		}
+	case []any:
+		for _, c := range t {
+			strip(c)
+		}
+	}
+}
+
+func deepCopy(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, c := range t {
+			out[k] = deepCopy(c)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, c := range t {
+			out[i] = deepCopy(c)
+		}
+		return out
+	}
+	return v
+}
