@@ -56,6 +56,9 @@ type RepositoryReconciler struct {
 	Trigger *Trigger
 	// MaxConcurrentReconciles defaults to 4.
 	MaxConcurrentReconciles int
+	// SkipNameValidation allows several controllers of this name in one
+	// process (tests run several syncers).
+	SkipNameValidation bool
 	// Hooks are test seams.
 	Hooks Hooks
 
@@ -113,7 +116,7 @@ func (r *RepositoryReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&sluicev1.Release{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &sluicev1.Repository{}, handler.OnlyControllerOwner()),
 			builder.WithPredicates(replanChanged)).
 		WatchesRawSource(source.Channel(r.Trigger.events, &handler.TypedEnqueueRequestForObject[*sluicev1.Repository]{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, SkipNameValidation: &r.SkipNameValidation}).
 		Complete(r)
 }
 

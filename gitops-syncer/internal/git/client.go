@@ -204,10 +204,17 @@ func (g *GoGit) cacheFor(r Remote, create bool) (*cache, error) {
 	id := hex.EncodeToString(sum[:12])
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if c, ok := g.caches[id]; ok {
-		return c, nil
-	}
 	path := filepath.Join(g.dir, id+".git")
+	if c, ok := g.caches[id]; ok {
+		// A cache folder removed under us (a lost volume) is rebuilt.
+		if _, err := os.Stat(filepath.Join(path, "HEAD")); err == nil {
+			return c, nil
+		}
+		delete(g.caches, id)
+	}
+	if err := os.MkdirAll(g.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create git cache folder: %w", err)
+	}
 	repo, err := gogit.PlainOpen(path)
 	if errors.Is(err, gogit.ErrRepositoryNotExists) {
 		if !create {
