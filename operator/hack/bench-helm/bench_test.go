@@ -1,0 +1,343 @@
+package benchhelm
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/cli/values"
+	"helm.sh/helm/v3/pkg/getter"
+	"helm.sh/helm/v3/pkg/kube"
+	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	helmapplier "github.com/sluice-gitops/sluice/operator/internal/applier/helm"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact"
+)
+
+// The control plane starts on the first benchmark only, so `go test` of the
+// whole module pays nothing for this package.
+var (
+	once    sync.Once
+	env     *testenv.Env
+	envErr  error
+	started bool
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if started {
+		_ = env.Stop()
+	}
+	os.Exit(code)
+}
+
+func controlPlane(b *testing.B) *testenv.Env {
+	once.Do(func() {
+		env, envErr = testenv.Start(testenv.Options{})
+		started = envErr == nil
+	})
+	if envErr != nil {
+		b.Fatal(envErr)
+	}
+	return env
+}
+
+const stagingValues = "message: benchmark\nreplicas: 2\n"
+
+// files is the artifact's content: the chart and the service folder.
+func files(b *testing.B, target string) map[string][]byte {
+	out := map[string][]byte{
+		"services/web/service.yaml": []byte(fmt.Sprintf(`apiVersion: sluice.dev/v1alpha1
+kind: Service
+name: web
+chart: {path: charts/web}
+values: [values.yaml]
+environments:
+  - name: staging
+    namespace: %s
+    values: [values-staging.yaml]
+    delivery: helm
+    approval: {required: 0, autoApproveRisk: low}
+`, target)),
+		"services/web/values.yaml":         []byte("replicas: 1\n"),
+		"services/web/values-staging.yaml": []byte(stagingValues),
+	}
+	err := filepath.WalkDir("testdata/web", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("testdata/web", p)
+		out[path.Join("charts/web", filepath.ToSlash(rel))] = data
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+func tarGz(b *testing.B, files map[string][]byte) (tarball, targz []byte) {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, n := range names {
+		if err := tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(files[n])), ModTime: time.Unix(0, 0)}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tw.Write(files[n]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		b.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(buf.Bytes())
+	_ = zw.Close()
+	return buf.Bytes(), gz.Bytes()
+}
+
+type capture struct{ got []byte }
+
+func (c *capture) Run(m *bytes.Buffer) (*bytes.Buffer, error) {
+	c.got = append([]byte(nil), m.Bytes()...)
+	return m, nil
+}
+
+// offlineDigest renders the chart the way the validator does, offline.
+func offlineDigest(b *testing.B, dir, name, ns string) sluicev1.Digest {
+	ch, vals := loadChart(b, dir)
+	c := &capture{}
+	in := action.NewInstall(&action.Configuration{})
+	in.ClientOnly, in.DryRun = true, true
+	in.ReleaseName, in.Namespace, in.PostRenderer = name, ns, c
+	if _, err := in.Run(ch, vals); err != nil {
+		b.Fatal(err)
+	}
+	return sluicev1.SHA256Digest(c.got)
+}
+
+func writeTree(b *testing.B, files map[string][]byte) string {
+	dir := b.TempDir()
+	for n, data := range files {
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func loadChart(b *testing.B, dir string) (*chart.Chart, map[string]any) {
+	ch, err := loader.LoadDir(filepath.Join(dir, "charts/web"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	vals, err := (&values.Options{ValueFiles: []string{
+		filepath.Join(dir, "services/web/values.yaml"), filepath.Join(dir, "services/web/values-staging.yaml"),
+	}}).MergeValues(getter.Providers{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ch, vals
+}
+
+func namespace(b *testing.B, e *testenv.Env, name string) {
+	if err := e.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkHelmApplier(b *testing.B) {
+	e := controlPlane(b)
+	ctx := context.Background()
+	var mu sync.Mutex
+	blobs := map[string][]byte{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		data, ok := blobs[strings.TrimPrefix(r.URL.Path, "/artifacts/")]
+		mu.Unlock()
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(data)
+	}))
+	defer srv.Close()
+	fetcher, err := artifact.NewFetcher(srv.URL + "/artifacts/")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fetcher.TempDir = b.TempDir()
+	a, err := helmapplier.New(helmapplier.Options{Config: e.Config, Fetcher: fetcher, Log: logr.Discard()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctl := fmt.Sprintf("bench-ctl-%d", time.Now().UnixNano())
+	namespace(b, e, ctl)
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		target := fmt.Sprintf("bench-app-%d-%d", time.Now().UnixNano(), i)
+		namespace(b, e, target)
+		if err := e.Client.Create(ctx, &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: target},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"", "apps"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
+		}); err != nil {
+			b.Fatal(err)
+		}
+		if err := e.Client.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: target},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "deployer"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "deployer", Namespace: ctl}},
+		}); err != nil {
+			b.Fatal(err)
+		}
+		waitAllowed(b, e, "system:serviceaccount:"+ctl+":deployer", target)
+		content := files(b, target)
+		tb, gz := tarGz(b, content)
+		name := fmt.Sprintf("%d.tar.gz", i)
+		mu.Lock()
+		blobs[name] = gz
+		mu.Unlock()
+		cr := &sluicev1.ChangeRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-staging-0123456789", Namespace: ctl},
+			Spec: sluicev1.ChangeRequestSpec{
+				Release: "web-staging", Revision: strings.Repeat("a", 40), TargetNamespace: target,
+				Artifact:       sluicev1.ArtifactReference{URL: srv.URL + "/artifacts/" + name, SHA256: sluicev1.SHA256Digest(gz)},
+				ContentDigest:  sluicev1.SHA256Digest(tb),
+				ManifestDigest: offlineDigest(b, writeTree(b, content), "web-staging", target),
+			},
+		}
+		cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+		req := applier.Request{
+			Change: cr,
+			Release: &sluicev1.Release{
+				ObjectMeta: metav1.ObjectMeta{Name: "web-staging", Namespace: ctl},
+				Spec: sluicev1.ReleaseSpec{Service: "web", Environment: "staging", SourcePath: "services/web", TargetNamespace: target,
+					Chart: sluicev1.ChartSource{Path: "charts/web"}, Values: []sluicev1.RelativePath{"values.yaml", "values-staging.yaml"}},
+			},
+			Repository: &sluicev1.Repository{
+				ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: ctl},
+				Spec:       sluicev1.RepositorySpec{ServiceAccountName: "deployer", TargetNamespaces: []string{"bench-app-*"}},
+			},
+		}
+		b.StartTimer()
+		res, err := a.Apply(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.HelmRevision != 1 {
+			b.Fatalf("revision %d", res.HelmRevision)
+		}
+	}
+}
+
+func BenchmarkBareHelmInstall(b *testing.B) {
+	e := controlPlane(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		target := fmt.Sprintf("bench-bare-%d-%d", time.Now().UnixNano(), i)
+		namespace(b, e, target)
+		dir := writeTree(b, files(b, target))
+		b.StartTimer()
+		ch, vals := loadChart(b, dir)
+		cfg := bareConfig(b, e.Config, target)
+		in := action.NewInstall(cfg)
+		in.ReleaseName, in.Namespace = "web-staging", target
+		rel, err := in.Run(ch, vals)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rel.Version != 1 {
+			b.Fatalf("revision %d", rel.Version)
+		}
+	}
+}
+
+// bareConfig is what a plain Helm SDK program does: the operator's own
+// config through genericclioptions, Secrets storage in the namespace.
+func bareConfig(b *testing.B, rc *rest.Config, ns string) *action.Configuration {
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.WrapConfigFn = func(*rest.Config) *rest.Config { return rest.CopyConfig(rc) }
+	flags.Namespace = &ns
+	apiServer := rc.Host
+	flags.APIServer = &apiServer
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kc := kube.New(flags)
+	kc.Namespace = ns
+	return &action.Configuration{
+		RESTClientGetter: flags,
+		KubeClient:       kc,
+		Releases:         storage.Init(driver.NewSecrets(cs.CoreV1().Secrets(ns))),
+		Log:              func(string, ...any) {},
+	}
+}
+
+// waitAllowed waits until the API server's RBAC cache lets user list
+// Secrets in ns (a fresh RoleBinding takes a moment to be seen).
+func waitAllowed(b *testing.B, e *testenv.Env, user, ns string) {
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 500 {
+		r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: ns, Verb: "list", Resource: "secrets"}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r.Status.Allowed {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Fatalf("%s never got rights in %s", user, ns)
+}
