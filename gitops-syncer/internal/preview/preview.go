@@ -1,0 +1,514 @@
+// Package preview turns pull requests into preview ChangeRequests and
+// reviews into Approvals.
+//
+// A pull request opened, updated or reopened is fetched through its head
+// ref (refs/pull/N/head, refs/merge-requests/N/head); every release whose
+// inputs differ between the PR's base and its head gets a preview
+// ChangeRequest named v1alpha1.PreviewChangeRequestName, built exactly as
+// the syncer builds a change of the tracked branch (same artifact, same
+// validator), so its approvalDigest equals the merge commit's whenever the
+// release's content, manifests and plan are the same. Its verdict goes back
+// to the pull request as a commit status per release. A closed pull request
+// loses its previews; Approvals stay, since they are addressed by digest and
+// may count for the merge commit.
+//
+// A review becomes one Approval per preview at the reviewed commit:
+// approved → approve, changes requested → reject, dismissed → revoke; a
+// commented review does nothing, and neither does a review by someone
+// without write access.
+package preview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/status"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// FieldOwner of the objects this package writes.
+const FieldOwner = "gitops-syncer-preview"
+
+// Remotes gives a Repository's git remote with its credentials (the
+// syncer's RepositoryReconciler).
+type Remotes interface {
+	RemoteFor(ctx context.Context, repo *sluicev1.Repository) (git.Remote, error)
+}
+
+// StatusPoster posts commit statuses (status.Client).
+type StatusPoster interface {
+	Post(ctx context.Context, s status.Status) error
+}
+
+// PermissionChecker answers whether a user may write to a repository, for
+// providers whose review payloads do not say (status.Client for Gitea).
+type PermissionChecker interface {
+	WriteAccess(ctx context.Context, repo, login string) (bool, error)
+}
+
+// Handler builds previews and records reviews. It implements
+// webhook.PullRequestHandler.
+type Handler struct {
+	Client client.Client
+	// APIReader reads without the cache; defaults to Client.
+	APIReader client.Reader
+	Git       git.Client
+	Remotes   Remotes
+	Validator validation.Validator
+	Store     *artifact.Store
+	// ArtifactBaseURL prefixes artifact URLs, as for the syncer's changes.
+	ArtifactBaseURL string
+	// Statuses, if set, gets a commit status per preview.
+	Statuses StatusPoster
+	// Permissions, if set, is asked about reviewers whose access the
+	// payload does not state; without it such reviews are ignored.
+	Permissions PermissionChecker
+	// ScratchDir holds temporary folders; defaults to the OS temp dir.
+	ScratchDir string
+	Log        logr.Logger
+
+	locks sync.Map // "<ns>/<repo>#<pr>" → *sync.Mutex
+}
+
+// lock serialises the work on one pull request (a review may arrive while
+// its previews are still being built).
+func (h *Handler) lock(repo *sluicev1.Repository, pr int64) func() {
+	key := fmt.Sprintf("%s/%s#%d", repo.Namespace, repo.Name, pr)
+	m, _ := h.locks.LoadOrStore(key, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+func (h *Handler) reader() client.Reader {
+	if h.APIReader != nil {
+		return h.APIReader
+	}
+	return h.Client
+}
+
+// PullRequest handles an opened, updated, reopened or closed pull request.
+func (h *Handler) PullRequest(ctx context.Context, repo *sluicev1.Repository, ev *provider.Event) error {
+	pr := ev.PullRequest
+	if pr == nil {
+		return errors.New("no pull request in the event")
+	}
+	unlock := h.lock(repo, pr.Number)
+	defer unlock()
+	switch pr.Action {
+	case provider.PRClosed:
+		return h.deletePreviews(ctx, repo, pr.Number)
+	case provider.PROpened, provider.PRUpdated, provider.PRReopened:
+		_, err := h.build(ctx, repo, ev, pr, pr.HeadSHA)
+		return err
+	}
+	return nil
+}
+
+// previewsAllowed says whether the Repository wants previews of pr.
+func previewsAllowed(repo *sluicev1.Repository, pr *provider.PullRequest) (bool, string) {
+	switch repo.Spec.Previews {
+	case sluicev1.PreviewsNone:
+		return false, "previews are off"
+	case sluicev1.PreviewsAll:
+		return true, ""
+	}
+	if pr.Fork {
+		return false, "the pull request comes from a fork and the Repository's previews are sameRepo"
+	}
+	return true, ""
+}
+
+// built is one preview made (or found) for a release.
+type built struct {
+	cr      *sluicev1.ChangeRequest
+	created bool
+}
+
+// build creates the previews of pr at head: one per release whose inputs
+// differ between the base and head. It returns every preview at head.
+func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *provider.Event, pr *provider.PullRequest, head string) ([]built, error) {
+	log := h.Log.WithValues("repository", repo.Namespace+"/"+repo.Name, "pullRequest", pr.Number, "head", short(head))
+	if ok, why := previewsAllowed(repo, pr); !ok {
+		log.Info("No previews for this pull request", "reason", why)
+		return nil, nil
+	}
+	remote, err := h.Remotes.RemoteFor(ctx, repo)
+	if err != nil {
+		return nil, fmt.Errorf("remote of %s: %w", repo.Name, err)
+	}
+	cache, err := h.Git.Fetch(ctx, remote, pr.HeadRef, head)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s: %w", pr.HeadRef, err)
+	}
+	// The base is the commit the payload names, or the base branch's tip
+	// when the payload names none or one the remote no longer has.
+	base := pr.BaseSHA
+	if base == "" || !cache.HasCommit(base) {
+		if cache, err = h.Git.Fetch(ctx, remote, pr.BaseRef, ""); err != nil {
+			return nil, fmt.Errorf("fetch %s: %w", pr.BaseRef, err)
+		}
+		if base == "" || !cache.HasCommit(base) {
+			if base, err = cache.ResolveRef(pr.BaseRef); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	fsys, err := cache.FS(head)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", short(head), err)
+	}
+	scratch, err := os.MkdirTemp(h.ScratchDir, "preview-")
+	if err != nil {
+		return nil, fmt.Errorf("create scratch folder: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	servicesPath := string(repo.Spec.ServicesPath)
+	if servicesPath == "" {
+		servicesPath = "services"
+	}
+	entries, err := catalog.Discover(fsys, servicesPath, scratch)
+	if errors.Is(err, catalog.ErrNoServicesPath) {
+		log.Info("No services folder at the pull request head", "path", servicesPath)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find services at %s: %w", short(head), err)
+	}
+	commit, err := cache.Commit(head)
+	if err != nil {
+		return nil, err
+	}
+	authors := []sluicev1.Identity{}
+	if pr.Author != "" {
+		authors = append(authors, sluicev1.Identity(pr.Author))
+	}
+	if emails, err := cache.Authors(head, base, 1000); err == nil {
+		authors = append(authors, emailIdentities(emails)...)
+	}
+
+	var out []built
+	var errs []error
+	for i := range entries {
+		e := &entries[i]
+		if e.Err != nil || e.Service == nil {
+			// The syncer reports bad manifests on the branch; a preview
+			// cannot be built from one.
+			log.Info("Skipping a service whose manifest is invalid at the pull request head", "dir", e.Dir)
+			h.postStatus(ctx, ev, head, status.StateFailure, "sluice/"+path.Base(e.Dir), "service.yaml is invalid at this commit")
+			continue
+		}
+		headHash, err := cache.InputsHash(head, e.Inputs)
+		if err != nil {
+			return nil, fmt.Errorf("hash inputs: %w", err)
+		}
+		baseHash, err := cache.InputsHash(base, e.Inputs)
+		if err != nil {
+			return nil, fmt.Errorf("hash inputs: %w", err)
+		}
+		for _, env := range e.Service.Environments {
+			name := sluicev1.ReleaseName(e.Service.Name, sluicev1.EnvironmentName(env.Name))
+			if headHash == baseHash {
+				// Unchanged by the PR, unless a preview exists already.
+				continue
+			}
+			b, err := h.buildOne(ctx, repo, cache, pr, head, base, e, env, name, commit, authors)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("release %s: %w", name, err))
+				continue
+			}
+			out = append(out, b)
+			if b.created {
+				state, ctxName, desc := status.ForChangeRequest(b.cr)
+				h.postStatus(ctx, ev, head, state, ctxName, desc)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// buildOne creates the preview of one release, or returns the one that
+// exists already.
+func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, pr *provider.PullRequest, head, base string,
+	e *catalog.Entry, env manifest.Environment, release string, commit git.CommitInfo, authors []sluicev1.Identity) (built, error) {
+	name := sluicev1.PreviewChangeRequestName(release, pr.Number, head)
+	existing := &sluicev1.ChangeRequest{}
+	err := h.reader().Get(ctx, types.NamespacedName{Namespace: repo.Namespace, Name: name}, existing)
+	if err == nil {
+		return built{cr: existing}, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return built{}, fmt.Errorf("read preview %s: %w", name, err)
+	}
+
+	fsys, err := cache.FS(head)
+	if err != nil {
+		return built{}, err
+	}
+	var findings []sluicev1.Finding
+	art, err := artifact.Build(fsys, e.Inputs)
+	if err != nil {
+		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "artifact", Message: git.Redact(err.Error())})
+		if art, err = artifact.Build(fsys, []string{path.Join(e.Dir, manifest.FileName)}); err != nil {
+			return built{}, fmt.Errorf("build artifact: %w", err)
+		}
+	}
+	key := artifact.Key{Namespace: repo.Namespace, Repository: repo.Name, Revision: head, Release: release}
+	if err := h.Store.Put(key, art.TarGz); err != nil {
+		return built{}, fmt.Errorf("store artifact: %w", err)
+	}
+	var res *validation.Result
+	if len(findings) == 0 {
+		if res, err = h.validate(ctx, repo, e, env.Name, release, art); err != nil {
+			return built{}, err
+		}
+	}
+	if !targetAllowed(repo, env.Namespace) {
+		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "targetNamespaces",
+			Message: fmt.Sprintf("target namespace %q is not in the Repository's targetNamespaces", env.Namespace), File: path.Join(e.Dir, manifest.FileName)})
+	}
+
+	delivery := sluicev1.Delivery(env.Delivery)
+	if delivery == "" {
+		delivery = sluicev1.DeliveryHelm
+	}
+	spec := sluicev1.ChangeRequestSpec{
+		Release:          release,
+		Revision:         head,
+		Attempt:          1,
+		PreviousRevision: base,
+		Authors:          authors,
+		CommitMessage:    truncate(commit.Message, 4000),
+		PullRequest:      &sluicev1.PullRequestRef{Number: pr.Number, HeadSHA: head, Preview: true, Fork: pr.Fork},
+		TargetNamespace:  env.Namespace,
+		Delivery:         delivery,
+		Artifact:         sluicev1.ArtifactReference{URL: key.URL(h.ArtifactBaseURL), SHA256: sluicev1.Digest(art.SHA256)},
+		ContentDigest:    sluicev1.Digest(art.ContentDigest),
+		Rule:             ruleOf(env.Approval),
+	}
+	if res != nil {
+		spec.ManifestDigest, spec.PlanDigest, spec.PlanFileSHA256 = res.ManifestDigest, res.PlanDigest, res.PlanFileSHA256
+		spec.PlanSummary = res.PlanSummary
+		spec.Verdict = res.Verdict
+		findings = append(append([]sluicev1.Finding{}, res.Verdict.Findings...), findings...)
+	} else {
+		spec.Verdict = sluicev1.Verdict{Result: sluicev1.VerdictFail, Risk: sluicev1.RiskHigh}
+	}
+	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = cleanFindings(findings, spec.Verdict.FindingsTruncated)
+	spec.Verdict.Result = verdictResult(spec.Verdict.Result, spec.Verdict.Findings)
+	if spec.Verdict.Risk == "" {
+		spec.Verdict.Risk = sluicev1.RiskHigh
+	}
+	spec.ApprovalDigest = sluicev1.ComputeApprovalDigest(repo.Namespace, release, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest)
+
+	cr := &sluicev1.ChangeRequest{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: repo.Namespace,
+			Labels: map[string]string{
+				sluicev1.LabelRepository:  repo.Name,
+				sluicev1.LabelRelease:     release,
+				sluicev1.LabelService:     e.Service.Name,
+				sluicev1.LabelEnvironment: env.Name,
+				sluicev1.LabelPreview:     "true",
+				sluicev1.LabelPullRequest: strconv.FormatInt(pr.Number, 10),
+			},
+		},
+		Spec: spec,
+	}
+	// Owned by its Release when the Release exists and is this
+	// Repository's, otherwise by the Repository (a new service).
+	var owner client.Object = repo
+	rel := &sluicev1.Release{}
+	if err := h.reader().Get(ctx, types.NamespacedName{Namespace: repo.Namespace, Name: release}, rel); err == nil && metav1.IsControlledBy(rel, repo) {
+		owner = rel
+	}
+	if err := controllerutil.SetControllerReference(owner, cr, h.Client.Scheme()); err != nil {
+		return built{}, fmt.Errorf("own preview: %w", err)
+	}
+	if err := h.Client.Create(ctx, cr, client.FieldOwner(FieldOwner)); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			if err := h.reader().Get(ctx, client.ObjectKeyFromObject(cr), existing); err != nil {
+				return built{}, fmt.Errorf("read preview %s: %w", name, err)
+			}
+			return built{cr: existing}, nil
+		}
+		return built{}, fmt.Errorf("create preview %s: %w", name, err)
+	}
+	h.Log.Info("Created preview ChangeRequest", "changeRequest", name, "verdict", cr.Spec.Verdict.Result, "approvalDigest", cr.Spec.ApprovalDigest)
+	return built{cr: cr, created: true}, nil
+}
+
+// validate extracts the artifact and validates it, exactly as the syncer
+// does for a change of the tracked branch.
+func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, e *catalog.Entry, env, release string, art *artifact.Artifact) (*validation.Result, error) {
+	if h.Validator == nil {
+		return nil, errors.New("no validator configured")
+	}
+	dir, err := os.MkdirTemp(h.ScratchDir, "preview-validate-")
+	if err != nil {
+		return nil, fmt.Errorf("create scratch folder: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := artifact.Extract(art.TarGz, dir); err != nil {
+		return nil, fmt.Errorf("extract artifact: %w", err)
+	}
+	res, err := h.Validator.Validate(ctx, validation.Request{RepoRoot: dir, Service: e.Service, Environment: env, ControlNamespace: repo.Namespace, Release: release})
+	if err != nil {
+		return nil, fmt.Errorf("validate %s: %w", release, err)
+	}
+	return res, nil
+}
+
+// deletePreviews deletes every preview ChangeRequest of pull request n.
+func (h *Handler) deletePreviews(ctx context.Context, repo *sluicev1.Repository, n int64) error {
+	var list sluicev1.ChangeRequestList
+	if err := h.reader().List(ctx, &list, client.InNamespace(repo.Namespace), client.MatchingLabels{
+		sluicev1.LabelRepository: repo.Name, sluicev1.LabelPreview: "true", sluicev1.LabelPullRequest: strconv.FormatInt(n, 10),
+	}); err != nil {
+		return fmt.Errorf("list previews: %w", err)
+	}
+	var errs []error
+	for i := range list.Items {
+		cr := &list.Items[i]
+		if cr.Spec.PullRequest == nil || !cr.Spec.PullRequest.Preview {
+			continue // never a real change, whatever its labels say
+		}
+		if err := h.Client.Delete(ctx, cr, client.Preconditions{UID: &cr.UID}); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("delete preview %s: %w", cr.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// postStatus posts a commit status when a poster is configured; a failure
+// is logged, never fatal: the preview itself is what counts.
+func (h *Handler) postStatus(ctx context.Context, ev *provider.Event, sha string, state status.State, context, desc string) {
+	if h.Statuses == nil || ev == nil {
+		return
+	}
+	err := h.Statuses.Post(ctx, status.Status{Repo: ev.Repo, ProjectID: ev.ProjectID, SHA: sha, Context: context, State: state, Description: desc})
+	if err != nil {
+		h.Log.Error(err, "Posting a commit status failed", "context", context)
+	}
+}
+
+// targetAllowed reports whether ns matches one of the Repository's
+// targetNamespaces globs.
+func targetAllowed(repo *sluicev1.Repository, ns string) bool {
+	for _, pattern := range repo.Spec.TargetNamespaces {
+		if ok, err := path.Match(pattern, ns); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+func ruleOf(a manifest.Approval) sluicev1.ApprovalRule {
+	rule := sluicev1.ApprovalRule{Required: int32(a.Required), AllowAuthor: a.AllowAuthor, AutoApproveRisk: sluicev1.AutoApproveRisk(a.AutoApproveRisk)}
+	for _, id := range a.Approvers {
+		rule.Approvers = append(rule.Approvers, sluicev1.Identity(id))
+	}
+	return rule
+}
+
+// emailIdentities turns commit emails into "email:" identities, dropping
+// any the API's Identity pattern would refuse.
+func emailIdentities(emails []string) []sluicev1.Identity {
+	var out []sluicev1.Identity
+	seen := map[string]bool{}
+	for _, e := range emails {
+		e = strings.TrimSpace(e)
+		if e == "" || strings.ContainsAny(e, " \t\r\n") || strings.HasPrefix(e, ":") || len(e) > 300 || seen[e] {
+			continue
+		}
+		seen[e] = true
+		out = append(out, sluicev1.Identity("email:"+e))
+	}
+	return out
+}
+
+// cleanFindings redacts URL credentials, trims fields to the API's limits
+// and keeps at most 500 findings, counting the rest.
+func cleanFindings(in []sluicev1.Finding, truncated int32) ([]sluicev1.Finding, int32) {
+	const max = 500
+	out := make([]sluicev1.Finding, 0, len(in))
+	for _, f := range in {
+		if len(out) == max {
+			truncated++
+			continue
+		}
+		f.Message = truncate(git.Redact(f.Message), 2000)
+		if f.Message == "" {
+			f.Message = "(no message)"
+		}
+		f.Source = truncate(f.Source, 60)
+		f.Policy = truncate(f.Policy, 250)
+		f.Resource = truncate(git.Redact(f.Resource), 500)
+		f.File = truncate(f.File, 500)
+		switch f.Severity {
+		case sluicev1.SeverityDeny, sluicev1.SeverityWarn, sluicev1.SeverityUnverifiable, sluicev1.SeverityInfo:
+		default:
+			f.Severity = sluicev1.SeverityDeny
+		}
+		out = append(out, f)
+	}
+	return out, truncated
+}
+
+// verdictResult is the validator's result, made stricter by the findings.
+func verdictResult(current sluicev1.VerdictResult, findings []sluicev1.Finding) sluicev1.VerdictResult {
+	res := sluicev1.VerdictPass
+	for _, f := range findings {
+		switch f.Severity {
+		case sluicev1.SeverityDeny:
+			return sluicev1.VerdictFail
+		case sluicev1.SeverityWarn:
+			res = sluicev1.VerdictWarn
+		}
+	}
+	if current == sluicev1.VerdictFail || (current == sluicev1.VerdictWarn && res == sluicev1.VerdictPass) {
+		return current
+	}
+	return res
+}
+
+func short(sha string) string {
+	if len(sha) > 10 {
+		return sha[:10]
+	}
+	return sha
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
+}

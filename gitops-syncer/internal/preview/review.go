@@ -1,0 +1,151 @@
+package preview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// decisionOf maps a review state to an Approval decision; a commented
+// review has none.
+func decisionOf(s provider.ReviewState) (sluicev1.Decision, bool) {
+	switch s {
+	case provider.ReviewApproved:
+		return sluicev1.DecisionApprove, true
+	case provider.ReviewChangesRequested:
+		return sluicev1.DecisionReject, true
+	case provider.ReviewDismissed:
+		return sluicev1.DecisionRevoke, true
+	}
+	return "", false
+}
+
+// ApprovalName is the deterministic name of the Approval a review makes for
+// one release: a redelivered review creates nothing twice, and a dismissal
+// of the same review is a separate object.
+func ApprovalName(release string, pr, reviewID int64, d sluicev1.Decision) string {
+	return fmt.Sprintf("%s-pr%d-review%d-%s", release, pr, reviewID, d)
+}
+
+// Review records a review as Approvals of the previews at the reviewed
+// commit. Only reviews from users with write access count, and only for
+// the commit they were given on: a review of an older head never approves
+// the newer one.
+func (h *Handler) Review(ctx context.Context, repo *sluicev1.Repository, ev *provider.Event) error {
+	rev := ev.Review
+	if rev == nil {
+		return errors.New("no review in the event")
+	}
+	log := h.Log.WithValues("repository", repo.Namespace+"/"+repo.Name, "pullRequest", rev.PullRequest.Number, "review", rev.ID, "reviewer", rev.Reviewer)
+	decision, ok := decisionOf(rev.State)
+	if !ok {
+		log.V(1).Info("Review without a decision", "state", rev.State)
+		return nil
+	}
+	allowed, err := h.mayApprove(ctx, ev)
+	if err != nil {
+		return err
+	}
+	if !allowed {
+		log.Info("Ignoring a review from a user without write access")
+		return nil
+	}
+	unlock := h.lock(repo, rev.PullRequest.Number)
+	defer unlock()
+
+	previews, err := h.previewsAt(ctx, repo, rev.PullRequest.Number, rev.CommitSHA)
+	if err != nil {
+		return err
+	}
+	if len(previews) == 0 && decision != sluicev1.DecisionRevoke && rev.CommitSHA == rev.PullRequest.HeadSHA {
+		// The review may have overtaken the pull request event: build the
+		// previews of the reviewed head now (idempotent).
+		b, err := h.build(ctx, repo, ev, &rev.PullRequest, rev.CommitSHA)
+		if err != nil {
+			return err
+		}
+		for _, x := range b {
+			previews = append(previews, x.cr)
+		}
+	}
+	if len(previews) == 0 {
+		log.Info("No preview at the reviewed commit; nothing to approve", "commit", short(rev.CommitSHA))
+		return nil
+	}
+	var errs []error
+	for _, cr := range previews {
+		a := &sluicev1.Approval{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:      ApprovalName(cr.Spec.Release, rev.PullRequest.Number, rev.ID, decision),
+				Namespace: repo.Namespace,
+				Labels: map[string]string{
+					sluicev1.LabelRepository:  repo.Name,
+					sluicev1.LabelRelease:     cr.Spec.Release,
+					sluicev1.LabelPullRequest: strconv.FormatInt(rev.PullRequest.Number, 10),
+				},
+			},
+			Spec: sluicev1.ApprovalSpec{
+				Release:        cr.Spec.Release,
+				ApprovalDigest: cr.Spec.ApprovalDigest,
+				Decision:       decision,
+				Approver:       sluicev1.Identity(rev.Reviewer),
+				Source:         sluicev1.SourcePullRequest,
+				Comment:        truncate(rev.Body, 1000),
+				PullRequest:    rev.PullRequest.Number,
+				ReviewID:       rev.ID,
+			},
+		}
+		if err := h.Client.Create(ctx, a, client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
+			errs = append(errs, fmt.Errorf("create approval %s: %w", a.Name, err))
+			continue
+		}
+		log.Info("Recorded a pull-request review", "approval", a.Name, "decision", decision, "approvalDigest", a.Spec.ApprovalDigest)
+	}
+	return errors.Join(errs...)
+}
+
+// mayApprove says whether the reviewer has write access: from the payload,
+// or from the provider's API where the payload does not say.
+func (h *Handler) mayApprove(ctx context.Context, ev *provider.Event) (bool, error) {
+	switch ev.Review.Access {
+	case provider.AccessWrite:
+		return true, nil
+	case provider.AccessUnknown:
+		if h.Permissions == nil {
+			h.Log.Info("Cannot check the reviewer's access: no provider API configured; ignoring the review", "reviewer", ev.Review.Reviewer)
+			return false, nil
+		}
+		ok, err := h.Permissions.WriteAccess(ctx, ev.Repo, ev.Review.Login)
+		if err != nil {
+			return false, fmt.Errorf("check the reviewer's access: %w", err)
+		}
+		return ok, nil
+	}
+	return false, nil
+}
+
+// previewsAt lists the previews of pull request n built at commit head.
+func (h *Handler) previewsAt(ctx context.Context, repo *sluicev1.Repository, n int64, head string) ([]*sluicev1.ChangeRequest, error) {
+	var list sluicev1.ChangeRequestList
+	if err := h.reader().List(ctx, &list, client.InNamespace(repo.Namespace), client.MatchingLabels{
+		sluicev1.LabelRepository: repo.Name, sluicev1.LabelPreview: "true", sluicev1.LabelPullRequest: strconv.FormatInt(n, 10),
+	}); err != nil {
+		return nil, fmt.Errorf("list previews: %w", err)
+	}
+	var out []*sluicev1.ChangeRequest
+	for i := range list.Items {
+		cr := &list.Items[i]
+		if pr := cr.Spec.PullRequest; pr != nil && pr.Preview && pr.Number == n && pr.HeadSHA == head && cr.Spec.Revision == head {
+			out = append(out, cr)
+		}
+	}
+	return out, nil
+}
