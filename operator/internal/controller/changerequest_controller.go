@@ -26,6 +26,10 @@ import (
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 )
 
+// conflictRetry is how soon a pass that lost an optimistic-concurrency race
+// for the apply lock runs again.
+const conflictRetry = 100 * time.Millisecond
+
 // maxMessage bounds messages copied into status (the API allows 2048).
 const maxMessage = 1024
 
@@ -337,6 +341,11 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 		return ctrl.Result{}, true, nil
 	}
 	rel, held, holder, err := r.acquireLock(ctx, s.cr)
+	if apierrors.IsConflict(err) {
+		// Another writer touched the Release between read and write:
+		// look again right away.
+		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, true, err
 	}
@@ -419,6 +428,11 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 		return ctrl.Result{}, true, nil
 	}
 	rel, held, holder, err := r.acquireLock(ctx, s.cr)
+	if apierrors.IsConflict(err) {
+		// Another writer touched the Release between read and write:
+		// look again right away.
+		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, true, err
 	}
@@ -553,9 +567,6 @@ func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.
 	}
 	rel.Status.CurrentChange = cr.Name
 	if err := r.Client.Status().Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
-		if apierrors.IsConflict(err) {
-			return rel, false, "a concurrent update", nil
-		}
 		return nil, false, "", fmt.Errorf("take the apply lock of Release %s: %w", rel.Name, err)
 	}
 	log.FromContext(ctx).V(1).Info("Took the apply lock", "release", rel.Name)
