@@ -475,3 +475,16 @@ func (b *blocker) hook(ctx context.Context, _ applier.Request) error {
 		return ctx.Err()
 	}
 }
+
+// recordedKey reads one key of the test applier's ConfigMap.
+func (f *fixture) recordedKey(key string) (string, bool) {
+	f.t.Helper()
+	cm := &corev1.ConfigMap{}
+	err := f.c.Get(ctx(f.t), client.ObjectKey{Namespace: f.ns, Name: testapplier.DefaultConfigMap}, cm)
+	if apierrors.IsNotFound(err) {
+		return "", false
+	}
+	require.NoError(f.t, err)
+	v, ok := cm.Data[key]
+	return v, ok
+}

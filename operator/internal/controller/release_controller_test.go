@@ -1,0 +1,153 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
+)
+
+func releaseCondition(rel *sluicev1.Release, t string) *metav1.Condition {
+	return meta.FindStatusCondition(rel.Status.Conditions, t)
+}
+
+func TestRelease_summarisesTheAppliedChangeAndKeepsTheSyncersFields(t *testing.T) {
+	f := newFixture(t)
+	ta := &testapplier.Applier{Client: env.Client}
+	startOperator(t, f.ns, operatorConfig{applier: ta})
+	rule := sluicev1.ApprovalRule{Required: 1, Approvers: ids("k8s:alice"), AutoApproveRisk: sluicev1.AutoApproveLow}
+	rel := f.release("checkout", "staging", rule, nil)
+	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
+
+	// The syncer's fields, written as the syncer would.
+	cur := f.getRelease(rel.Name)
+	cur.Status.LastSyncedTree = "tree-1"
+	cur.Status.LastSyncedCommit = revision()
+	meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionSynced, Status: metav1.ConditionTrue, Reason: sluicev1.ReasonSucceeded, Message: "synced"})
+	require.NoError(t, f.c.Status().Update(ctx(t), cur))
+
+	cr := f.change(rel, rule, withRisk(sluicev1.RiskLow))
+	got := f.phase(cr, sluicev1.PhaseApplied)
+	var r *sluicev1.Release
+	require.Eventually(t, func() bool {
+		r = f.getRelease(rel.Name)
+		c := releaseCondition(r, sluicev1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionTrue && len(r.Status.History) == 1
+	}, waitFor, 50*time.Millisecond)
+	require.Equal(t, cr.Name, r.Status.AppliedChange)
+	require.Equal(t, cr.Spec.Revision, r.Status.AppliedRevision)
+	require.Equal(t, cr.Spec.ApprovalDigest, r.Status.AppliedDigest)
+	require.Equal(t, got.Status.EffectiveRule, r.Status.AppliedRule, "the applied rule is the change's effective rule")
+	require.Empty(t, r.Status.CurrentChange)
+	require.Equal(t, sluicev1.PhaseApplied, r.Status.History[0].Phase)
+	require.Equal(t, metav1.ConditionFalse, releaseCondition(r, sluicev1.ConditionProgressing).Status)
+	require.Equal(t, metav1.ConditionFalse, releaseCondition(r, sluicev1.ConditionDegraded).Status)
+	// Untouched: the syncer's status.
+	require.Equal(t, "tree-1", r.Status.LastSyncedTree)
+	require.Equal(t, cur.Status.LastSyncedCommit, r.Status.LastSyncedCommit)
+	require.Equal(t, metav1.ConditionTrue, releaseCondition(r, sluicev1.ConditionSynced).Status)
+
+	// A waiting change makes the release Progressing and not Ready.
+	time.Sleep(time.Second)
+	waiting := f.change(rel, rule)
+	f.waitingWith(waiting)
+	require.Eventually(t, func() bool {
+		r = f.getRelease(rel.Name)
+		p := releaseCondition(r, sluicev1.ConditionProgressing)
+		return p.Status == metav1.ConditionTrue && p.Reason == sluicev1.ReasonAwaitingApprovals &&
+			releaseCondition(r, sluicev1.ConditionReady).Status == metav1.ConditionFalse
+	}, waitFor, 50*time.Millisecond)
+}
+
+func TestRelease_aFailedChangeMarksTheReleaseDegraded(t *testing.T) {
+	f := newFixture(t)
+	ta := &testapplier.Applier{Client: env.Client, FailReason: sluicev1.ReasonManifestMismatch}
+	startOperator(t, f.ns, operatorConfig{applier: ta})
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	cr := f.change(rel, autoApprove)
+	got := f.phase(cr, sluicev1.PhaseFailed)
+	require.Equal(t, sluicev1.ReasonManifestMismatch, condition(got, sluicev1.ConditionApplied).Reason)
+	require.Eventually(t, func() bool {
+		r := f.getRelease(rel.Name)
+		d := releaseCondition(r, sluicev1.ConditionDegraded)
+		return d != nil && d.Status == metav1.ConditionTrue && r.Status.CurrentChange == "" && r.Status.AppliedChange == ""
+	}, waitFor, 50*time.Millisecond)
+}
+
+func TestRelease_keepsTheNewestChangeRequestsAndDeletesOrphanedApprovals(t *testing.T) {
+	f := newFixture(t)
+	ta := &testapplier.Applier{Client: env.Client}
+	startOperator(t, f.ns, operatorConfig{applier: ta, keep: 2, grace: time.Millisecond})
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	applied := f.change(rel, autoApprove)
+	f.phase(applied, sluicev1.PhaseApplied)
+	f.decide(applied, "k8s:alice", sluicev1.DecisionApprove)
+	time.Sleep(time.Second)
+	var previews []*sluicev1.ChangeRequest
+	for pr := int64(1); pr <= 3; pr++ {
+		p := f.change(rel, autoApprove, asPreview(pr))
+		f.decide(p, "k8s:alice", sluicev1.DecisionApprove)
+		f.phase(p, sluicev1.PhasePreview)
+		previews = append(previews, p)
+	}
+	require.Eventually(t, func() bool {
+		var list sluicev1.ChangeRequestList
+		require.NoError(t, f.c.List(ctx(t), &list, client.InNamespace(f.ns), client.MatchingLabels{sluicev1.LabelRelease: rel.Name}))
+		return len(list.Items) == 3
+	}, waitFor, 50*time.Millisecond, "two newest kept, plus the applied change")
+	require.NoError(t, f.c.Get(ctx(t), client.ObjectKeyFromObject(applied), &sluicev1.ChangeRequest{}), "the applied change is never pruned")
+
+	remaining := map[sluicev1.Digest]bool{applied.Spec.ApprovalDigest: true}
+	for _, p := range previews {
+		err := f.c.Get(ctx(t), client.ObjectKeyFromObject(p), &sluicev1.ChangeRequest{})
+		if err == nil {
+			remaining[p.Spec.ApprovalDigest] = true
+		} else {
+			require.True(t, apierrors.IsNotFound(err))
+		}
+	}
+	require.Len(t, remaining, 3)
+	require.Eventually(t, func() bool {
+		var list sluicev1.ApprovalList
+		require.NoError(t, f.c.List(ctx(t), &list, client.InNamespace(f.ns)))
+		for _, a := range list.Items {
+			if !remaining[a.Spec.ApprovalDigest] {
+				return false
+			}
+		}
+		return len(list.Items) == 3
+	}, waitFor, 50*time.Millisecond, "only the Approvals of remaining changes are left")
+}
+
+func TestRelease_deletionRunsTheAppliersCleanupBeforeTheFinalizerGoes(t *testing.T) {
+	f := newFixture(t)
+	ta := &testapplier.Applier{Client: env.Client}
+	startOperator(t, f.ns, operatorConfig{applier: ta})
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
+	require.NoError(t, f.c.Delete(ctx(t), rel))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(f.c.Get(ctx(t), client.ObjectKeyFromObject(rel), &sluicev1.Release{}))
+	}, waitFor, 50*time.Millisecond)
+	_, cleaned := f.recordedKey("cleanup." + rel.Name)
+	require.True(t, cleaned, "the applier's cleanup ran")
+}
+
+func TestRelease_aLockHeldByAVanishedChangeIsFreed(t *testing.T) {
+	f := newFixture(t)
+	ta := &testapplier.Applier{Client: env.Client}
+	startOperator(t, f.ns, operatorConfig{applier: ta})
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
+	f.setLock(rel.Name, "checkout-staging-gone")
+	require.Eventually(t, func() bool { return f.getRelease(rel.Name).Status.CurrentChange == "" }, waitFor, 50*time.Millisecond)
+	cr := f.change(rel, autoApprove)
+	f.phase(cr, sluicev1.PhaseApplied)
+}

@@ -1,0 +1,169 @@
+package controller
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
+)
+
+var autoApprove = sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveHigh}
+
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func TestChangeRequest_managerKilledDuringASlowApplyFinishesWithTheEffectOnce(t *testing.T) {
+	f := newFixture(t)
+	slow := newBlocker()
+	first := &testapplier.Applier{Client: env.Client, BeforeEffect: slow.hook}
+	op := startOperator(t, f.ns, operatorConfig{applier: first})
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	cr := f.change(rel, autoApprove)
+	waitClosed(t, slow.reached, "the applier to start")
+	require.Equal(t, sluicev1.PhaseApplying, f.get(cr).Status.Phase, "Applying is stored before the applier runs")
+	require.Equal(t, cr.Name, f.getRelease(rel.Name).Status.CurrentChange, "the lock is held before the applier runs")
+
+	op.stop() // the operator dies mid-apply
+	require.Equal(t, sluicev1.PhaseApplying, f.get(cr).Status.Phase)
+
+	second := &testapplier.Applier{Client: env.Client}
+	startOperator(t, f.ns, operatorConfig{applier: second})
+	f.phase(cr, sluicev1.PhaseApplied)
+	rec, ok := f.recorded(cr)
+	require.True(t, ok)
+	require.Equal(t, 1, rec.Effects, "the change's effect happened once")
+	require.Equal(t, 1, first.Calls(cr.Name))
+	require.Equal(t, 1, second.Calls(cr.Name))
+	require.Eventually(t, func() bool { return f.getRelease(rel.Name).Status.CurrentChange == "" }, waitFor, 50*time.Millisecond)
+}
+
+func TestChangeRequest_managerKilledAfterTheEffectDoesNotApplyTwice(t *testing.T) {
+	f := newFixture(t)
+	stuck := newBlocker()
+	first := &testapplier.Applier{Client: env.Client, AfterEffect: stuck.hook}
+	op := startOperator(t, f.ns, operatorConfig{applier: first})
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	cr := f.change(rel, autoApprove)
+	waitClosed(t, stuck.reached, "the applier to record the effect")
+	op.stop() // the effect happened, the status was never written
+
+	require.Equal(t, sluicev1.PhaseApplying, f.get(cr).Status.Phase)
+	second := &testapplier.Applier{Client: env.Client}
+	startOperator(t, f.ns, operatorConfig{applier: second})
+	got := f.phase(cr, sluicev1.PhaseApplied)
+	rec, ok := f.recorded(cr)
+	require.True(t, ok)
+	require.Equal(t, 1, rec.Effects, "the applier was handed the change again and did not apply twice")
+	require.Equal(t, rec.Message, got.Status.Apply.Message, "the recorded result is reported")
+	require.Equal(t, 1, second.Calls(cr.Name))
+}
+
+func TestChangeRequest_statusConflictsAreRetried(t *testing.T) {
+	f := newFixture(t)
+	var crConflicts, relConflicts atomic.Int32
+	conflict := func(obj client.Object) error {
+		switch obj.(type) {
+		case *sluicev1.ChangeRequest:
+			if crConflicts.Add(1) <= 2 {
+				return apierrors.NewConflict(schema.GroupResource{Group: sluicev1.GroupVersion.Group, Resource: "changerequests"}, obj.GetName(), errors.New("injected"))
+			}
+		case *sluicev1.Release:
+			if relConflicts.Add(1) <= 2 {
+				return apierrors.NewConflict(schema.GroupResource{Group: sluicev1.GroupVersion.Group, Resource: "releases"}, obj.GetName(), errors.New("injected"))
+			}
+		}
+		return nil
+	}
+	ta := &testapplier.Applier{Client: env.Client}
+	startOperator(t, f.ns, operatorConfig{applier: ta, failStatus: conflict})
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	cr := f.change(rel, autoApprove)
+	f.phase(cr, sluicev1.PhaseApplied)
+	require.Greater(t, crConflicts.Load(), int32(2), "ChangeRequest status writes were retried after 409s")
+	require.Greater(t, relConflicts.Load(), int32(2), "Release status writes were retried after 409s")
+	rec, _ := f.recorded(cr)
+	require.Equal(t, 1, rec.Effects)
+}
+
+func TestReconcile_aNoOpReconcileMakesZeroWrites(t *testing.T) {
+	f := newFixture(t)
+	ta := &testapplier.Applier{Client: env.Client}
+	op := startOperator(t, f.ns, operatorConfig{applier: ta})
+	rel := f.release("checkout", "prod", twoOf, nil)
+	applied := f.change(rel, autoApprove, withRisk(sluicev1.RiskLow), func(c *sluicev1.ChangeRequest) {
+		c.Spec.Rule = sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
+	})
+	f.phase(applied, sluicev1.PhaseApplied)
+	time.Sleep(time.Second)
+	waiting := f.change(rel, twoOf)
+	f.decide(waiting, "k8s:alice", sluicev1.DecisionApprove)
+	f.waitingWith(waiting, "k8s:alice")
+	require.Eventually(t, func() bool {
+		r := f.getRelease(rel.Name)
+		return r.Status.AppliedChange == applied.Name && r.Status.CurrentChange == "" && len(r.Status.History) == 1 && len(r.Finalizers) == 1
+	}, waitFor, 50*time.Millisecond)
+	time.Sleep(time.Second) // let the cache and the queues settle
+
+	op.client.writes.Store(0)
+	for range 3 {
+		for _, cr := range []*sluicev1.ChangeRequest{applied, waiting} {
+			_, err := op.changes.Reconcile(ctx(t), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cr)})
+			require.NoError(t, err)
+		}
+		_, err := op.release.Reconcile(ctx(t), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rel)})
+		require.NoError(t, err)
+	}
+	require.Zero(t, op.client.writes.Load(), "a no-op reconcile wrote to the API server")
+}
+
+func TestMetrics_countPhasesAppliesAndApprovalWait(t *testing.T) {
+	f := newFixture(t)
+	ta := &testapplier.Applier{Client: env.Client}
+	op := startOperator(t, f.ns, operatorConfig{applier: ta})
+	reg := prometheus.NewRegistry()
+	require.NoError(t, op.changes.Metrics.Register(reg))
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	cr := f.change(rel, autoApprove)
+	f.phase(cr, sluicev1.PhaseApplied)
+
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	values := map[string]float64{}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				values[key] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				values[key] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				values[key] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	require.Equal(t, 1.0, values["sluice_changes_applied_total,applier=test"], "%v", values)
+	require.Equal(t, 1.0, values["sluice_apply_duration_seconds,applier=test,result=applied"], "%v", values)
+	require.Equal(t, 1.0, values["sluice_approval_wait_seconds"], "%v", values)
+	require.Equal(t, 1.0, values["sluice_changerequest_transitions_total,phase=Applied"], "%v", values)
+	require.Equal(t, 1.0, values["sluice_changerequests,namespace="+f.ns+",phase=Applied"], "%v", values)
+}
