@@ -299,14 +299,24 @@ func (a *Applier) recover(s *session, name string, last, deployed *release.Relea
 
 // Cleanup implements applier.Cleaner: it uninstalls the Release's Helm
 // release as the Repository's ServiceAccount, and returns nil once it is
-// gone.
+// gone. With no Repository, or a namespace it no longer allows, the Helm
+// release is left in place and nil is returned, so the Release can go.
 func (a *Applier) Cleanup(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository) error {
 	if rel == nil {
 		return nil
 	}
 	ns := rel.Spec.TargetNamespace
+	log := a.opts.Log.WithValues("helmRelease", ns+"/"+ReleaseName(rel))
+	// Without the Repository there is no ServiceAccount to act as, and a
+	// namespace the Repository no longer allows is not to be touched: the
+	// Helm release is left in place rather than the Release held forever.
+	if repo == nil {
+		log.Info("Left the Helm release in place: its Repository is gone, so there is no ServiceAccount to uninstall it as")
+		return nil
+	}
 	if err := impersonate.CheckNamespace(repo, ns); err != nil {
-		return err
+		log.Info("Left the Helm release in place: the Repository no longer allows its namespace", "reason", err.Error())
+		return nil
 	}
 	s, err := a.session(repo, ns)
 	if err != nil {
@@ -315,7 +325,7 @@ func (a *Applier) Cleanup(ctx context.Context, rel *sluicev1.Release, repo *slui
 	if err := s.uninstall(ReleaseName(rel), false); err != nil {
 		return s.explain("uninstall", err)
 	}
-	a.opts.Log.Info("Uninstalled Helm release", "helmRelease", ns+"/"+ReleaseName(rel))
+	log.Info("Uninstalled Helm release")
 	return nil
 }
 

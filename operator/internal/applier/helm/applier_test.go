@@ -22,6 +22,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if file := os.Getenv(childEnv); file != "" {
+		os.Exit(runChildOperator(file))
+	}
 	var err error
 	env, err = testenv.Start(testenv.Options{})
 	if err != nil {
@@ -271,4 +274,21 @@ func TestCleanup_uninstallsAsTheServiceAccount(t *testing.T) {
 	other.release.Spec.TargetNamespace = other.target
 	err = other.applier.Cleanup(context.Background(), other.release, other.repo)
 	requireFailure(t, err, sluicev1.ReasonApplyFailed)
+}
+
+func TestCleanup_leavesTheReleaseInPlaceWhenItMayNotActForTheRepository(t *testing.T) {
+	f := newFixture(t)
+	_, err := f.apply(f.change("message: stays\n", changeOpts{}))
+	require.NoError(t, err)
+
+	require.NoError(t, f.applier.Cleanup(context.Background(), f.release, nil),
+		"with the Repository gone there is no ServiceAccount to act as; the Release may go")
+	outside := f.repo.DeepCopy()
+	outside.Spec.TargetNamespaces = []string{"payments-*"}
+	require.NoError(t, f.applier.Cleanup(context.Background(), f.release, outside),
+		"a namespace the Repository no longer allows is not touched")
+
+	require.Len(t, f.helmHistory(), 1, "the Helm release is left in place")
+	_, err = f.configMap()
+	require.NoError(t, err)
 }
