@@ -292,3 +292,49 @@ func validSHA(s string) bool {
 	}
 	return true
 }
+
+// SecretClient is a Client whose token is read from a Secret at each call,
+// so a rotated token is used at once and never kept in memory longer than
+// a request.
+type SecretClient struct {
+	Provider provider.Name
+	BaseURL  string
+	Reader   client.Reader
+	Secret   types.NamespacedName
+	// Key in the Secret; default "token".
+	Key  string
+	HTTP *http.Client
+}
+
+func (s *SecretClient) client(ctx context.Context) (*Client, error) {
+	tok, err := TokenFromSecret(ctx, s.Reader, s.Secret, s.Key)
+	if err != nil {
+		return nil, err
+	}
+	c, err := New(s.Provider, s.BaseURL, tok)
+	if err != nil {
+		return nil, err
+	}
+	if s.HTTP != nil {
+		c.HTTP = s.HTTP
+	}
+	return c, nil
+}
+
+// Post implements preview.StatusPoster.
+func (s *SecretClient) Post(ctx context.Context, st Status) error {
+	c, err := s.client(ctx)
+	if err != nil {
+		return err
+	}
+	return c.Post(ctx, st)
+}
+
+// WriteAccess implements preview.PermissionChecker.
+func (s *SecretClient) WriteAccess(ctx context.Context, repo, login string) (bool, error) {
+	c, err := s.client(ctx)
+	if err != nil {
+		return false, err
+	}
+	return c.WriteAccess(ctx, repo, login)
+}

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -29,6 +30,8 @@ type PathReconciler struct {
 	client.Client
 	// Rand is the source of the token; defaults to crypto/rand.
 	Rand io.Reader
+	// SkipNameValidation lets several managers run in one process (tests).
+	SkipNameValidation bool
 }
 
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=repositories,verbs=get;list;watch
@@ -48,6 +51,7 @@ func (r *PathReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			DeleteFunc:  func(event.DeleteEvent) bool { return false },
 			GenericFunc: func(e event.GenericEvent) bool { return noPath(e.Object) },
 		})).
+		WithOptions(controller.Options{SkipNameValidation: &r.SkipNameValidation}).
 		Complete(r)
 }
 

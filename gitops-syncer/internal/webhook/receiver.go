@@ -72,8 +72,10 @@ type Receiver struct {
 	Pushes       PushObserver
 	Metrics      *Metrics
 	Log          logr.Logger
-	// Addr is the listen address of Start, e.g. ":9292".
-	Addr string
+	// Addr is the listen address of Start, e.g. ":9292"; Listener, if
+	// set, is used instead (tests and benchmarks listen on port 0).
+	Addr     string
+	Listener net.Listener
 	// Workers handle queued deliveries; default 4. QueueSize bounds the
 	// queue; a full queue answers 503 so the provider retries. Default 256.
 	Workers   int
@@ -141,9 +143,12 @@ func (r *Receiver) Run(ctx context.Context) {
 // connections.
 func (r *Receiver) Start(ctx context.Context) error {
 	r.init()
-	ln, err := net.Listen("tcp", r.Addr)
-	if err != nil {
-		return fmt.Errorf("webhook receiver: listen on %s: %w", r.Addr, err)
+	ln := r.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", r.Addr); err != nil {
+			return fmt.Errorf("webhook receiver: listen on %s: %w", r.Addr, err)
+		}
 	}
 	srv := NewServer(r)
 	go r.Run(ctx)
@@ -156,6 +161,9 @@ func (r *Receiver) Start(ctx context.Context) error {
 		defer cancel()
 		return srv.Shutdown(shutdown)
 	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
 		return fmt.Errorf("webhook receiver: %w", err)
 	}
 }

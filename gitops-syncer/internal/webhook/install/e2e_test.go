@@ -1,0 +1,96 @@
+package install_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+const prodValues = "services/cart/values-prod.yaml"
+
+// TestHeadline_approvedPullRequestPreviewCarriesOverToTheMergeCommitByteForByte
+// is the promise end to end, through signed webhooks to a running syncer
+// with a real git repository: reviews of a pull request's preview apply to
+// the merge commit exactly when the merged content is what was reviewed.
+func TestHeadline_approvedPullRequestPreviewCarriesOverToTheMergeCommitByteForByte(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+
+	// A pull request is opened: its preview is built against main.
+	h1 := w.pullRequest(1, w.base, map[string]string{prodValues: "replicaCount: 3\n"})
+	require.Equal(t, http.StatusAccepted, w.send("pull_request", w.prBody("opened", 1, h1, w.base)))
+	preview := w.changeRequest(sluicev1.PreviewChangeRequestName("cart-prod", 1, h1))
+	require.True(t, preview.Spec.PullRequest.Preview)
+
+	// Two reviewers approve it.
+	require.Equal(t, http.StatusAccepted, w.send("pull_request_review", w.reviewBody(1, 11, "approved", h1, h1, "alice")))
+	require.Equal(t, http.StatusAccepted, w.send("pull_request_review", w.reviewBody(1, 12, "approved", h1, h1, "bob")))
+	assert.Equal(t, map[string]sluicev1.Decision{"github:alice approve": sluicev1.DecisionApprove, "github:bob approve": sluicev1.DecisionApprove},
+		w.approvalsFor(preview.Spec.ApprovalDigest, 2))
+
+	// It is merged: the push of the merge commit makes its ChangeRequest,
+	// whose approvalDigest is the preview's, so both Approvals apply.
+	m1 := w.merge(map[string]string{prodValues: "replicaCount: 3\n"})
+	require.Equal(t, http.StatusAccepted, w.send("push", w.pushBody(m1)))
+	merged := w.changeRequest(sluicev1.ChangeRequestName("cart-prod", m1, 1))
+	assert.Nil(t, merged.Spec.PullRequest)
+	assert.Equal(t, preview.Spec.ApprovalDigest, merged.Spec.ApprovalDigest, "the merge commit carries exactly the reviewed content")
+	assert.Len(t, w.approvals(merged.Spec.ApprovalDigest), 2)
+	stagingPreview := w.changeRequest(sluicev1.PreviewChangeRequestName("cart-staging", 1, h1))
+	assert.Equal(t, stagingPreview.Spec.ApprovalDigest, w.changeRequest(sluicev1.ChangeRequestName("cart-staging", m1, 1)).Spec.ApprovalDigest)
+	assert.NotEqual(t, stagingPreview.Spec.ApprovalDigest, merged.Spec.ApprovalDigest, "a staging approval never counts in prod")
+
+	// Closing the pull request deletes its previews, never the Approvals.
+	require.Equal(t, http.StatusAccepted, w.send("pull_request", w.prBody("closed", 1, h1, w.base)))
+	require.Eventually(t, func() bool {
+		var list sluicev1.ChangeRequestList
+		require.NoError(t, k8s.List(ctx, &list, client.InNamespace(w.ns), client.MatchingLabels{sluicev1.LabelPullRequest: "1"}))
+		return len(list.Items) == 0
+	}, 2*time.Minute, 10*time.Millisecond)
+	assert.Len(t, w.approvals(merged.Spec.ApprovalDigest), 2)
+
+	// A second pull request, updated after its first commit.
+	h2a := w.pullRequest(2, m1, map[string]string{prodValues: "replicaCount: 4\n"})
+	require.Equal(t, http.StatusAccepted, w.send("pull_request", w.prBody("opened", 2, h2a, m1)))
+	p2a := w.changeRequest(sluicev1.PreviewChangeRequestName("cart-prod", 2, h2a))
+	h2b := w.pullRequest(2, h2a, map[string]string{prodValues: "replicaCount: 5\n"})
+	require.Equal(t, http.StatusAccepted, w.send("pull_request", w.prBody("synchronize", 2, h2b, m1)))
+	p2b := w.changeRequest(sluicev1.PreviewChangeRequestName("cart-prod", 2, h2b))
+	require.NotEqual(t, p2a.Spec.ApprovalDigest, p2b.Spec.ApprovalDigest)
+
+	// A review given on the older commit approves that commit only.
+	require.Equal(t, http.StatusAccepted, w.send("pull_request_review", w.reviewBody(2, 21, "approved", h2a, h2b, "alice")))
+	assert.Equal(t, map[string]sluicev1.Decision{"github:alice approve": sluicev1.DecisionApprove}, w.approvalsFor(p2a.Spec.ApprovalDigest, 1))
+	// bob approves the new head, then his review is dismissed: a revoke.
+	require.Equal(t, http.StatusAccepted, w.send("pull_request_review", w.reviewBody(2, 22, "approved", h2b, h2b, "bob")))
+	require.Equal(t, http.StatusAccepted, w.send("pull_request_review", w.reviewBody(2, 22, "dismissed", h2b, h2b, "bob")))
+	assert.Equal(t, map[string]sluicev1.Decision{"github:bob approve": sluicev1.DecisionApprove, "github:bob revoke": sluicev1.DecisionRevoke},
+		w.approvalsFor(p2b.Spec.ApprovalDigest, 2), "alice's review of the older commit is not among them")
+
+	// The merge differs from the reviewed head by one byte in the service:
+	// a different digest, so no Approval applies to it.
+	m2 := w.merge(map[string]string{prodValues: "replicaCount: 6\n"})
+	require.Equal(t, http.StatusAccepted, w.send("push", w.pushBody(m2)))
+	merged2 := w.changeRequest(sluicev1.ChangeRequestName("cart-prod", m2, 1))
+	assert.NotEqual(t, p2b.Spec.ApprovalDigest, merged2.Spec.ApprovalDigest)
+	assert.NotEqual(t, p2a.Spec.ApprovalDigest, merged2.Spec.ApprovalDigest)
+	assert.Empty(t, w.approvals(merged2.Spec.ApprovalDigest))
+}
+
+// TestPushWebhook_syncsAtOnceAndIgnoresOtherBranchesAndReplays checks that
+// the push webhook, not the hour-long poll, makes the ChangeRequests.
+func TestPushWebhook_syncsAtOnceAndIgnoresOtherBranchesAndReplays(t *testing.T) {
+	w := newWorld(t)
+	c1 := w.merge(map[string]string{prodValues: "replicaCount: 7\n"})
+	body := edit(t, w.pushBody(c1), func(m map[string]any) { m["ref"] = "refs/heads/feature" })
+	assert.Equal(t, http.StatusOK, w.send("push", body), "a branch the Repository does not track")
+	require.Equal(t, http.StatusAccepted, w.send("push", w.pushBody(c1)))
+	w.changeRequest(sluicev1.ChangeRequestName("cart-prod", c1, 1))
+}

@@ -1,0 +1,106 @@
+// Package install adds the webhook side of the syncer to a configured
+// syncer.Syncer: the receiver on its own port, the reconciler that gives
+// each Repository its webhook path, the push-to-ChangeRequest latency
+// recorder, and the preview handler with its commit-status client.
+package install
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/preview"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/status"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook"
+)
+
+// Options configure the webhook side.
+type Options struct {
+	// Addr is the receiver's listen address (":9292"); Listener, if set, is
+	// used instead.
+	Addr     string
+	Listener net.Listener
+	// Workers handle deliveries asynchronously; default 4.
+	Workers int
+	// StatusProvider (github, gitea, gitlab) turns on commit statuses and,
+	// for Gitea, reviewer permission checks; empty turns them off.
+	StatusProvider provider.Name
+	// StatusBaseURL is the provider's API root.
+	StatusBaseURL string
+	// StatusTokenSecret holds the API token under key "token".
+	StatusTokenSecret types.NamespacedName
+	// SkipNameValidation lets several syncers run in one process (tests).
+	SkipNameValidation bool
+}
+
+// Installed is what Install added, for tests and benchmarks.
+type Installed struct {
+	Receiver *webhook.Receiver
+	Previews *preview.Handler
+	Latency  *webhook.Latency
+	Metrics  *webhook.Metrics
+}
+
+// Install registers the webhook side with s's manager; it runs when s
+// starts.
+func Install(s *syncer.Syncer, opts Options) (*Installed, error) {
+	if opts.Addr == "" && opts.Listener == nil {
+		return nil, errors.New("webhook receiver: no listen address")
+	}
+	mgr := s.Manager
+	rec := s.Reconciler
+	m := webhook.NewMetrics(nil)
+	h := &preview.Handler{
+		Client:          mgr.GetClient(),
+		APIReader:       mgr.GetAPIReader(),
+		Git:             s.Git,
+		Remotes:         rec,
+		Validator:       rec.Validator,
+		Store:           rec.Store,
+		ArtifactBaseURL: s.ArtifactURL,
+		ScratchDir:      rec.ScratchDir,
+		Log:             ctrl.Log.WithName("previews"),
+	}
+	if opts.StatusProvider != "" {
+		if opts.StatusTokenSecret.Name == "" || opts.StatusTokenSecret.Namespace == "" {
+			return nil, errors.New("commit statuses need the token Secret as namespace/name")
+		}
+		sc := &status.SecretClient{Provider: opts.StatusProvider, BaseURL: opts.StatusBaseURL, Reader: mgr.GetAPIReader(), Secret: opts.StatusTokenSecret}
+		// Check the configuration now rather than at the first pull request.
+		if _, err := status.New(opts.StatusProvider, opts.StatusBaseURL, "placeholder"); err != nil {
+			return nil, err
+		}
+		h.Statuses = sc
+		if opts.StatusProvider == provider.Gitea {
+			h.Permissions = sc
+		}
+	}
+	lat := &webhook.Latency{Cache: mgr.GetCache(), Metrics: m}
+	r := &webhook.Receiver{
+		Reader:       mgr.GetClient(),
+		SecretReader: mgr.GetAPIReader(),
+		Trigger:      s.Trigger(),
+		PullRequests: h,
+		Pushes:       lat,
+		Metrics:      m,
+		Log:          ctrl.Log.WithName("webhooks"),
+		Addr:         opts.Addr,
+		Listener:     opts.Listener,
+		Workers:      opts.Workers,
+	}
+	if err := (&webhook.PathReconciler{Client: mgr.GetClient(), SkipNameValidation: opts.SkipNameValidation}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up webhook path reconciler: %w", err)
+	}
+	if err := mgr.Add(lat); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(r); err != nil {
+		return nil, err
+	}
+	return &Installed{Receiver: r, Previews: h, Latency: lat, Metrics: m}, nil
+}
