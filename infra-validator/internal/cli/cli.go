@@ -38,15 +38,18 @@ Usage:
   infra-validator terraform --dir D [--var k=v] [--workspace W] [flags]
                                                         plan stack D (stateless) and check it
   infra-validator helm CHART [-f values.yaml]... [--release R] [--namespace N] [--kube-version V] [flags]
+                                                        render and check a chart (--namespace is the
+                                                        release's; use --policy-namespace here)
   infra-validator kubernetes FILE... [flags]             check rendered manifests (YAML/JSON)
-  infra-validator check SERVICE_DIR [--repo ROOT] [--env E] [flags]
+  infra-validator check SERVICE_DIR [--repo ROOT] [--env E] [--no-terraform] [flags]
                                                         check every environment of a service
   infra-validator version
 
 Policy flags (all commands):
   --policy DIR            extra policy file or folder, repeatable (conftest --policy)
   --data FILE             data file or folder, repeatable (conftest --data)
-  --namespace NS          namespace of your policies, repeatable, globs allowed (default main)
+  --namespace NS          namespace of your policies, repeatable, globs allowed (default main);
+                          also --policy-namespace
   --all-namespaces        evaluate every namespace of your policies
   --combine               evaluate your policies once over all documents (conftest --combine)
   --no-default-policies   leave out the embedded Sluice policies
@@ -76,17 +79,30 @@ func (s *stringList) Set(v string) error {
 // common are the flags every checking command takes.
 type common struct {
 	policies, data, namespaces stringList
+	policyNamespaces           stringList
 	allNamespaces, combine     bool
 	noDefaults                 bool
 	output, failOn             string
 }
 
 func (c *common) register(fs *flag.FlagSet) {
+	c.registerExcept(fs, "")
+}
+
+// registerExcept registers the common flags but the named one (the helm
+// command uses --namespace for the release namespace). --policy-namespace
+// is an alias of --namespace everywhere.
+func (c *common) registerExcept(fs *flag.FlagSet, except string) {
 	fs.Var(&c.policies, "policy", "policy file or folder (repeatable)")
 	fs.Var(&c.policies, "p", "shorthand for --policy")
 	fs.Var(&c.data, "data", "data file or folder (repeatable)")
 	fs.Var(&c.data, "d", "shorthand for --data")
-	fs.Var(&c.namespaces, "namespace", "policy namespace (repeatable, globs)")
+	if except != "namespace" {
+		fs.Var(&c.namespaces, "namespace", "policy namespace (repeatable, globs)")
+		fs.Var(&c.namespaces, "policy-namespace", "policy namespace (repeatable, globs)")
+	} else {
+		fs.Var(&c.policyNamespaces, "policy-namespace", "policy namespace (repeatable, globs)")
+	}
 	fs.BoolVar(&c.allNamespaces, "all-namespaces", false, "evaluate every namespace")
 	fs.BoolVar(&c.combine, "combine", false, "evaluate your policies once over all documents")
 	fs.BoolVar(&c.noDefaults, "no-default-policies", false, "leave out the embedded default policies")
@@ -135,6 +151,10 @@ func Run(args []string, stdout, stderr io.Writer) (code int) {
 	switch cmd {
 	case "terraform", "tf":
 		code, err = runTerraform(ctx, e, rest)
+	case "helm":
+		code, err = runHelm(ctx, e, rest)
+	case "check":
+		code, err = runCheck(ctx, e, rest)
 	case "kubernetes", "k8s":
 		code, err = runKubernetes(ctx, e, rest)
 	case "version", "--version", "-version":

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-gitops/sluice/infra-validator/internal/benchdata"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 )
 
@@ -134,7 +135,7 @@ func TestRun_failOnWarn(t *testing.T) {
 // TestRun_tenThousandResourcePlan: a big plan gives a report, not a crash.
 func TestRun_tenThousandResourcePlan(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "big.json")
-	if err := os.WriteFile(p, BigPlan(10000), 0o600); err != nil {
+	if err := os.WriteFile(p, benchdata.BigPlan(10000), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut := run(t, "terraform", "--output", "json", p)

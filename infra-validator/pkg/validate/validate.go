@@ -9,22 +9,30 @@
 //
 //	type Options struct{ Policy policy.Options; Terraform terraform.ExecOptions; Helm HelmOptions }
 //	type HelmOptions struct{ KubeVersion string; Timeout time.Duration }
-//	type Validator
-//	func New(ctx, Options) (*Validator, error)
+//	func New(ctx, Options) (*Validator, error)          // compiles the policies once
 //	func (*Validator) CheckService(ctx, ServiceRequest) (*ServiceResult, error)
+//	func (*Validator) CheckChart(ctx, ChartRequest) (*ChartCheck, error)
 //	func (*Validator) CheckPlanJSON(ctx, file string, planJSON []byte) (*PlanCheck, error)
 //	func (*Validator) CheckPlanFile(ctx, dir, planFile string) (*PlanCheck, error)
 //	func (*Validator) PlanAndCheck(ctx, PlanRequest) (*PlanCheck, error)
+//	func (*Validator) CheckObjects(ctx, []policy.Document) (report.Verdict, error)
+//	func (*Validator) Engine() *policy.Engine
+//	type ServiceRequest struct{ RepoRoot, ServiceDir, Environment, HelmReleaseName, PreviousManifest string;
+//	    Backend terraform.Backend; Kubernetes *terraform.KubernetesBackend; Env map[string]string; SkipTerraform bool }
+//	type ServiceResult struct{ Service *manifest.Service; Environment *manifest.Environment; Verdict report.Verdict;
+//	    ManifestDigest, PlanDigest, PlanFileSHA256 string; PlanFile, PlanJSON []byte; PlanSummary *PlanSummary;
+//	    Chart *ChartCheck; Plan *PlanCheck }
+//	type ChartRequest struct{ Chart string; ValuesFiles []string; ReleaseName, Namespace, KubeVersion, Previous, SourcePrefix string }
+//	type ChartCheck struct{ Verdict report.Verdict; Render *helmcheck.Result }
 //	type PlanRequest struct{ Dir string; Vars map[string]string; Workspace string; Backend terraform.Backend;
 //	    Kubernetes *terraform.KubernetesBackend; Env map[string]string; Destroy bool }
-//	func (*Validator) CheckChart(ctx, ChartRequest) (*ChartCheck, error)
-//	func (*Validator) CheckObjects(ctx, []policy.Document) (report.Verdict, error)
-//	type ServiceRequest struct{ RepoRoot, ServiceDir, Environment string; Backend terraform.Backend;
-//	    Kubernetes *terraform.KubernetesBackend; SkipTerraform bool }
-//	type ServiceResult struct{ Service *manifest.Service; Environment string; Verdict report.Verdict;
-//	    ManifestDigest, PlanDigest, PlanFileSHA256 string; PlanFile, PlanJSON []byte;
-//	    PlanSummary *PlanSummary; Chart *ChartCheck; Plan *PlanCheck }
+//	type PlanCheck struct{ Verdict report.Verdict; Report *terraform.Report; Summary PlanSummary; PlanFile, PlanJSON []byte }
 //	type PlanSummary struct{ Add, Change, Destroy int }
+//	var ErrChartRepository
+//
+// The syncer creates one Validator at start-up and calls CheckService for
+// each changed release; it converts report.Finding to the API's Finding
+// itself. Findings never carry secret values (policy.Redact).
 //
 // Errors are returned for input that cannot be checked at all (a manifest
 // that does not parse, malformed plan JSON, terraform failing); everything

@@ -1,4 +1,5 @@
-package cli
+// Package benchdata generates large inputs for tests and the bench script.
+package benchdata
 
 import (
 	"bytes"

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# infra-validator benchmarks, printed in one run on the same inputs and
+# policies:
+#   1. conftest compatibility: the conftest policies of
+#      internal/cli/testdata/conftest give the same failures and warnings
+#      through infra-validator as through `conftest test`;
+#   2. time per plan, infra-validator CLI vs `conftest test`, for a small and
+#      a 2,000-resource plan, with the conftest policy set and with Sluice's
+#      default Terraform policies (conftest --namespace 'sluice.terraform.*');
+#   3. time per plan of the library with policies compiled once (Go benchmark);
+#   4. time per chart of the library (render + schema + policy) vs `helm template`;
+#   5. peak memory of the CLI on a 10,000-resource plan.
+# Installs conftest v0.71.1 and helm v3.22.0 into bin/tools when missing.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+MOD=$ROOT/infra-validator
+TOOLS=$ROOT/bin/tools
+CONFTEST_VERSION=v0.71.1
+HELM_VERSION=v3.22.0
+RUNS=${BENCH_RUNS:-5}
+mkdir -p "$TOOLS"
+
+install_tool() { # name module@version
+	local name=$1 pkg=$2
+	if [ ! -x "$TOOLS/$name" ]; then
+		echo "installing $pkg into bin/tools (a few minutes when the module cache is cold)"
+		(cd "$ROOT" && GOWORK=off GOFLAGS=-buildvcs=false GOBIN="$TOOLS" go install "$pkg")
+	fi
+}
+install_tool conftest "github.com/open-policy-agent/conftest@$CONFTEST_VERSION"
+install_tool helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+CONFTEST=$TOOLS/conftest
+HELM=$TOOLS/helm
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+IV=$WORK/infra-validator
+BT=$WORK/benchtool
+(cd "$MOD" && go build -o "$IV" ./cmd/infra-validator && go build -o "$BT" ./hack/benchtool)
+
+CDATA=$MOD/internal/cli/testdata/conftest
+SMALL=$CDATA/inputs/plan.json
+"$BT" genplan 2000 "$WORK/plan-2000.json"
+"$BT" genplan 10000 "$WORK/plan-10000.json"
+LARGE=$WORK/plan-2000.json
+DEFAULTS=$ROOT/policies/rego
+DEFAULT_DATA=$ROOT/policies/data/defaults.yaml
+
+echo "infra-validator: $("$IV" version)"
+echo "conftest:        $("$CONFTEST" --version | tr '\n' ' ') (installed as $CONFTEST_VERSION)"
+echo "helm:            $("$HELM" version --short)"
+echo "machine:         $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+
+echo "== 1. conftest compatibility (same policies, same inputs, printed side by side)"
+compat=ok
+(cd "$CDATA" &&
+	"$BT" compare "$IV" "$CONFTEST" terraform inputs/plan.json --policy policy --data policy/data.yaml &&
+	"$BT" compare "$IV" "$CONFTEST" kubernetes inputs/manifests.yaml --policy policy --namespace kubernetes &&
+	"$BT" compare "$IV" "$CONFTEST" terraform inputs/plan.json --policy policy --all-namespaces --data policy/data.yaml &&
+	"$BT" compare "$IV" "$CONFTEST" kubernetes inputs/manifests.yaml --policy policy --all-namespaces --data policy/data.yaml &&
+	"$BT" compare "$IV" "$CONFTEST" terraform "$LARGE" --policy policy --data policy/data.yaml) || compat=DIFFERENT
+echo "conftest compatibility: $compat"
+echo
+
+ms() { "$BT" time "$RUNS" "$@"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1fx", a / b }'; }
+verdict() { awk -v a="$1" -v b="$2" -v want="$3" 'BEGIN { if (a / b >= want) print "met"; else print "NOT met" }'; }
+
+echo "== 2. time per plan: infra-validator CLI vs conftest test (mean of $RUNS runs, ms)"
+printf "  %-34s %12s %12s %10s %s\n" "plan / policies" "conftest" "CLI" "speed-up" "target CLI <= conftest"
+declare -A CFT CLI
+for size in small 2000; do
+	plan=$SMALL
+	[ $size = 2000 ] && plan=$LARGE
+	c=$(ms "$CONFTEST" test --no-color --policy "$CDATA/policy" --data "$CDATA/policy/data.yaml" "$plan")
+	i=$(ms "$IV" terraform --no-default-policies --policy "$CDATA/policy" --data "$CDATA/policy/data.yaml" "$plan")
+	printf "  %-34s %12s %12s %10s %s\n" "$size / conftest policy set" "$c" "$i" "$(ratio "$c" "$i")" "$(verdict "$c" "$i" 1)"
+	c=$(ms "$CONFTEST" test --no-color --policy "$DEFAULTS" --data "$DEFAULT_DATA" --namespace 'sluice.terraform.*' "$plan")
+	i=$(ms "$IV" terraform "$plan")
+	printf "  %-34s %12s %12s %10s %s\n" "$size / Sluice default policies" "$c" "$i" "$(ratio "$c" "$i")" "$(verdict "$c" "$i" 1)"
+	CFT[$size]=$c
+	CLI[$size]=$i
+done
+echo
+
+echo "== 3. time per plan: library, policies compiled once (Go benchmark of validate.CheckPlanJSON, defaults)"
+printf "  %-34s %12s %12s %10s %s\n" "plan" "conftest" "library" "speed-up" "target >= 10x"
+for size in small 2000; do
+	plan=$SMALL
+	[ $size = 2000 ] && plan=$LARGE
+	ns=$(cd "$MOD" && PLAN_JSON=$plan go test -run '^$' -bench '^BenchmarkCheckPlanJSON$' -benchtime "${BENCH_TIME:-20x}" ./pkg/validate | awk '/^BenchmarkCheckPlanJSON/ { print $3 }')
+	lib=$(awk -v n="$ns" 'BEGIN { printf "%.2f", n / 1e6 }')
+	printf "  %-34s %12s %12s %10s %s\n" "$size" "${CFT[$size]}" "$lib" "$(ratio "${CFT[$size]}" "$lib")" "$(verdict "${CFT[$size]}" "$lib" 10)"
+done
+echo
+
+echo "== 4. time per chart: library (render + schema + policy) vs helm template"
+CHART=${BENCH_CHART:-$MOD/pkg/validate/testdata/repo/charts/web}
+VALUES=$CHART/values.yaml
+h=$(ms "$HELM" template bench "$CHART" -f "$VALUES" --namespace shop-prod --kube-version 1.37.2)
+ns=$(cd "$MOD" && CHART_DIR=$CHART go test -run '^$' -bench '^BenchmarkCheckChart$' -benchtime "${BENCH_TIME:-20x}" ./pkg/validate | awk '/^BenchmarkCheckChart/ { print $3 }')
+lib=$(awk -v n="$ns" 'BEGIN { printf "%.2f", n / 1e6 }')
+printf "  %-34s %12s %12s %10s %s\n" "chart" "helm template" "library" "speed-up" "target >= 2x"
+printf "  %-34s %12s %12s %10s %s\n" "$(basename "$CHART")" "$h" "$lib" "$(ratio "$h" "$lib")" "$(verdict "$h" "$lib" 2)"
+echo
+
+echo "== 5. peak memory, 10,000-resource plan (default policies)"
+echo "  infra-validator CLI: $("$BT" peak "$IV" terraform "$WORK/plan-10000.json")"
+echo "  conftest (same policies): $("$BT" peak "$CONFTEST" test --no-color --policy "$DEFAULTS" --data "$DEFAULT_DATA" --namespace 'sluice.terraform.*' "$WORK/plan-10000.json")"

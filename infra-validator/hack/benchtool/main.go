@@ -1,0 +1,240 @@
+// Command benchtool is the helper of hack/bench.sh: it generates large plans,
+// times commands, measures their peak memory and compares infra-validator's
+// results with conftest's on the same inputs and policies.
+//
+//	benchtool genplan N OUT                 write an N-resource plan JSON
+//	benchtool time N CMD ARGS...            run CMD N times, print the mean wall time
+//	benchtool peak CMD ARGS...              run CMD once, print its peak RSS
+//	benchtool compare IV CONFTEST SUBCMD FILE [conftest flags...]
+//	                                        print both tools' failures and warnings
+//	                                        side by side; exit 1 when they differ
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluice-gitops/sluice/infra-validator/internal/benchdata"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "benchtool:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: benchtool genplan|time|peak|compare ...")
+	}
+	switch args[0] {
+	case "genplan":
+		if len(args) != 3 {
+			return errors.New("usage: benchtool genplan N OUT")
+		}
+		n, err := strconv.Atoi(args[1])
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(args[2], benchdata.BigPlan(n), 0o644)
+	case "time":
+		if len(args) < 3 {
+			return errors.New("usage: benchtool time N CMD ARGS...")
+		}
+		n, err := strconv.Atoi(args[1])
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad count %q", args[1])
+		}
+		var total time.Duration
+		for i := 0; i < n; i++ {
+			start := time.Now()
+			if err := runQuiet(args[2:]); err != nil {
+				return err
+			}
+			total += time.Since(start)
+		}
+		fmt.Printf("%.1f\n", float64(total.Microseconds())/1000/float64(n))
+		return nil
+	case "peak":
+		cmd := exec.Command(args[1], args[2:]...)
+		cmd.Stdout, cmd.Stderr = nil, nil
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			return err
+		}
+		ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		if !ok {
+			return errors.New("no resource usage on this platform")
+		}
+		fmt.Printf("%.1f MiB (exit %d)\n", float64(ru.Maxrss)/1024, cmd.ProcessState.ExitCode())
+		return nil
+	case "compare":
+		if len(args) < 5 {
+			return errors.New("usage: benchtool compare IV CONFTEST SUBCMD FILE [flags...]")
+		}
+		return compare(args[1], args[2], args[3], args[4], args[5:])
+	}
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// runQuiet runs a command; exit code 1 (policy failures) is a normal result.
+func runQuiet(argv []string) error {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, stderr.String())
+	}
+	return nil
+}
+
+func output(argv []string) ([]byte, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 {
+		err = nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, stderr.String())
+	}
+	return out, nil
+}
+
+// compare runs both tools and prints their failures and warnings.
+func compare(iv, conftest, sub, file string, flags []string) error {
+	ivOut, err := output(append(append([]string{iv, sub, "--no-default-policies", "-o", "json"}, flags...), file))
+	if err != nil {
+		return err
+	}
+	cfOut, err := output(append(append([]string{conftest, "test", "--no-color", "-o", "json"}, flags...), file))
+	if err != nil {
+		return err
+	}
+	got, err := normReport(ivOut)
+	if err != nil {
+		return err
+	}
+	want, err := normConftest(cfOut)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  %s %s (%s)\n", sub, filepath.Base(file), strings.Join(flags, " "))
+	all := map[string][2]bool{}
+	for _, l := range got {
+		v := all[l]
+		v[0] = true
+		all[l] = v
+	}
+	for _, l := range want {
+		v := all[l]
+		v[1] = true
+		all[l] = v
+	}
+	keys := make([]string, 0, len(all))
+	for k := range all {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	same := len(got) == len(want)
+	for _, k := range keys {
+		mark := "same    "
+		switch v := all[k]; {
+		case v[0] && !v[1]:
+			mark, same = "ONLY-IV ", false
+		case !v[0] && v[1]:
+			mark, same = "ONLY-CFT", false
+		}
+		fmt.Printf("    %s %s\n", mark, k)
+	}
+	if !same {
+		fmt.Printf("    => DIFFERENT (infra-validator %d, conftest %d)\n", len(got), len(want))
+		return errors.New("results differ")
+	}
+	fmt.Printf("    => identical: %d results\n", len(got))
+	return nil
+}
+
+func normConftest(raw []byte) ([]string, error) {
+	var out []struct {
+		Warnings []struct {
+			Msg      string         `json:"msg"`
+			Metadata map[string]any `json:"metadata"`
+		} `json:"warnings"`
+		Failures []struct {
+			Msg      string         `json:"msg"`
+			Metadata map[string]any `json:"metadata"`
+		} `json:"failures"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("conftest output: %w", err)
+	}
+	var lines []string
+	add := func(kind string, meta map[string]any, msg string) {
+		q, _ := meta["query"].(string)
+		q = strings.TrimPrefix(q, "data.")
+		if i := strings.LastIndex(q, "."); i >= 0 {
+			q = q[:i] + "/" + q[i+1:]
+		}
+		lines = append(lines, fmt.Sprintf("%-4s %-28s %s", kind, q, msg))
+	}
+	for _, r := range out {
+		for _, f := range r.Failures {
+			add("fail", f.Metadata, f.Msg)
+		}
+		for _, w := range r.Warnings {
+			add("warn", w.Metadata, w.Msg)
+		}
+	}
+	sort.Strings(lines)
+	return lines, nil
+}
+
+func normReport(raw []byte) ([]string, error) {
+	var rep struct {
+		Sections []struct {
+			Verdict struct {
+				Findings []struct {
+					Severity, Source, Policy, Message string
+				} `json:"findings"`
+			} `json:"verdict"`
+		} `json:"sections"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		return nil, fmt.Errorf("infra-validator output: %w", err)
+	}
+	var lines []string
+	for _, s := range rep.Sections {
+		for _, f := range s.Verdict.Findings {
+			if f.Source != "policy" {
+				continue
+			}
+			kind := map[string]string{"deny": "fail", "warn": "warn"}[f.Severity]
+			if kind == "" {
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("%-4s %-28s %s", kind, f.Policy, f.Message))
+		}
+	}
+	sort.Strings(lines)
+	return lines, nil
+}

@@ -1,0 +1,156 @@
+package validate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+)
+
+// ServiceRequest names one service environment in a checkout.
+type ServiceRequest struct {
+	// RepoRoot is the checkout folder; ServiceDir is the service folder
+	// relative to it (holding service.yaml).
+	RepoRoot   string
+	ServiceDir string
+	// Environment is the environment's name in the manifest.
+	Environment string
+	// HelmReleaseName is the Helm release to render as; "" means
+	// "<service>-<environment>", the Release name, which the Helm applier
+	// must use too for manifestDigest to match.
+	HelmReleaseName string
+	// PreviousManifest is the manifest applied before (for the Helm risk).
+	PreviousManifest string
+	// Backend, Kubernetes and Env choose the Terraform state and credentials
+	// (see PlanRequest); the zero value plans statelessly.
+	Backend    terraform.Backend
+	Kubernetes *terraform.KubernetesBackend
+	Env        map[string]string
+	// SkipTerraform leaves the Terraform stack out (e.g. the CLI's
+	// --no-terraform).
+	SkipTerraform bool
+}
+
+// ServiceResult is the one result of checking a service environment.
+type ServiceResult struct {
+	Service     *manifest.Service
+	Environment *manifest.Environment
+	// Verdict combines the chart and plan checks: result and findings of
+	// both, risk the higher of the two.
+	Verdict report.Verdict
+	// ManifestDigest is the Helm manifestDigest ("" when the chart did not render).
+	ManifestDigest string
+	// PlanDigest, PlanFileSHA256, PlanFile and PlanJSON are set when the
+	// service has a Terraform stack; PlanFile is the very file that was
+	// checked, for the syncer to store.
+	PlanDigest     string
+	PlanFileSHA256 string
+	PlanFile       []byte
+	PlanJSON       []byte
+	PlanSummary    *PlanSummary
+	// Chart and Plan are the detailed results (nil when not checked).
+	Chart *ChartCheck
+	Plan  *PlanCheck
+}
+
+// ErrChartRepository is returned for a service whose chart comes from a chart
+// repository: the validator renders charts from the checkout only.
+var ErrChartRepository = errors.New("charts from a chart repository are not supported: vendor the chart into the repository")
+
+// CheckService loads the manifest, checks the environment's chart and plans
+// and checks its Terraform stack, and returns one result. A manifest that
+// does not parse returns a *manifest.Error; paths leaving the checkout are
+// refused by the manifest package.
+func (v *Validator) CheckService(ctx context.Context, req ServiceRequest) (*ServiceResult, error) {
+	svc, err := manifest.Load(req.RepoRoot, req.ServiceDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.CheckPaths(req.RepoRoot); err != nil {
+		return nil, err
+	}
+	env, ok := svc.Environment(req.Environment)
+	if !ok {
+		return nil, fmt.Errorf("service %s has no environment %q", svc.Name, req.Environment)
+	}
+	out := &ServiceResult{Service: svc, Environment: env}
+	var findings []report.Finding
+	risk := report.RiskLow
+
+	chartDir := svc.ChartDir()
+	if chartDir == "" {
+		return nil, fmt.Errorf("service %s: %w", svc.Name, ErrChartRepository)
+	}
+	values, err := svc.ValuesFiles(env.Name)
+	if err != nil {
+		return nil, err
+	}
+	chartPath, err := manifest.ConfinedPath(req.RepoRoot, chartDir)
+	if err != nil {
+		return nil, err
+	}
+	valuePaths := make([]string, 0, len(values))
+	for _, f := range values {
+		p, err := manifest.ConfinedPath(req.RepoRoot, f)
+		if err != nil {
+			return nil, err
+		}
+		valuePaths = append(valuePaths, p)
+	}
+	release := req.HelmReleaseName
+	if release == "" {
+		release = svc.Name + "-" + env.Name
+	}
+	chart, err := v.CheckChart(ctx, ChartRequest{
+		Chart:        chartPath,
+		ValuesFiles:  valuePaths,
+		ReleaseName:  release,
+		Namespace:    env.Namespace,
+		Previous:     req.PreviousManifest,
+		SourcePrefix: path.Clean(chartDir),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("service %s/%s chart: %w", svc.Name, env.Name, err)
+	}
+	out.Chart = chart
+	out.ManifestDigest = chart.Render.ManifestDigest
+	findings = append(findings, chart.Verdict.Findings...)
+	risk = report.MaxRisk(risk, chart.Verdict.Risk)
+
+	if tfDir := svc.TerraformDir(); tfDir != "" && !req.SkipTerraform {
+		dir, err := manifest.ConfinedPath(req.RepoRoot, tfDir)
+		if err != nil {
+			return nil, err
+		}
+		pr := PlanRequest{Dir: dir, Backend: req.Backend, Kubernetes: req.Kubernetes, Env: req.Env}
+		if env.Terraform != nil {
+			pr.Vars, pr.Workspace = env.Terraform.Vars, env.Terraform.Workspace
+		}
+		plan, err := v.PlanAndCheck(ctx, pr)
+		if err != nil {
+			return nil, fmt.Errorf("service %s/%s terraform: %w", svc.Name, env.Name, err)
+		}
+		// Findings name the stack folder relative to the checkout.
+		for i := range plan.Verdict.Findings {
+			if plan.Verdict.Findings[i].File == dir {
+				plan.Verdict.Findings[i].File = filepath.ToSlash(tfDir)
+			}
+		}
+		out.Plan = plan
+		out.PlanDigest = plan.Report.PlanDigest
+		out.PlanFileSHA256 = plan.Report.PlanFileSHA256
+		out.PlanFile = plan.PlanFile
+		out.PlanJSON = plan.PlanJSON
+		summary := plan.Summary
+		out.PlanSummary = &summary
+		findings = append(findings, plan.Verdict.Findings...)
+		risk = report.MaxRisk(risk, plan.Verdict.Risk)
+	}
+	out.Verdict = report.NewVerdict(risk, findings)
+	return out, nil
+}
