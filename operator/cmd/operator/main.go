@@ -17,6 +17,7 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/api/version"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	helmapplier "github.com/sluice-gitops/sluice/operator/internal/applier/helm"
 	"github.com/sluice-gitops/sluice/operator/internal/controller"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
 )
@@ -27,7 +28,9 @@ func main() {
 		namespaces   string
 		testAppliers string
 		showVersion  bool
+		helmFlags    helmapplier.Flags
 	)
+	helmFlags.Bind(flag.CommandLine)
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics endpoint (\"0\" disables it).")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
@@ -56,13 +59,13 @@ func main() {
 	if namespaces != "" {
 		o.Namespaces = strings.Split(namespaces, ",")
 	}
-	if err := run(log, o, testAppliers); err != nil {
+	if err := run(log, o, testAppliers, helmFlags); err != nil {
 		log.Error(err, "Operator failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, o controller.ManagerOptions, testAppliers string) error {
+func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helmFlags helmapplier.Flags) error {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
@@ -73,6 +76,9 @@ func run(log logr.Logger, o controller.ManagerOptions, testAppliers string) erro
 	// Cleaner from internal/applier). Each applier package is registered
 	// here, e.g. o.Appliers[sluicev1.DeliveryHelm] = <the Helm applier>.
 	o.Appliers = applier.Registry{}
+	if err := helmFlags.Register(o.Appliers, cfg, ctrl.Log.WithName("helm")); err != nil {
+		return err
+	}
 	if testAppliers != "" {
 		apiClient, err := newAPIClient(cfg)
 		if err != nil {

@@ -38,7 +38,6 @@ import (
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
-	"github.com/sluice-gitops/sluice/operator/internal/artifact"
 	"github.com/sluice-gitops/sluice/operator/internal/controller"
 )
 
@@ -76,19 +75,15 @@ func runChildOperator(file string) int {
 	log := zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true))
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	fetcher, err := artifact.NewFetcher(cc.ArtifactBase)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	helmApplier, err := New(Options{Config: cfg, Fetcher: fetcher, Log: log.WithName("helm")})
-	if err != nil {
+	// Registered exactly as cmd/operator registers it.
+	reg := applier.Registry{}
+	if err := (&Flags{ArtifactBaseURL: cc.ArtifactBase}).Register(reg, cfg, log.WithName("helm")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	mgr, err := controller.NewManager(ctx, cfg, controller.ManagerOptions{
 		Options: controller.Options{
-			Appliers:          applier.Registry{sluicev1.DeliveryHelm: helmApplier},
+			Appliers:          reg,
 			LockRetryInterval: time.Second,
 		},
 		MetricsAddr: "0", ProbeAddr: "0", PprofAddr: "0",

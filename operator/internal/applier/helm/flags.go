@@ -1,0 +1,52 @@
+package helm
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact"
+)
+
+// Flags are the operator's command-line settings of the Helm applier.
+type Flags struct {
+	// ArtifactBaseURL is the syncer's artifact server; artifacts are
+	// downloaded from below it only. Empty leaves the applier unregistered.
+	ArtifactBaseURL string
+	// KubeVersion is the Kubernetes version charts are rendered for (the
+	// validator's).
+	KubeVersion string
+	// Wait makes Helm wait for the installed objects to be ready.
+	Wait bool
+}
+
+// Bind registers the flags on fs.
+func (f *Flags) Bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.ArtifactBaseURL, "artifact-base-url", "", "Base URL of the syncer's artifact server (http(s)://host[:port]/path/); artifacts are downloaded from below it only. Empty leaves delivery helm without an applier.")
+	fs.StringVar(&f.KubeVersion, "helm-kube-version", "", "Kubernetes version charts are rendered for; must be the validator's (default: Helm's default, as the validator's).")
+	fs.BoolVar(&f.Wait, "helm-wait", false, "Wait for the objects a Helm release installs to be ready before a change counts as applied.")
+}
+
+// Register adds the Helm applier for delivery helm to reg, acting through
+// cfg (which must be allowed to impersonate the Repositories'
+// ServiceAccounts).
+func (f *Flags) Register(reg applier.Registry, cfg *rest.Config, log logr.Logger) error {
+	if f.ArtifactBaseURL == "" {
+		log.Info("The Helm applier is off: --artifact-base-url is not set")
+		return nil
+	}
+	fetcher, err := artifact.NewFetcher(f.ArtifactBaseURL)
+	if err != nil {
+		return fmt.Errorf("--artifact-base-url: %w", err)
+	}
+	a, err := New(Options{Config: cfg, Fetcher: fetcher, KubeVersion: f.KubeVersion, Wait: f.Wait, Log: log})
+	if err != nil {
+		return err
+	}
+	reg[sluicev1.DeliveryHelm] = a
+	return nil
+}
