@@ -66,6 +66,11 @@ type PermissionChecker interface {
 	WriteAccess(ctx context.Context, repo, login string) (bool, error)
 }
 
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=changerequests,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=approvals,verbs=get;list;create
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+
 // Handler builds previews and records reviews. It implements
 // webhook.PullRequestHandler.
 type Handler struct {

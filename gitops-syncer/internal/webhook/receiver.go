@@ -10,6 +10,7 @@ package webhook
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -296,12 +297,16 @@ func (r *Receiver) repositoryFor(ctx context.Context, path string) (*sluicev1.Re
 	if err := r.Reader.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list repositories: %w", err)
 	}
+	// The path is a secret of sorts: compare it in constant time with every
+	// Repository's, so the time taken says nothing about near misses.
+	var found *sluicev1.Repository
 	for i := range list.Items {
-		if p := list.Items[i].Status.WebhookPath; p != "" && p == path {
-			return &list.Items[i], nil
+		p := list.Items[i].Status.WebhookPath
+		if p != "" && subtle.ConstantTimeCompare([]byte(p), []byte(path)) == 1 {
+			found = &list.Items[i]
 		}
 	}
-	return nil, nil
+	return found, nil
 }
 
 // secretFor reads the Repository's webhook secret.

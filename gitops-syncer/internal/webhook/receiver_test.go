@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -228,6 +229,11 @@ func TestReceiver_pushesOfEveryProvider(t *testing.T) {
 			big := append(append([]byte{}, body[:len(body)-1]...), []byte(`,"pad":"`+strings.Repeat("x", webhook.MaxBodyBytes)+`"}`)...)
 			w = serve(r, request(d.provider, d.event, path, big, a.secret))
 			assert.Equal(t, http.StatusRequestEntityTooLarge, w.Code, "oversize")
+			// Also when the size is not announced (chunked).
+			chunked := request(d.provider, d.event, path, big, a.secret)
+			chunked.Body, chunked.ContentLength = io.NopCloser(io.MultiReader(bytes.NewReader(big))), -1
+			w = serve(r, chunked)
+			assert.Equal(t, http.StatusRequestEntityTooLarge, w.Code, "oversize, chunked")
 
 			// A push of a branch the Repository does not track does nothing.
 			w = serve(r, request(d.provider, d.event, path, d.push(t, "refs/heads/feature"), a.secret))
@@ -256,7 +262,7 @@ func TestReceiver_pushesOfEveryProvider(t *testing.T) {
 
 			p := string(d.provider)
 			assert.Equal(t, 3.0, testutil.ToFloat64(m.Requests.WithLabelValues(p, "unknown", "unauthorized")))
-			assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues(p, "unknown", "too_large")))
+			assert.Equal(t, 2.0, testutil.ToFloat64(m.Requests.WithLabelValues(p, "unknown", "too_large")))
 			assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues(p, "push", "ignored")))
 			assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues(p, "push", "duplicate")))
 			assert.Equal(t, 2.0, testutil.ToFloat64(m.Requests.WithLabelValues(p, "push", "accepted")))
