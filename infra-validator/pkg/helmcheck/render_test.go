@@ -328,6 +328,7 @@ func TestRender_riskAgainstThePreviousManifest(t *testing.T) {
 		{"a changed service port", nil, strings.Replace(base.Manifest, "port: 80\n", "port: 8080\n", 1), report.RiskMedium, "Service/shop/web: changed"},
 		{"a deleted NetworkPolicy", nil, withPolicy, report.RiskHigh, "NetworkPolicy/shop/web: deleted"},
 		{"a first install", nil, "", report.RiskMedium, "Deployment/shop/web: new object"},
+		{"an unreadable previous manifest", nil, base.Manifest + "---\n# Source: x.yaml\nkind: [\n", report.RiskHigh, "previous manifest cannot be read"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -36,7 +36,14 @@ var volatileLabels = []string{"helm.sh/chart", "app.kubernetes.io/version"}
 // Hooks count only when they are of a high-risk kind (Helm keeps no
 // previous copy of them to compare with).
 func (c *checker) risk(objs []Object) {
-	prev, _ := splitManifest(c.opts.Previous, false)
+	prev, problems := splitManifest(c.opts.Previous, false)
+	if len(problems) > 0 {
+		// Without the whole previous manifest, deletions cannot be seen.
+		c.res.Risk = report.RiskHigh
+		c.res.RiskReasons = append(c.res.RiskReasons, "the previous manifest cannot be read, so removed objects cannot be detected")
+		c.add(report.SeverityWarn, "helm.previous_manifest", "", "", 0,
+			fmt.Sprintf("the previous manifest cannot be read (%s: %s); risk is rated high", problems[0].source, problems[0].msg))
+	}
 	prevByID := map[string]Object{}
 	for _, p := range prev {
 		setNamespace(&p, c.opts.Namespace)

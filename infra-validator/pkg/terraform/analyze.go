@@ -1,7 +1,6 @@
 package terraform
 
 import (
-	"encoding/json"
 	"fmt"
 	"path"
 	"sort"
@@ -189,16 +188,9 @@ func matchType(patterns []string, typ string) bool {
 
 // Analyze reads plan JSON and analyses it (ReadPlan, then AnalyzePlan).
 func Analyze(planJSON []byte, opts Options) (*Report, error) {
-	plan, err := ReadPlan(planJSON)
+	plan, head, err := readPlan(planJSON)
 	if err != nil {
 		return nil, err
-	}
-	// tfjson has no field for "errored"; read it separately.
-	var head struct {
-		Errored bool `json:"errored"`
-	}
-	if err := json.Unmarshal(planJSON, &head); err != nil {
-		return nil, fmt.Errorf("plan JSON: %w", err)
 	}
 	return analyze(plan, head.Errored, opts)
 }

@@ -59,43 +59,53 @@ var ErrUnsupportedFormat = errors.New("unsupported plan format_version")
 // JSON, a missing or unknown-major format_version and null entries are
 // errors; numbers are kept as json.Number so large values survive.
 func ReadPlan(data []byte) (*tfjson.Plan, error) {
+	plan, _, err := readPlan(data)
+	return plan, err
+}
+
+// planHead holds the top-level fields tfjson does not keep.
+type planHead struct {
+	FormatVersion *string `json:"format_version"`
+	Errored       bool    `json:"errored"`
+}
+
+// readPlan is ReadPlan that also returns the head fields.
+func readPlan(data []byte) (*tfjson.Plan, planHead, error) {
 	data = bytes.TrimSpace(data)
+	var head planHead
 	if len(data) == 0 {
-		return nil, errors.New("plan JSON is empty")
+		return nil, head, errors.New("plan JSON is empty")
 	}
 	// Read the version first, so a future format gets a clear message
 	// instead of whatever decoding error its new shape would cause.
-	var head struct {
-		FormatVersion *string `json:"format_version"`
-	}
 	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, fmt.Errorf("plan JSON: %w", jsonError(data, err))
+		return nil, head, fmt.Errorf("plan JSON: %w", jsonError(data, err))
 	}
 	if head.FormatVersion == nil || *head.FormatVersion == "" {
-		return nil, errors.New("plan JSON has no format_version: is this the output of `terraform show -json` on a plan?")
+		return nil, head, errors.New("plan JSON has no format_version: is this the output of `terraform show -json` on a plan?")
 	}
 	if err := checkFormatVersion(*head.FormatVersion); err != nil {
-		return nil, err
+		return nil, head, err
 	}
 	plan := &tfjson.Plan{}
 	plan.UseJSONNumber(true)
 	if err := plan.UnmarshalJSON(data); err != nil {
-		return nil, fmt.Errorf("plan JSON: %w", jsonError(data, err))
+		return nil, head, fmt.Errorf("plan JSON: %w", jsonError(data, err))
 	}
 	for i, rc := range plan.ResourceChanges {
 		if rc == nil || rc.Change == nil {
-			return nil, fmt.Errorf("plan JSON: resource_changes[%d] has no change", i)
+			return nil, head, fmt.Errorf("plan JSON: resource_changes[%d] has no change", i)
 		}
 		if rc.Address == "" {
-			return nil, fmt.Errorf("plan JSON: resource_changes[%d] has no address", i)
+			return nil, head, fmt.Errorf("plan JSON: resource_changes[%d] has no address", i)
 		}
 	}
 	for name, oc := range plan.OutputChanges {
 		if oc == nil {
-			return nil, fmt.Errorf("plan JSON: output_changes[%q] is null", name)
+			return nil, head, fmt.Errorf("plan JSON: output_changes[%q] is null", name)
 		}
 	}
-	return plan, nil
+	return plan, head, nil
 }
 
 // checkFormatVersion accepts major versions 0 and 1 (Terraform 0.12 to 1.x).

@@ -59,9 +59,11 @@ func IsUnknown(rc *tfjson.ResourceChange, path string) bool {
 	return len(unknownMatches(rc.Change.AfterUnknown, splitPath(path), "")) > 0
 }
 
+var pathReplacer = strings.NewReplacer("[", ".", "]", "")
+
 // splitPath turns "a.b[0].c" or "a.b.0.c" into ["a","b","0","c"].
 func splitPath(p string) []string {
-	p = strings.NewReplacer("[", ".", "]", "").Replace(p)
+	p = pathReplacer.Replace(p)
 	var out []string
 	for _, s := range strings.Split(p, ".") {
 		if s != "" {
