@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,9 +90,17 @@ func TestHeadline_approvedPullRequestPreviewCarriesOverToTheMergeCommitByteForBy
 // the push webhook, not the hour-long poll, makes the ChangeRequests.
 func TestPushWebhook_syncsAtOnceAndIgnoresOtherBranchesAndReplays(t *testing.T) {
 	w := newWorld(t)
+	observed := func() uint64 {
+		var m dto.Metric
+		require.NoError(t, w.in.Metrics.PushToChangeRequest.(prometheus.Metric).Write(&m))
+		return m.GetHistogram().GetSampleCount()
+	}
+	before := observed()
 	c1 := w.merge(map[string]string{prodValues: "replicaCount: 7\n"})
 	body := edit(t, w.pushBody(c1), func(m map[string]any) { m["ref"] = "refs/heads/feature" })
 	assert.Equal(t, http.StatusOK, w.send("push", body), "a branch the Repository does not track")
 	require.Equal(t, http.StatusAccepted, w.send("push", w.pushBody(c1)))
 	w.changeRequest(sluicev1.ChangeRequestName("cart-prod", c1, 1))
+	// The push-to-ChangeRequest latency was measured once for this push.
+	require.Eventually(t, func() bool { return observed() == before+1 }, 2*time.Minute, 10*time.Millisecond)
 }
