@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
@@ -134,24 +135,17 @@ func tarGz(b *testing.B, files map[string][]byte) (tarball, targz []byte) {
 	return buf.Bytes(), gz.Bytes()
 }
 
-type capture struct{ got []byte }
-
-func (c *capture) Run(m *bytes.Buffer) (*bytes.Buffer, error) {
-	c.got = append([]byte(nil), m.Bytes()...)
-	return m, nil
-}
-
-// offlineDigest renders the chart the way the validator does, offline.
+// offlineDigest is the manifestDigest the validator records (helmcheck).
 func offlineDigest(b *testing.B, dir, name, ns string) sluicev1.Digest {
-	ch, vals := loadChart(b, dir)
-	c := &capture{}
-	in := action.NewInstall(&action.Configuration{})
-	in.ClientOnly, in.DryRun = true, true
-	in.ReleaseName, in.Namespace, in.PostRenderer = name, ns, c
-	if _, err := in.Run(ch, vals); err != nil {
-		b.Fatal(err)
+	res, err := helmcheck.Render(context.Background(), helmcheck.Options{
+		Chart:       filepath.Join(dir, "charts/web"),
+		ValuesFiles: []string{filepath.Join(dir, "services/web/values.yaml"), filepath.Join(dir, "services/web/values-staging.yaml")},
+		ReleaseName: name, Namespace: ns,
+	})
+	if err != nil || res.ManifestDigest == "" {
+		b.Fatalf("render: %v %v", err, res)
 	}
-	return sluicev1.SHA256Digest(c.got)
+	return sluicev1.Digest(res.ManifestDigest)
 }
 
 func writeTree(b *testing.B, files map[string][]byte) string {

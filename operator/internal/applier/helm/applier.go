@@ -34,10 +34,7 @@ import (
 	"github.com/go-logr/logr"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/cli/values"
-	"helm.sh/helm/v3/pkg/getter"
 	"helm.sh/helm/v3/pkg/kube"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage"
@@ -45,6 +42,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
@@ -200,14 +198,14 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		}
 	}
 
-	gate := &digestGate{want: cr.Spec.ManifestDigest}
+	gate := digestGate(cr.Spec.ManifestDigest)
 	if last == nil {
 		return a.install(hctx, s, name, cr, ch, vals, gate, log)
 	}
 	return a.upgrade(hctx, s, name, cr, ch, vals, gate, deployed, log)
 }
 
-func (a *Applier) install(ctx context.Context, s *session, name string, cr *sluicev1.ChangeRequest, ch *chart.Chart, vals map[string]any, gate *digestGate, log logr.Logger) (applier.Result, error) {
+func (a *Applier) install(ctx context.Context, s *session, name string, cr *sluicev1.ChangeRequest, ch *chart.Chart, vals map[string]any, gate *helmcheck.DigestPostRenderer, log logr.Logger) (applier.Result, error) {
 	newInstall := func() *action.Install {
 		in := action.NewInstall(s.cfg)
 		in.ReleaseName, in.Namespace = name, s.namespace
@@ -232,8 +230,7 @@ func (a *Applier) install(ctx context.Context, s *session, name string, cr *slui
 		return result(s.namespace, r, "installed"), nil
 	}
 	failure := s.explain("install", err)
-	var mismatch *ManifestMismatchError
-	if !errors.As(err, &mismatch) {
+	if !errors.Is(err, helmcheck.ErrManifestMismatch) {
 		// Nothing of a failed first install may stay behind.
 		if uerr := s.uninstall(name, true); uerr != nil {
 			return applier.Result{}, fmt.Errorf("%w; uninstalling the failed install also failed: %v", failure, uerr)
@@ -242,7 +239,7 @@ func (a *Applier) install(ctx context.Context, s *session, name string, cr *slui
 	return applier.Result{}, failure
 }
 
-func (a *Applier) upgrade(ctx context.Context, s *session, name string, cr *sluicev1.ChangeRequest, ch *chart.Chart, vals map[string]any, gate *digestGate, deployed *release.Release, log logr.Logger) (applier.Result, error) {
+func (a *Applier) upgrade(ctx context.Context, s *session, name string, cr *sluicev1.ChangeRequest, ch *chart.Chart, vals map[string]any, gate *helmcheck.DigestPostRenderer, deployed *release.Release, log logr.Logger) (applier.Result, error) {
 	up := action.NewUpgrade(s.cfg)
 	up.Namespace = s.namespace
 	up.Wait, up.Timeout = a.opts.Wait, a.opts.Timeout
@@ -256,8 +253,7 @@ func (a *Applier) upgrade(ctx context.Context, s *session, name string, cr *slui
 		return result(s.namespace, r, "upgraded"), nil
 	}
 	failure := s.explain("upgrade", err)
-	var mismatch *ManifestMismatchError
-	if errors.As(err, &mismatch) || deployed == nil {
+	if errors.Is(err, helmcheck.ErrManifestMismatch) || deployed == nil {
 		return applier.Result{}, failure // refused before anything was stored.
 	}
 	rb := action.NewRollback(s.cfg)
@@ -466,11 +462,13 @@ func loadInputs(dir string, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) (
 		return nil, nil, invalid("values files %v differ from the Release's %v", wantValues, relValues)
 	}
 
+	// Load and merge exactly as the validator does (helmcheck), from the
+	// verified content only.
 	chartPath, err := manifest.ConfinedPath(dir, chartDir)
 	if err != nil {
 		return nil, nil, invalid("chart folder: %v", err)
 	}
-	ch, err := loader.LoadDir(chartPath)
+	ch, err := helmcheck.LoadChart(chartPath)
 	if err != nil {
 		return nil, nil, invalid("chart %s: %v", chartDir, scrubPath(err, dir))
 	}
@@ -482,7 +480,7 @@ func loadInputs(dir string, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) (
 		}
 		abs = append(abs, p)
 	}
-	vals, err := (&values.Options{ValueFiles: abs}).MergeValues(getter.Providers{})
+	vals, err := helmcheck.MergeValues(abs)
 	if err != nil {
 		return nil, nil, invalid("values: %v", scrubPath(err, dir))
 	}

@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 )
@@ -22,10 +23,9 @@ func (s *session) explain(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var mismatch *ManifestMismatchError
-	if errors.As(err, &mismatch) {
+	if errors.Is(err, helmcheck.ErrManifestMismatch) {
 		return &applier.Failure{Reason: sluicev1.ReasonManifestMismatch,
-			Message: "Helm would install other manifests than were approved; nothing was installed", Err: mismatch}
+			Message: "Helm would install other manifests than were approved; nothing was installed", Err: unwrapMismatch(err)}
 	}
 	if retryable(err) {
 		return fmt.Errorf("helm %s in namespace %s: %w", op, s.namespace, err)
@@ -67,4 +67,15 @@ func retryable(err error) bool {
 		}
 	}
 	return false
+}
+
+// unwrapMismatch digs out the post-renderer's own error (which names both
+// digests) from under Helm's wrapping.
+func unwrapMismatch(err error) error {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if next := errors.Unwrap(e); errors.Is(e, helmcheck.ErrManifestMismatch) && next == helmcheck.ErrManifestMismatch {
+			return e
+		}
+	}
+	return err
 }

@@ -23,10 +23,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/cli/values"
-	"helm.sh/helm/v3/pkg/getter"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage"
 	"helm.sh/helm/v3/pkg/storage/driver"
@@ -38,6 +34,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
@@ -232,9 +229,8 @@ func gzipped(t testing.TB, b []byte) []byte {
 	return buf.Bytes()
 }
 
-// validatorDigest renders the chart offline the way the validator does (no
-// cluster: lookup finds nothing) and returns the digest of the bytes Helm
-// hands the post-renderer.
+// validatorDigest is the manifestDigest the validator records for the
+// files: helmcheck.Render, offline (lookup finds nothing).
 func validatorDigest(t testing.TB, files map[string][]byte, chartDir string, valueFiles []string, name, ns string) sluicev1.Digest {
 	t.Helper()
 	dir := t.TempDir()
@@ -243,29 +239,16 @@ func validatorDigest(t testing.TB, files map[string][]byte, chartDir string, val
 		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		require.NoError(t, os.WriteFile(p, b, 0o644))
 	}
-	ch, err := loader.LoadDir(filepath.Join(dir, chartDir))
-	require.NoError(t, err)
 	var abs []string
 	for _, v := range valueFiles {
 		abs = append(abs, filepath.Join(dir, v))
 	}
-	vals, err := (&values.Options{ValueFiles: abs}).MergeValues(getter.Providers{})
+	res, err := helmcheck.Render(context.Background(), helmcheck.Options{
+		Chart: filepath.Join(dir, chartDir), ValuesFiles: abs, ReleaseName: name, Namespace: ns,
+	})
 	require.NoError(t, err)
-	capture := &capturer{}
-	in := action.NewInstall(&action.Configuration{})
-	in.ClientOnly, in.DryRun = true, true
-	in.ReleaseName, in.Namespace = name, ns
-	in.PostRenderer = capture
-	_, err = in.Run(ch, vals)
-	require.NoError(t, err)
-	return manifestDigest(capture.got)
-}
-
-type capturer struct{ got []byte }
-
-func (c *capturer) Run(b *bytes.Buffer) (*bytes.Buffer, error) {
-	c.got = append([]byte(nil), b.Bytes()...)
-	return b, nil
+	require.NotEmpty(t, res.ManifestDigest, "findings: %v", res.Findings)
+	return sluicev1.Digest(res.ManifestDigest)
 }
 
 // changeOpts shape a change away from the honest default.
