@@ -344,3 +344,12 @@ func TestPathReconciler_keepsAPathOnceSet(t *testing.T) {
 	assert.Equal(t, a.repo.Status.WebhookPath, again.Status.WebhookPath)
 	assert.Len(t, strings.TrimPrefix(again.Status.WebhookPath, webhook.PathPrefix), 64)
 }
+
+func TestNewServer_hasHeaderReadAndWriteTimeouts(t *testing.T) {
+	srv := webhook.NewServer(http.NotFoundHandler())
+	assert.Positive(t, srv.ReadHeaderTimeout)
+	assert.Positive(t, srv.ReadTimeout)
+	assert.Positive(t, srv.WriteTimeout)
+	assert.Positive(t, srv.IdleTimeout)
+	assert.LessOrEqual(t, srv.MaxHeaderBytes, 64<<10)
+}
