@@ -167,10 +167,7 @@ func (r *RepositoryReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 
 // interval is the poll interval of repo.
 func interval(repo *sluicev1.Repository) time.Duration {
-	if d := repo.Spec.Interval.Duration; d > 0 {
-		return d
-	}
-	return time.Minute
+	return repo.GetInterval()
 }
 
 func (r *RepositoryReconciler) forget(key types.NamespacedName) {

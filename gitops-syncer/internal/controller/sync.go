@@ -24,22 +24,18 @@ import (
 
 // trackedRef is the full ref name a Repository tracks.
 func trackedRef(repo *sluicev1.Repository) string {
-	if repo.Spec.Ref.Tag != "" {
-		return "refs/tags/" + repo.Spec.Ref.Tag
+	ref := repo.GetRef()
+	if ref.Tag != "" {
+		return "refs/tags/" + ref.Tag
 	}
-	if repo.Spec.Ref.Branch != "" {
-		return "refs/heads/" + repo.Spec.Ref.Branch
-	}
-	return "refs/heads/main"
+	return "refs/heads/" + ref.Branch
+
 }
 
 // RemoteFor reads the Repository's credentials Secret and returns its git
 // remote. Errors are safe to show.
 func (r *RepositoryReconciler) RemoteFor(ctx context.Context, repo *sluicev1.Repository) (git.Remote, error) {
-	remote := git.Remote{Key: repo.Namespace + "/" + repo.Name, URL: repo.Spec.URL}
-	if repo.Spec.Timeout != nil {
-		remote.Timeout = repo.Spec.Timeout.Duration
-	}
+	remote := git.Remote{Key: repo.Namespace + "/" + repo.Name, URL: repo.Spec.URL, Timeout: repo.GetTimeout()}
 	if repo.Spec.SecretRef == nil {
 		return remote, nil
 	}
@@ -126,7 +122,7 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, repo *sluicev1
 // every release it produced still there at the same inputs, and no re-plan
 // asked for.
 func (r *RepositoryReconciler) idle(key types.NamespacedName, repo *sluicev1.Repository, head string, owned []sluicev1.Release) bool {
-	if head != repo.Status.LastSyncedCommit {
+	if head != repo.Status.LastSyncedCommit || repo.Generation != repo.Status.ObservedGeneration {
 		return false
 	}
 	m, ok := r.memoFor(key)

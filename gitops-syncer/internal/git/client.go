@@ -176,7 +176,7 @@ func (g *GoGit) Head(ctx context.Context, r Remote, ref string) (sha string, err
 	refs, err := rem.ListContext(ctx, &gogit.ListOptions{Auth: auth, PeelingOption: gogit.AppendPeeled})
 	if err != nil {
 		if errors.Is(err, transport.ErrEmptyRemoteRepository) {
-			return "", &Error{Reason: ReasonRefNotFound, Message: fmt.Sprintf("list remote refs of %s: the repository is empty", RedactURL(r.URL))}
+			return "", &Error{Reason: ReasonRefNotFound, Message: fmt.Sprintf("%s not found on %s: the repository has no branches or tags", ref, RedactURL(r.URL))}
 		}
 		return "", wrapError(ctx, "list remote refs of", r.URL, err, r.Auth.secrets())
 	}

@@ -1,0 +1,163 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// BenchmarkIdlePollCycle measures polls of 200 unchanged Repositories:
+// every one asked to reconcile at once (as their intervals would), and the
+// syncer's CPU time (its own process, not the git server's CGI children)
+// and git fetches until all 200 ls-remotes are done; the mean of 3 cycles.
+// Run it with -benchtime 1x: the setup (200 first syncs) is the slow part.
+func BenchmarkIdlePollCycle(b *testing.B) {
+	const repos = 200
+	ctx := context.Background()
+	ns := benchNamespace(b)
+	root := b.TempDir()
+	srv := gittest.StartHTTP(b, root, "", "")
+	s := benchSyncer(b, ns)
+	for i := range repos {
+		name := fmt.Sprintf("repo-%03d", i)
+		r := gittest.NewRepo(b, root, name)
+		r.CopyDir(chartDir, "charts/service")
+		helmServiceB(r, fmt.Sprintf("svc%03d", i))
+		r.Commit("initial", "alice@example.com")
+		repo := &sluicev1.Repository{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: sluicev1.RepositorySpec{URL: srv.RepoURL(name), Interval: &metav1.Duration{Duration: time.Hour},
+				TargetNamespaces: []string{"*"}, ServiceAccountName: "deployer"},
+		}
+		if err := k8s.Create(ctx, repo); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// The first sync of every repository (fetch, validate, ChangeRequest).
+	waitUntil(b, 15*time.Minute, func() bool { return countSynced(b, ns) == repos })
+	b.ResetTimer()
+	const cycles = 3
+	var cpu, wall float64
+	var fetches, packs int64
+	for range cycles {
+		stats, packs0 := s.Git.Stats(), srv.UploadPacks()
+		c0, t0 := cpuSeconds(), time.Now()
+		for i := range repos {
+			s.Trigger().Request(ns, fmt.Sprintf("repo-%03d", i))
+		}
+		waitUntil(b, 10*time.Minute, func() bool { return s.Git.Stats().LsRemotes-stats.LsRemotes >= repos })
+		// Let the last reconciles finish their (empty) status work.
+		time.Sleep(200 * time.Millisecond)
+		cpu += cpuSeconds() - c0
+		wall += time.Since(t0).Seconds()
+		fetches += s.Git.Stats().Fetches - stats.Fetches
+		packs += srv.UploadPacks() - packs0
+	}
+	n := float64(cycles)
+	b.ReportMetric(float64(fetches)/n, "fetches/cycle")
+	b.ReportMetric(float64(packs)/n, "upload-packs/cycle")
+	b.ReportMetric(cpu/n, "cpu-s/cycle")
+	b.ReportMetric(wall/n, "wall-s/cycle")
+	b.ReportMetric(repos, "repositories")
+}
+
+// BenchmarkCommitToChangeRequest measures, over 30 commits of a Helm-only
+// change, the time from the commit being visible on the git server and a
+// reconcile being requested to its ChangeRequest existing.
+func BenchmarkCommitToChangeRequest(b *testing.B) {
+	const commits = 40
+	ctx := context.Background()
+	ns := benchNamespace(b)
+	root := b.TempDir()
+	srv := gittest.StartHTTP(b, root, "", "")
+	s := benchSyncer(b, ns)
+	r := gittest.NewRepo(b, root, "infra")
+	r.CopyDir(chartDir, "charts/service")
+	helmServiceB(r, "web")
+	r.Commit("initial", "alice@example.com")
+	repo := &sluicev1.Repository{
+		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: ns},
+		Spec: sluicev1.RepositorySpec{URL: srv.RepoURL("infra"), Interval: &metav1.Duration{Duration: time.Hour},
+			TargetNamespaces: []string{"*"}, ServiceAccountName: "deployer"},
+	}
+	if err := k8s.Create(ctx, repo); err != nil {
+		b.Fatal(err)
+	}
+	waitUntil(b, 5*time.Minute, func() bool { return countSynced(b, ns) == 1 })
+	b.ResetTimer()
+	var lat []time.Duration
+	{
+		for i := range commits {
+			r.WriteFile("services/web/values.yaml", fmt.Sprintf("image:\n  repository: ghcr.io/example/web\n  tag: \"1.0.%d\"\nreplicaCount: 1\n", i+1))
+			sha := r.Commit(fmt.Sprintf("web 1.0.%d", i+1), "bob@example.com")
+			name := sluicev1.ChangeRequestName("web-staging", sha, 1)
+			start := time.Now()
+			s.Trigger().Request(ns, "infra")
+			waitUntil(b, time.Minute, func() bool {
+				return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &sluicev1.ChangeRequest{}) == nil
+			})
+			lat = append(lat, time.Since(start))
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 { return lat[int(p*float64(len(lat)-1))].Seconds() * 1000 }
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.95), "p95-ms")
+	b.ReportMetric(float64(len(lat)), "commits")
+}
+
+func benchNamespace(b *testing.B) string {
+	b.Helper()
+	return newNamespace(b)
+}
+
+func benchSyncer(b *testing.B, ns string) *syncer.Syncer {
+	b.Helper()
+	return startSyncer(b, ns, b.TempDir(), func(s *syncer.Syncer) { s.Reconciler.MaxConcurrentReconciles = 4 }).Syncer
+}
+
+func helmServiceB(r *gittest.Repo, name string) {
+	r.WriteFile("services/"+name+"/service.yaml", fmt.Sprintf("apiVersion: sluice.dev/v1alpha1\nkind: Service\nname: %s\nchart: {path: charts/service}\nvalues: [values.yaml]\nenvironments:\n  - name: staging\n    namespace: %s-staging\n", name, name))
+	r.WriteFile("services/"+name+"/values.yaml", fmt.Sprintf("image:\n  repository: ghcr.io/example/%s\n  tag: \"1.0.0\"\nreplicaCount: 1\n", name))
+}
+
+func countSynced(b *testing.B, ns string) int {
+	var list sluicev1.RepositoryList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for _, r := range list.Items {
+		if r.Status.LastSyncedCommit != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func waitUntil(b *testing.B, limit time.Duration, cond func() bool) {
+	b.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatal("condition not reached")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
