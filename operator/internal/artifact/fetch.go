@@ -184,7 +184,7 @@ func (f *Fetcher) allowed(rawURL string) (*url.URL, error) {
 	return u, nil
 }
 
-// underBase reports whether u is base or below it: the same scheme and host
+// underBase reports whether u names something below base: the same scheme and host
 // (port included), no credentials, and a clean path under the base path.
 func underBase(base, u *url.URL) bool {
 	if u == nil || !strings.EqualFold(u.Scheme, base.Scheme) || !strings.EqualFold(u.Host, base.Host) || u.User != nil || u.Opaque != "" {
@@ -201,7 +201,7 @@ func underBase(base, u *url.URL) bool {
 		}
 	}
 	bp := strings.TrimSuffix(base.Path, "/") + "/"
-	return strings.HasPrefix(raw, bp)
+	return len(raw) > len(bp) && strings.HasPrefix(raw, bp)
 }
 
 // download streams u into file, capped at max bytes, and returns its size
