@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/config"
 	"github.com/sluice-gitops/sluice/operator/internal/admission"
 )
 
@@ -456,4 +457,37 @@ func TestLoad_pointsBindingsAtTheParamNamespace(t *testing.T) {
 			require.NotContains(t, v.Expression, "sluice-operator", "no literal ServiceAccount names in the CEL")
 		}
 	}
+}
+
+func TestApproval_deleteIsAllowedWhileTheNamespaceTerminates(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-leaving"}}
+	require.NoError(t, env.Client.Create(ctx, ns))
+	me := whoAmI(t, aliceCfg)
+	a := approval("k8s:alice", me.Groups, sluicev1.SourceKubernetes)
+	a.Namespace = ns.Name
+	require.NoError(t, alice.Create(ctx, a))
+	requireDenied(t, alice.Delete(ctx, a), "an Approval cannot be deleted")
+
+	// envtest runs no namespace controller, so the namespace stays
+	// Terminating; its Approvals may go now, as the controller would need.
+	require.NoError(t, env.Client.Delete(ctx, ns))
+	require.NoError(t, alice.Delete(ctx, a))
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(config.AdmissionPolicies)
+	f.Add([]byte("apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {name: b}\nspec: {policyName: missing}\n"))
+	f.Add([]byte("---\n---\n# nothing\n"))
+	f.Add([]byte("apiVersion: v1\nkind: Secret\n"))
+	f.Add([]byte("{]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := admission.Parse(data)
+		if err != nil {
+			return
+		}
+		if len(p.Policies) == 0 {
+			t.Fatal("Parse succeeded without a policy")
+		}
+	})
 }
