@@ -31,15 +31,15 @@ type decideOptions struct {
 var decideHelp = map[sluicev1.Decision]struct{ short, long string }{
 	sluicev1.DecisionApprove: {
 		"Approve a change in your own Kubernetes name",
-		"counts towards the change's required approvals when the effective rule allows you",
+		"counts towards the change's required approvals when the effective\nrule allows you",
 	},
 	sluicev1.DecisionReject: {
 		"Reject (veto) a change in your own Kubernetes name",
-		"vetoes the change while it stands, when the effective rule allows you or you are an author",
+		"vetoes the change while it stands, when the effective rule allows\nyou or you are an author",
 	},
 	sluicev1.DecisionRevoke: {
 		"Withdraw your earlier approve or reject of a change",
-		"replaces your earlier decision on the change; the newest decision of an approver stands",
+		"replaces your earlier decision on the change: the newest decision\nof an approver stands",
 	},
 }
 
@@ -53,10 +53,12 @@ func newDecideCommand(a *app, decision sluicev1.Decision) *cobra.Command {
 
 Creates an Approval with decision %q for the change's approvalDigest and
 release, as you: the approver is "k8s:" + your user name and the groups are
-your groups, both as the API server reports them (a SelfSubjectReview). The
-decision %s. Because it binds to the digest, it also counts for any other
-change of the same release with identical content, and never for a change
-with different content.`, help.short, decision, help.long),
+your groups, both as the API server reports them (a SelfSubjectReview).
+
+The decision %s.
+
+It binds to the digest: it also counts for another change of the same
+release with identical content, and never for a change with other content.`, help.short, decision, help.long),
 		Example: fmt.Sprintf(`  kubectl sluice %[1]s checkout-prod-1a2b3c4d5e --comment "looks right"
   kubectl sluice %[1]s checkout-prod-1a2b3c4d5e --dry-run -o yaml`, decision),
 		Args: exactlyOneChange,
