@@ -26,9 +26,14 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 		return nil, fmt.Errorf("list change requests: %w", err)
 	}
 	want := map[sluicev1.Digest]bool{}
+	// A preview's commit lives on its pull request's ref, not the tracked one.
+	refs := []string{}
 	for _, cr := range crs.Items {
 		if cr.Spec.Revision == k.Revision {
 			want[cr.Spec.Artifact.SHA256] = true
+			if pr := cr.Spec.PullRequest; pr != nil {
+				refs = append(refs, fmt.Sprintf("refs/pull/%d/head", pr.Number), fmt.Sprintf("refs/merge-requests/%d/head", pr.Number))
+			}
 		}
 	}
 	if len(want) == 0 {
@@ -46,6 +51,12 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 		return nil, err
 	}
 	cache, err := r.Git.Fetch(ctx, remote, trackedRef(repo), k.Revision)
+	for _, ref := range refs {
+		if err == nil {
+			break
+		}
+		cache, err = r.Git.Fetch(ctx, remote, ref, k.Revision)
+	}
 	if err != nil {
 		return nil, err
 	}

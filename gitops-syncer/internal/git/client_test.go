@@ -268,3 +268,26 @@ func FuzzURLPolicyCheck(f *testing.F) {
 		}
 	})
 }
+
+func FuzzAuthFromSecret(f *testing.F) {
+	f.Add("u", "p", "", "", "", "")
+	f.Add("", "", "tok", "", "", "true")
+	f.Add("", "", "", "-----BEGIN OPENSSH PRIVATE KEY-----\nsecretmaterial\n-----END OPENSSH PRIVATE KEY-----\n", "[h]:22 ssh-ed25519 AAAA", "maybe")
+	f.Fuzz(func(t *testing.T, user, pass, token, identity, knownHosts, insecure string) {
+		a, err := git.AuthFromSecret(map[string][]byte{
+			"username": []byte(user), "password": []byte(pass), "bearerToken": []byte(token),
+			"identity": []byte(identity), "known_hosts": []byte(knownHosts), "insecureIgnoreHostKey": []byte(insecure),
+		})
+		if err != nil {
+			for _, secret := range []string{pass, token, identity} {
+				if len(secret) > 8 && strings.Contains(err.Error(), secret) {
+					t.Fatalf("error echoes a secret value: %v", err)
+				}
+			}
+			return
+		}
+		if a != nil && a.InsecureIgnoreHostKey && strings.TrimSpace(insecure) != "true" {
+			t.Fatalf("host key checking off without an explicit \"true\"")
+		}
+	})
+}
