@@ -10,3 +10,9 @@ import _ "embed"
 //
 //go:embed admission/policies.yaml
 var AdmissionPolicies []byte
+
+// UserRoles is rbac/users.yaml: the ClusterRoles sluice-viewer and
+// sluice-approver for the users of kubectl sluice.
+//
+//go:embed rbac/users.yaml
+var UserRoles []byte

@@ -18,6 +18,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -28,6 +30,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/config"
 	"github.com/sluice-gitops/sluice/operator/internal/admission"
 	"github.com/sluice-gitops/sluice/operator/internal/plugin"
 )
@@ -97,19 +100,16 @@ func run(m *testing.M) (int, error) {
 	return m.Run(), nil
 }
 
-// grant gives approvers (the group sre) what kubectl sluice needs: read the
-// Sluice kinds and create Approvals; and the syncer its writes.
+// grant installs the shipped user roles and binds sluice-approver to the
+// group sre (carol's); the syncer gets its writes.
 func grant(ctx context.Context) error {
-	objs := []client.Object{
-		&rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: "sluice-approver"},
-			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{sluicev1.GroupVersion.Group}, Resources: []string{"changerequests", "releases", "approvalpolicies", "approvals"}, Verbs: []string{"get", "list", "watch"}},
-				{APIGroups: []string{sluicev1.GroupVersion.Group}, Resources: []string{"approvals"}, Verbs: []string{"create"}},
-			},
-		},
+	objs, err := decodeAll(config.UserRoles)
+	if err != nil {
+		return fmt.Errorf("config/rbac/users.yaml: %w", err)
+	}
+	objs = append(objs,
 		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "sluice-approver"},
+			ObjectMeta: metav1.ObjectMeta{Name: "sluice-approver-sre"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "sluice-approver"},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "sre"}},
 		},
@@ -122,13 +122,30 @@ func grant(ctx context.Context) error {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "sluice-syncer"},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: params.Syncer.Namespace, Name: params.Syncer.Name}},
 		},
-	}
+	)
 	for _, o := range objs {
 		if err := env.Client.Create(ctx, o); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// decodeAll decodes a multi-document YAML file of core kinds strictly.
+func decodeAll(data []byte) ([]client.Object, error) {
+	decoder := serializer.NewCodecFactory(env.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	var out []client.Object
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		obj, _, err := decoder.Decode([]byte(doc), nil, nil)
+		if runtime.IsMissingKind(err) {
+			continue // the comment header
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, obj.(client.Object))
+	}
+	return out, nil
 }
 
 // sluice runs the plugin in-process as carol.
