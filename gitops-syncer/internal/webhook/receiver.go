@@ -83,6 +83,9 @@ type Receiver struct {
 	QueueSize int
 	// Now is the clock; defaults to time.Now.
 	Now func() time.Time
+	// RetryWait is the first wait before retrying failed pull-request or
+	// review work (then 4x, 3 attempts in all); default 1s.
+	RetryWait time.Duration
 
 	once  sync.Once
 	seen  *deliveries
@@ -108,6 +111,9 @@ func (r *Receiver) init() {
 		}
 		if r.QueueSize <= 0 {
 			r.QueueSize = 256
+		}
+		if r.RetryWait <= 0 {
+			r.RetryWait = time.Second
 		}
 		if r.Metrics == nil {
 			r.Metrics = NewMetrics(nil)
@@ -379,7 +385,6 @@ func (r *Receiver) handle(ctx context.Context, j job) {
 		r.seen.forget(j.dedupKey)
 		return
 	}
-	var err error
 	switch j.event.Kind {
 	case provider.KindPush:
 		if r.Pushes != nil {
@@ -388,10 +393,28 @@ func (r *Receiver) handle(ctx context.Context, j job) {
 		if !r.Trigger.Request(j.repo.Namespace, j.repo.Name) {
 			log.Info("Reconcile queue full; the poll will pick the push up")
 		}
-	case provider.KindPullRequest:
-		err = r.PullRequests.PullRequest(ctx, repo, j.event)
-	case provider.KindReview:
-		err = r.PullRequests.Review(ctx, repo, j.event)
+		return
+	}
+	// Pull requests and reviews have no poll behind them: retry a failure
+	// (a Terraform state lock held by a sync, an API hiccup) a few times,
+	// each attempt idempotent.
+	var err error
+	for attempt, wait := 1, r.RetryWait; ; attempt, wait = attempt+1, wait*4 {
+		switch j.event.Kind {
+		case provider.KindPullRequest:
+			err = r.PullRequests.PullRequest(ctx, repo.DeepCopy(), j.event)
+		case provider.KindReview:
+			err = r.PullRequests.Review(ctx, repo.DeepCopy(), j.event)
+		}
+		if err == nil || attempt == 3 {
+			break
+		}
+		log.Info("Handling a webhook failed; retrying", "attempt", attempt, "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
 	}
 	if err != nil {
 		// Let a redelivery of the same event try again.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -352,4 +353,37 @@ func TestNewServer_hasHeaderReadAndWriteTimeouts(t *testing.T) {
 	assert.Positive(t, srv.WriteTimeout)
 	assert.Positive(t, srv.IdleTimeout)
 	assert.LessOrEqual(t, srv.MaxHeaderBytes, 64<<10)
+}
+
+// flaky fails its first calls, like a Terraform state lock held by a sync.
+type flaky struct {
+	*recorder
+	failures int
+}
+
+func (f *flaky) PullRequest(ctx context.Context, repo *sluicev1.Repository, ev *provider.Event) error {
+	if f.failures > 0 {
+		f.failures--
+		f.add("failed")
+		return fmt.Errorf("state locked")
+	}
+	return f.recorder.PullRequest(ctx, repo, ev)
+}
+
+func TestReceiver_retriesFailedPullRequestWork(t *testing.T) {
+	ns := newNamespace(t)
+	a := newRepository(t, ns, "infra")
+	rec := newRecorder()
+	f := &flaky{recorder: rec, failures: 2}
+	r := &webhook.Receiver{Reader: env.Client, SecretReader: env.Client, Trigger: rec, PullRequests: f, Metrics: webhook.NewMetrics(prometheus.NewRegistry()),
+		Log: logr.Discard(), Workers: 1, RetryWait: time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	opened := edit(t, fixture(t, "github/pull_request.opened.payload.json"), func(m map[string]any) {
+		m["pull_request"].(map[string]any)["base"].(map[string]any)["ref"] = "main"
+	})
+	require.Equal(t, http.StatusAccepted, serve(r, request(provider.GitHub, "pull_request", a.repo.Status.WebhookPath, opened, a.secret)).Code)
+	assert.Equal(t, []string{"failed", "failed", "pr infra #2 opened"}, []string{<-rec.done, <-rec.done, <-rec.done})
 }
