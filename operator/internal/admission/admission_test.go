@@ -491,3 +491,26 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A ChangeRequest near etcd's request limit (about 1 MiB of findings, 500
+// of them) is still evaluated by the policies rather than refused for CEL
+// cost.
+func TestChangeRequest_largeSpecStaysWithinTheCELCostBudget(t *testing.T) {
+	ctx := context.Background()
+	cr := changeRequest()
+	for i := 0; i < 500; i++ {
+		cr.Spec.Verdict.Findings = append(cr.Spec.Verdict.Findings, sluicev1.Finding{
+			Severity: sluicev1.SeverityWarn, Policy: strings.Repeat("p", 100), Resource: strings.Repeat("r", 200),
+			Message: strings.Repeat("m", 1600), File: strings.Repeat("f", 100), Line: int32(i),
+		})
+	}
+	cr.Spec.CommitMessage = strings.Repeat("c", 4096)
+	require.NoError(t, syncer.Create(ctx, cr))
+
+	var live sluicev1.ChangeRequest
+	require.NoError(t, operator.Get(ctx, client.ObjectKeyFromObject(cr), &live))
+	live.Finalizers = []string{"gitops.sluice.dev/test"}
+	require.NoError(t, operator.Update(ctx, &live), "a metadata update of the largest ChangeRequest is evaluated, not refused for cost")
+	live.Spec.Verdict.Findings[499].Message = "changed"
+	requireDenied(t, operator.Update(ctx, &live), "spec")
+}
