@@ -115,7 +115,7 @@ func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if cr.Status.Phase.IsTerminal() {
 		// Terminal phases never change; only the release's lock may
 		// still have to be handed back.
-		return ctrl.Result{}, r.reconcileTerminal(ctx, cr)
+		return r.reconcileTerminal(ctx, cr)
 	}
 	if !cr.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
@@ -123,7 +123,14 @@ func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 
 	s := &changeScope{cr: cr, original: cr.DeepCopy()}
 	defer func() {
-		if err := r.patchStatus(ctx, s); err != nil {
+		err := r.patchStatus(ctx, s)
+		switch {
+		case apierrors.IsConflict(err):
+			// The cache was behind the API server; run again once it
+			// caught up, without growing the error backoff.
+			log.FromContext(ctx).V(1).Info("Status write lost a race; retrying", "changeRequest", s.cr.Name)
+			result = ctrl.Result{RequeueAfter: conflictRetry}
+		case err != nil:
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()
@@ -298,7 +305,7 @@ func (r *ChangeRequestReconciler) reconcileGate(ctx context.Context, s *changeSc
 		s.setPhase(d.Phase(), d.Reason, d.Message)
 		s.cr.Status.ApprovedAt = nil
 		// A change that is not approved must not keep the lock.
-		return ctrl.Result{}, true, r.handBackLock(ctx, s.cr, s.release)
+		return r.handBackLockResult(ctx, s.cr, s.release)
 	}
 	s.setCondition(sluicev1.ConditionApproved, metav1.ConditionTrue, d.Reason, d.Message)
 	if s.cr.Status.Phase != sluicev1.PhaseApproved {
@@ -340,7 +347,7 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonNoApplier, fmt.Sprintf("no applier is registered for delivery %q", delivery(s.cr)))
 		return ctrl.Result{}, true, nil
 	}
-	rel, held, holder, err := r.acquireLock(ctx, s.cr)
+	rel, held, _, err := r.acquireLock(ctx, s.cr)
 	if apierrors.IsConflict(err) {
 		// Another writer touched the Release between read and write:
 		// look again right away.
@@ -350,7 +357,9 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 		return ctrl.Result{}, true, err
 	}
 	if !held {
-		msg := fmt.Sprintf("waiting for %s to finish applying", holder)
+		// The message names no holder, so waiting changes are not
+		// rewritten each time the lock passes on.
+		msg := "waiting for the release's apply lock (Release.status.currentChange)"
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonWaitingForLock, msg)
 		s.setCondition(sluicev1.ConditionReady, metav1.ConditionFalse, sluicev1.ReasonWaitingForLock, msg)
 		return ctrl.Result{RequeueAfter: r.lockRetry()}, true, nil
@@ -365,7 +374,10 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 		return ctrl.Result{}, true, fmt.Errorf("re-read ChangeRequest at hand-off: %w", err)
 	}
 	if fresh.ResourceVersion != s.original.ResourceVersion {
-		return ctrl.Result{}, true, fmt.Errorf("ChangeRequest %s changed during the hand-off; retrying", s.cr.Name)
+		// The cache is behind: decide again on what is current.
+		s.cr.Status = *s.original.Status.DeepCopy()
+		s.phases = nil
+		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
 	}
 	var policies sluicev1.ApprovalPolicyList
 	if err := r.APIReader.List(ctx, &policies, client.InNamespace(s.cr.Namespace)); err != nil {
@@ -392,7 +404,7 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 		s.setCondition(sluicev1.ConditionApproved, metav1.ConditionFalse, reason, msg)
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, reason, "not applied")
 		s.setPhase(d.Phase(), reason, msg)
-		return ctrl.Result{}, true, r.handBackLock(ctx, s.cr, rel)
+		return r.handBackLockResult(ctx, s.cr, rel)
 	}
 	app, _ := r.Appliers.For(delivery(s.cr))
 	now := metav1.NewTime(r.now())
@@ -426,6 +438,15 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 	if !ok {
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonNoApplier, fmt.Sprintf("no applier is registered for delivery %q", delivery(s.cr)))
 		return ctrl.Result{}, true, nil
+	}
+	// A stale cache could still show Applying after the result was
+	// written; the applier is idempotent, but needs not be asked twice.
+	fresh := &sluicev1.ChangeRequest{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.cr), fresh); err != nil {
+		return ctrl.Result{}, true, client.IgnoreNotFound(fmt.Errorf("re-read ChangeRequest before applying: %w", err))
+	}
+	if fresh.ResourceVersion != s.original.ResourceVersion {
+		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
 	}
 	rel, held, holder, err := r.acquireLock(ctx, s.cr)
 	if apierrors.IsConflict(err) {
@@ -493,12 +514,23 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 
 // reconcileTerminal hands the apply lock back once a change that held it is
 // terminal, recording an applied change on the Release in the same write.
-func (r *ChangeRequestReconciler) reconcileTerminal(ctx context.Context, cr *sluicev1.ChangeRequest) error {
+func (r *ChangeRequestReconciler) reconcileTerminal(ctx context.Context, cr *sluicev1.ChangeRequest) (ctrl.Result, error) {
 	rel := &sluicev1.Release{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: cr.Spec.Release}, rel); err != nil {
-		return client.IgnoreNotFound(err)
+		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	return r.handBackLock(ctx, cr, rel)
+	res, _, err := r.handBackLockResult(ctx, cr, rel)
+	return res, err
+}
+
+// handBackLockResult hands the lock back and turns a lost race into a
+// quick retry instead of an error with growing backoff.
+func (r *ChangeRequestReconciler) handBackLockResult(ctx context.Context, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) (ctrl.Result, bool, error) {
+	err := r.handBackLock(ctx, cr, rel)
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
+	}
+	return ctrl.Result{}, true, err
 }
 
 // handBackLock clears Release.status.currentChange when cr holds it (per

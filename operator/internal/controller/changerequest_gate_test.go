@@ -306,7 +306,7 @@ func TestGate_anApprovalRevokedBetweenApprovedAndTheHandOffStopsIt(t *testing.T)
 	require.Equal(t, int32(1), hooked.Load())
 	f.waitingWith(cr, "k8s:alice")
 	requireNotApplied(t, f, ta, cr)
-	require.Empty(t, f.getRelease(rel.Name).Status.CurrentChange, "the lock was handed back")
+	require.Eventually(t, func() bool { return f.getRelease(rel.Name).Status.CurrentChange == "" }, waitFor, 50*time.Millisecond, "the lock was handed back")
 }
 
 func TestGate_aPreviewIsNeverApplied(t *testing.T) {

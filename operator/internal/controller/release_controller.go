@@ -157,7 +157,13 @@ func (r *ReleaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 
 	s := &releaseScope{rel: rel, original: rel.DeepCopy()}
 	defer func() {
-		if err := r.patchStatus(ctx, s); err != nil {
+		err := r.patchStatus(ctx, s)
+		switch {
+		case apierrors.IsConflict(err):
+			// Another writer (the syncer, the lock) was first; run again
+			// on fresh data without growing the error backoff.
+			result = ctrl.Result{RequeueAfter: conflictRetry}
+		case err != nil:
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()

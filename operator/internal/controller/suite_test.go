@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("SLUICE_TEST_LOGS") != "" {
 		logOut = os.Stderr
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
+	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true), zap.ConsoleEncoder(func(c *zapcore.EncoderConfig) { c.EncodeTime = zapcore.ISO8601TimeEncoder })))
 	e, err := testenv.Start(testenv.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -135,6 +136,7 @@ type operatorConfig struct {
 	keep          int
 	grace         time.Duration
 	lockRetry     time.Duration
+	concurrency   int
 }
 
 // startOperator runs a manager for namespace ns until the test ends (or
@@ -170,7 +172,7 @@ func startOperator(t testing.TB, ns string, cfg operatorConfig) *operator {
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
-	copts := controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}
+	copts := controller.Options{MaxConcurrentReconciles: max(cfg.concurrency, 2), SkipNameValidation: ptr.To(true)}
 	require.NoError(t, op.changes.SetupWithManager(mgr, copts))
 	require.NoError(t, op.release.SetupWithManager(mgr, copts))
 	go func() {

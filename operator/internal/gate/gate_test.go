@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -591,5 +592,28 @@ func TestRuleString(t *testing.T) {
 	r := Strictest(Source{Rule: sluicev1.ApprovalRule{Required: 2, Approvers: ids("k8s-group:sre"), AutoApproveRisk: sluicev1.AutoApproveLow}})
 	if got, want := r.String(), "2 approvals from [k8s-group:sre], authors excluded, auto-approve low"; got != want {
 		t.Fatalf("String() = %q, want %q", got, want)
+	}
+}
+
+// BenchmarkEvaluate is one gate decision for a change with a policy, an
+// applied rule and twenty Approvals (hack/bench.sh prints it).
+func BenchmarkEvaluate(b *testing.B) {
+	rel := &sluicev1.Release{
+		ObjectMeta: metav1.ObjectMeta{Name: "checkout-prod", Namespace: ns},
+		Spec:       sluicev1.ReleaseSpec{Environment: "prod"},
+		Status:     sluicev1.ReleaseStatus{AppliedRule: &sluicev1.ApprovalRule{Required: 2, Approvers: ids("k8s-group:sre", "k8s:bob")}},
+	}
+	policies := []sluicev1.ApprovalPolicy{{ObjectMeta: metav1.ObjectMeta{Name: "floor", Namespace: ns}, Spec: sluicev1.ApprovalPolicySpec{Rule: sluicev1.ApprovalRule{Required: 2}}}}
+	cr := change()
+	var approvals []sluicev1.Approval
+	for i := range 20 {
+		approvals = append(approvals, approval(fmt.Sprintf("a%d", i), fmt.Sprintf("k8s:user%d", i%7), sluicev1.DecisionApprove, i, func(a *sluicev1.Approval) { a.Spec.Groups = []string{"sre"} }))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		rule, _ := EffectiveRule(policies, rel, cr)
+		if d := Evaluate(cr, rule, approvals); !d.Passed {
+			b.Fatal(d.Message)
+		}
 	}
 }

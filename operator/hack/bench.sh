@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Operator benchmarks on envtest, printed as figures (make bench runs this):
+#  - time for 1,000 auto-approved ChangeRequests across 100 releases to reach
+#    a terminal phase with a no-op applier;
+#  - write calls per reconcile at steady state (target 0);
+#  - the operator's memory with 10,000 ChangeRequests in its cache;
+#  - the pure gate's cost per decision (Go benchmark).
+# Knobs: SLUICE_BENCH_RELEASES, SLUICE_BENCH_PER_RELEASE, SLUICE_BENCH_CACHED.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "operator: gate evaluation (go test -bench)"
+go test -run '^$' -bench . -benchmem ./internal/gate/ | grep -E '^Benchmark' || true
+
+echo "operator: envtest run (takes a few minutes)"
+out=$(SLUICE_BENCH=1 go test -count=1 -timeout 60m -run '^TestBench_' -v ./internal/controller/ 2>&1) || { echo "$out" | tail -50; exit 1; }
+echo "$out" | sed -n 's/^BENCH /  /p'

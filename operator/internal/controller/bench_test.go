@@ -1,0 +1,215 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+)
+
+// noopApplier applies nothing, instantly.
+type noopApplier struct{}
+
+func (noopApplier) Name() string { return "noop" }
+func (noopApplier) Apply(context.Context, applier.Request) (applier.Result, error) {
+	return applier.Result{Message: "no-op"}, nil
+}
+
+// envInt reads a positive integer knob, or def.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// benchLine prints one figure for hack/bench.sh.
+func benchLine(format string, args ...any) {
+	fmt.Printf("BENCH "+format+"\n", args...)
+}
+
+// createAll creates objects with a few parallel writers.
+func createAll(t *testing.T, objs []client.Object) {
+	t.Helper()
+	var wg sync.WaitGroup
+	ch := make(chan client.Object)
+	errs := make(chan error, len(objs))
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for o := range ch {
+				if err := env.Client.Create(context.Background(), o); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for _, o := range objs {
+		ch <- o
+	}
+	close(ch)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+func rssKiB() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "n/a"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			return strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:"))
+		}
+	}
+	return "n/a"
+}
+
+func heapInUseMiB() float64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapInuse) / (1 << 20)
+}
+
+// TestBench_gateThroughputWritesAndMemory prints the figures of `make
+// bench`. It runs only with SLUICE_BENCH=1 (hack/bench.sh sets it).
+func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
+	if os.Getenv("SLUICE_BENCH") == "" {
+		t.Skip("benchmark: run with SLUICE_BENCH=1 (make bench)")
+	}
+	releases, perRelease, cached := envInt("SLUICE_BENCH_RELEASES", 100), envInt("SLUICE_BENCH_PER_RELEASE", 10), envInt("SLUICE_BENCH_CACHED", 10000)
+	f := newFixture(t)
+	op := startOperator(t, f.ns, operatorConfig{applier: noopApplier{}, concurrency: 4})
+	heapBefore := heapInUseMiB()
+
+	rule := sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
+	var rels []client.Object
+	for i := range releases {
+		rels = append(rels, &sluicev1.Release{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc%03d-prod", i), Namespace: f.ns},
+			Spec: sluicev1.ReleaseSpec{
+				Repository: "infra", Service: fmt.Sprintf("svc%03d", i), Environment: "prod",
+				SourcePath: "services/x", TargetNamespace: "checkout-prod", Chart: sluicev1.ChartSource{Path: "charts/service"}, Rule: rule,
+			},
+		})
+	}
+	createAll(t, rels)
+
+	var changes []client.Object
+	for i := range releases {
+		for j := range perRelease {
+			rev := fmt.Sprintf("%010x%030x", i*perRelease+j+1, 0xbe)
+			name := fmt.Sprintf("svc%03d-prod", i)
+			cr := &sluicev1.ChangeRequest{
+				ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(name, rev, 1), Namespace: f.ns},
+				Spec: sluicev1.ChangeRequestSpec{
+					Release: name, Revision: rev, TargetNamespace: "checkout-prod",
+					Artifact:      sluicev1.ArtifactReference{URL: "http://syncer/a.tar.gz", SHA256: sluicev1.SHA256Digest([]byte(rev))},
+					ContentDigest: sluicev1.SHA256Digest([]byte("content" + rev)),
+					Verdict:       sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow},
+					Rule:          rule,
+				},
+			}
+			cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+			changes = append(changes, cr)
+		}
+	}
+	start := time.Now()
+	createAll(t, changes)
+	created := time.Since(start)
+	phases := map[sluicev1.ChangeRequestPhase]int{}
+	for {
+		var list sluicev1.ChangeRequestList
+		require.NoError(t, env.Client.List(context.Background(), &list, client.InNamespace(f.ns)))
+		clear(phases)
+		terminal := 0
+		for _, cr := range list.Items {
+			phases[cr.Status.Phase]++
+			if cr.Status.Phase.IsTerminal() {
+				terminal++
+			}
+		}
+		if terminal == len(changes) {
+			break
+		}
+		require.Less(t, time.Since(start), 20*time.Minute, "changes never finished: %v", phases)
+		time.Sleep(200 * time.Millisecond)
+	}
+	took := time.Since(start)
+	benchLine("%d auto-approved ChangeRequests across %d releases, no-op applier: all terminal in %.1fs (creating them took %.1fs); phases %v",
+		len(changes), releases, took.Seconds(), created.Seconds(), phases)
+
+	// Steady state: wait for the locks to be handed back, then reconcile
+	// everything once more and count writes.
+	require.Eventually(t, func() bool {
+		var list sluicev1.ReleaseList
+		require.NoError(t, env.Client.List(context.Background(), &list, client.InNamespace(f.ns)))
+		for _, r := range list.Items {
+			if r.Status.CurrentChange != "" || r.Status.AppliedChange == "" {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Minute, 200*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	op.client.writes.Store(0)
+	reconciles := 0
+	for _, o := range changes {
+		_, err := op.changes.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+		require.NoError(t, err)
+		reconciles++
+	}
+	for _, o := range rels {
+		_, err := op.release.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+		require.NoError(t, err)
+		reconciles++
+	}
+	writes := op.client.writes.Load()
+	benchLine("steady state: %d writes in %d reconciles = %.3f writes per reconcile (target 0)", writes, reconciles, float64(writes)/float64(reconciles))
+
+	// Memory with 10,000 ChangeRequests in the cache: the rest are
+	// changes of releases that do not exist (each stays Pending).
+	var more []client.Object
+	for i := len(changes); i < cached; i++ {
+		rev := fmt.Sprintf("%010x%030x", i+1, 0xcafe)
+		name := fmt.Sprintf("gone%03d-prod", i%100)
+		cr := changes[0].(*sluicev1.ChangeRequest).DeepCopy()
+		cr.ObjectMeta = metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(name, rev, 1), Namespace: f.ns}
+		cr.Spec.Release, cr.Spec.Revision = name, rev
+		cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+		more = append(more, cr)
+	}
+	createAll(t, more)
+	require.Eventually(t, func() bool {
+		var list sluicev1.ChangeRequestList
+		require.NoError(t, op.mgr.GetCache().List(context.Background(), &list, client.InNamespace(f.ns)))
+		pending := 0
+		for _, cr := range list.Items {
+			if cr.Status.Phase != "" {
+				pending++
+			}
+		}
+		return len(list.Items) == cached && pending == cached
+	}, 10*time.Minute, time.Second)
+	heapAfter := heapInUseMiB()
+	benchLine("memory with %d ChangeRequests in the operator's cache: heap in use %.1f MiB (%.1f MiB before the changes), process RSS %s (the test process: operator + test client)",
+		cached, heapAfter, heapBefore, rssKiB())
+}
