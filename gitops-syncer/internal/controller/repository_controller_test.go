@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
@@ -110,6 +111,17 @@ func TestSync_pushCreatesChangeRequestsForChangedReleasesOnly(t *testing.T) {
 	assert.Contains(t, crs, sluicev1.ChangeRequestName("alpha-staging", third, 1))
 	assert.Contains(t, crs, sluicev1.ChangeRequestName("beta-staging", third, 1))
 	waitReady(t, repo, metav1.ConditionTrue, sluicev1.ReasonSucceeded)
+
+	// The sluice_* metrics recorded the work.
+	families, err := crmetrics.Registry.Gather()
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for _, f := range families {
+		seen[f.GetName()] = true
+	}
+	for _, name := range []string{"sluice_git_ls_remote_duration_seconds", "sluice_git_fetch_duration_seconds", "sluice_changerequests_created_total", "sluice_validation_duration_seconds"} {
+		assert.True(t, seen[name], name)
+	}
 }
 
 func mustRead(t *testing.T, path string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
@@ -56,10 +57,14 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 		Kubernetes:  &terraform.KubernetesBackend{Namespace: req.ControlNamespace, SecretSuffix: req.Release},
 	})
 	var merr *manifest.Error
-	if errors.As(err, &merr) {
-		return &Result{Verdict: sluicev1.Verdict{Result: sluicev1.VerdictFail, Risk: sluicev1.RiskHigh, Findings: manifestProblems(merr)}}, nil
-	}
-	if err != nil {
+	switch {
+	case errors.As(err, &merr):
+		return rejected(manifestProblems(merr)), nil
+	case errors.Is(err, validate.ErrChartRepository), errors.Is(err, manifest.ErrOutsideRepo), errors.Is(err, fs.ErrNotExist):
+		// Only a change to the repository fixes these; say so in the
+		// ChangeRequest instead of retrying.
+		return rejected([]sluicev1.Finding{{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "service.yaml", Message: err.Error()}}), nil
+	case err != nil:
 		return nil, err
 	}
 	out := &Result{
@@ -73,6 +78,11 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 		out.PlanSummary = &sluicev1.PlanSummary{Add: int32(s.Add), Change: int32(s.Change), Destroy: int32(s.Destroy)}
 	}
 	return out, nil
+}
+
+// rejected is a failing verdict with findings.
+func rejected(findings []sluicev1.Finding) *Result {
+	return &Result{Verdict: sluicev1.Verdict{Result: sluicev1.VerdictFail, Risk: sluicev1.RiskHigh, Findings: findings}}
 }
 
 func manifestProblems(e *manifest.Error) []sluicev1.Finding {
