@@ -3,6 +3,9 @@ package install_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,4 +106,31 @@ func TestPushWebhook_syncsAtOnceAndIgnoresOtherBranchesAndReplays(t *testing.T) 
 	w.changeRequest(sluicev1.ChangeRequestName("cart-prod", c1, 1))
 	// The push-to-ChangeRequest latency was measured once for this push.
 	require.Eventually(t, func() bool { return observed() == before+1 }, 2*time.Minute, 10*time.Millisecond)
+}
+
+// TestHeadline_terraformPlanDigestCarriesOverToo repeats the promise for a
+// service with a Terraform stack (the sample checkout with its shared local
+// module): the approvalDigest then also binds the plan, and a reviewed
+// preview's plan is the merge commit's.
+func TestHeadline_terraformPlanDigestCarriesOverToo(t *testing.T) {
+	w := newWorld(t, "checkout", "_modules")
+	tf := "services/checkout/terraform/main.tf"
+	stack, err := os.ReadFile(filepath.Join(root, tf))
+	require.NoError(t, err)
+	longer := strings.Replace(string(stack), `"14d"`, `"30d"`, 1)
+	require.NotEqual(t, string(stack), longer)
+
+	h := w.pullRequest(5, w.base, map[string]string{tf: longer})
+	require.Equal(t, http.StatusAccepted, w.send("pull_request", w.prBody("opened", 5, h, w.base)))
+	preview := w.changeRequest(sluicev1.PreviewChangeRequestName("checkout-prod", 5, h))
+	require.NotEmpty(t, preview.Spec.PlanDigest, "the preview was planned")
+	require.Equal(t, http.StatusAccepted, w.send("pull_request_review", w.reviewBody(5, 51, "approved", h, h, "alice")))
+	w.approvalsFor(preview.Spec.ApprovalDigest, 1)
+
+	m := w.merge(map[string]string{tf: longer})
+	require.Equal(t, http.StatusAccepted, w.send("push", w.pushBody(m)))
+	merged := w.changeRequest(sluicev1.ChangeRequestName("checkout-prod", m, 1))
+	assert.Equal(t, preview.Spec.PlanDigest, merged.Spec.PlanDigest)
+	assert.Equal(t, preview.Spec.ApprovalDigest, merged.Spec.ApprovalDigest)
+	assert.Len(t, w.approvals(merged.Spec.ApprovalDigest), 1)
 }

@@ -24,6 +24,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -59,12 +61,39 @@ func run(m *testing.M) int {
 	k8s = env.Client
 	_, file, _, _ := runtime.Caller(0)
 	root = filepath.Join(filepath.Dir(file), "..", "..", "..", "..")
-	validator, err = validation.NewLibrary(context.Background(), validation.LibraryOptions{})
+	// Terraform keeps its state in envtest, reached through a kubeconfig in
+	// its child environment only.
+	kubeconfig, err := writeKubeconfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.Remove(kubeconfig)
+	validator, err = validation.NewLibrary(context.Background(), validation.LibraryOptions{TerraformEnv: map[string]string{"KUBE_CONFIG_PATH": kubeconfig}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
+}
+
+// writeKubeconfig writes a kubeconfig for an envtest admin user.
+func writeKubeconfig() (string, error) {
+	cfg, err := env.AddUser("terraform", "system:masters")
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp("", "webhook-kubeconfig-*")
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	return f.Name(), clientcmd.WriteToFile(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"envtest": {Server: cfg.Host, CertificateAuthorityData: cfg.CAData}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"user": {ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}},
+		Contexts:       map[string]*clientcmdapi.Context{"envtest": {Cluster: "envtest", AuthInfo: "user"}},
+		CurrentContext: "envtest",
+	}, f.Name())
 }
 
 // world is a running syncer with the webhook side installed, watching one
@@ -82,9 +111,10 @@ type world struct {
 
 var deliveryID atomic.Int64
 
-// newWorld starts everything. The poll interval is an hour, so only
-// webhooks (and the Repository's creation) make the syncer act.
-func newWorld(t testing.TB) *world {
+// newWorld starts everything with the sample services named (default:
+// the Helm-only cart). The poll interval is an hour, so only webhooks (and
+// the Repository's creation) make the syncer act.
+func newWorld(t testing.TB, services ...string) *world {
 	ctx := context.Background()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
@@ -93,8 +123,13 @@ func newWorld(t testing.TB) *world {
 
 	g := gittest.NewRepo(t, t.TempDir(), "infra")
 	g.CopyDir(filepath.Join(root, "charts", "service"), "charts/service")
-	g.CopyDir(filepath.Join(root, "services", "cart"), "services/cart")
-	base := g.Commit("cart", "platform@example.com")
+	if len(services) == 0 {
+		services = []string{"cart"}
+	}
+	for _, svc := range services {
+		g.CopyDir(filepath.Join(root, "services", svc), "services/"+svc)
+	}
+	base := g.Commit("services", "platform@example.com")
 
 	s, err := syncer.New(env.Config, syncer.Options{ArtifactAddr: "127.0.0.1:0", DataDir: t.TempDir(), AllowFileURLs: true,
 		Namespaces: []string{ns}, Validator: validator, SkipNameValidation: true})
@@ -112,7 +147,7 @@ func newWorld(t testing.TB) *world {
 	require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "infra-webhook"},
 		Data: map[string][]byte{webhook.SecretKey: secret}}))
 	repo := &sluicev1.Repository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "infra"}, Spec: sluicev1.RepositorySpec{
-		URL: g.FileURL(), TargetNamespaces: []string{"cart-*"}, ServiceAccountName: "deployer",
+		URL: g.FileURL(), TargetNamespaces: []string{"cart-*", "checkout-*"}, ServiceAccountName: "deployer",
 		Interval: &metav1.Duration{Duration: time.Hour}, WebhookSecretRef: &sluicev1.LocalObjectReference{Name: "infra-webhook"},
 	}}
 	require.NoError(t, k8s.Create(ctx, repo))
