@@ -158,7 +158,33 @@ func (a *app) decide(cmd *cobra.Command, decision sluicev1.Decision, name string
 	}
 	fmt.Fprintf(out, "approval.gitops.sluice.dev/%s created%s: %s %s change %s (%s)\n",
 		ap.Name, suffix, ap.Spec.Approver, pastTense(decision), name, cr.Spec.ApprovalDigest)
+	if o.dryRun == dryRunNone {
+		a.noteIfIgnored(cmd, name, ap)
+	}
 	return nil
+}
+
+// noteIfIgnored tells the user, on the error stream, when the gate does not
+// count the decision just recorded (an author under a rule that excludes
+// authors, or someone the effective rule does not allow). It is advice
+// only: when the gate cannot be evaluated (no rights to read the policies,
+// say) it says nothing.
+func (a *app) noteIfIgnored(cmd *cobra.Command, name string, ap *sluicev1.Approval) {
+	d, err := a.describe(cmd, name)
+	if err != nil {
+		return
+	}
+	for _, s := range d.Approvals {
+		if s.Name != ap.Name {
+			continue
+		}
+		switch s.Effect {
+		case "author":
+			fmt.Fprintf(a.opts.ErrOut, "note: your %s does not count: you are an author of change %s and the effective rule excludes authors\n", ap.Spec.Decision, name)
+		case "not-allowed":
+			fmt.Fprintf(a.opts.ErrOut, "note: your %s does not count: the effective rule (%s) does not allow %s\n", ap.Spec.Decision, d.EffectiveRuleText, ap.Spec.Approver)
+		}
+	}
 }
 
 // approvalPrefix is the generateName of a decision's Approval:

@@ -257,6 +257,24 @@ func TestApprove_createsApprovalInTheUsersName(t *testing.T) {
 	require.Len(t, approvalsOf(t, cr), 2)
 }
 
+func TestApprove_saysWhenTheApprovalDoesNotCount(t *testing.T) {
+	cr := newChange(t, teamNS, "prod", sluicev1.ApprovalRule{Required: 1, Approvers: []sluicev1.Identity{"github:erin"}})
+	_, errOut, err := sluice(t, "approve", cr.Name, "-n", teamNS)
+	require.NoError(t, err, "the Approval is recorded all the same")
+	require.Contains(t, errOut, "note: your approve does not count: the effective rule (1 approval from [github:erin], authors excluded, auto-approve none) does not allow k8s:carol")
+	require.Len(t, approvalsOf(t, cr), 1)
+
+	author := newChange(t, teamNS, "prod", sluicev1.ApprovalRule{Required: 1}, "k8s:carol")
+	_, errOut, err = sluice(t, "approve", author.Name, "-n", teamNS)
+	require.NoError(t, err)
+	require.Contains(t, errOut, "note: your approve does not count: you are an author of change "+author.Name)
+
+	counted := newChange(t, teamNS, "prod", sluicev1.ApprovalRule{Required: 1})
+	_, errOut, err = sluice(t, "approve", counted.Name, "-n", teamNS)
+	require.NoError(t, err)
+	require.Empty(t, errOut)
+}
+
 func TestRejectAndRevoke_recordTheDecision(t *testing.T) {
 	cr := newChange(t, teamNS, "prod", sluicev1.ApprovalRule{Required: 1})
 
