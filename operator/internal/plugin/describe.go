@@ -202,19 +202,25 @@ func approvalSummaries(cr *sluicev1.ChangeRequest, dec gate.Decision, all []slui
 // stillNeeded says, in one line, who must still act for the change to pass.
 func stillNeeded(cr *sluicev1.ChangeRequest, dec gate.Decision) string {
 	phase := sluicev1.ChangeRequestPhase(phaseOf(cr))
+	preview := ""
+	if phase == sluicev1.PhasePreview || (cr.Spec.PullRequest != nil && cr.Spec.PullRequest.Preview) {
+		// A preview is never applied, but its approvals carry over to the
+		// merge commit when the content is identical.
+		preview = "for the merge commit with this content: "
+	}
 	switch {
-	case phase.IsTerminal():
+	case phase.IsTerminal() && preview == "":
 		return fmt.Sprintf("nobody: the change is %s", phase)
 	case dec.Rejected():
-		return fmt.Sprintf("nobody: the change cannot pass (%s)", dec.Message)
+		return fmt.Sprintf("%snobody: the change cannot pass (%s)", preview, dec.Message)
 	case dec.Passed:
-		return fmt.Sprintf("nobody: the gate passes (%s)", dec.Message)
+		return fmt.Sprintf("%snobody: the gate passes (%s)", preview, dec.Message)
 	}
 	n := dec.Needed
 	var who string
 	switch {
 	case n.Nobody:
-		return "nobody is allowed to approve under the effective rule; only auto-approval can pass it"
+		return preview + "nobody is allowed to approve under the effective rule; only auto-approval can pass it"
 	case n.Anyone:
 		who = "anyone allowed to approve (RBAC for k8s: users, write access for pull-request reviews)"
 	case len(n.Candidates) > 0:
@@ -230,7 +236,7 @@ func stillNeeded(cr *sluicev1.ChangeRequest, dec gate.Decision) string {
 	if n.Approvals != 1 {
 		more = "approvals"
 	}
-	s := fmt.Sprintf("%d more %s from %s", n.Approvals, more, who)
+	s := fmt.Sprintf("%s%d more %s from %s", preview, n.Approvals, more, who)
 	if !dec.Rule.AllowAuthor && len(cr.Spec.Authors) > 0 {
 		s += "; authors do not count (" + joinIdentities(cr.Spec.Authors) + ")"
 	}

@@ -363,6 +363,29 @@ func TestDescribe_showsWhoIsStillNeeded(t *testing.T) {
 	require.Equal(t, "ChangeRequest", d.ChangeRequest.Kind)
 }
 
+func TestDescribe_aPreviewStillShowsWhoIsNeededForItsMergeCommit(t *testing.T) {
+	ctx := context.Background()
+	rule := sluicev1.ApprovalRule{Required: 1, Approvers: []sluicev1.Identity{"github:erin"}}
+	base := newChange(t, teamNS, "prod", rule)
+	preview := base.DeepCopy()
+	preview.ObjectMeta = metav1.ObjectMeta{
+		Name: sluicev1.PreviewChangeRequestName(base.Spec.Release, 7, base.Spec.Revision), Namespace: teamNS,
+		Labels: map[string]string{sluicev1.LabelRelease: base.Spec.Release, sluicev1.LabelPreview: "true"},
+	}
+	preview.Spec.PullRequest = &sluicev1.PullRequestRef{Number: 7, HeadSHA: base.Spec.Revision, Preview: true}
+	require.NoError(t, syncer.Create(ctx, preview))
+	setStatus(t, preview, func(s *sluicev1.ChangeRequestStatus) { s.Phase = sluicev1.PhasePreview })
+
+	out, _, err := sluice(t, "describe", preview.Name, "-n", teamNS)
+	require.NoError(t, err)
+	require.Contains(t, out, "Pull request:       #7 (head "+base.Spec.Revision[:10]+"), preview: never applied")
+	require.Contains(t, out, "Still needed:       for the merge commit with this content: 1 more approval from any of github:erin")
+
+	// Deciding on a preview is allowed: the decision carries over.
+	_, _, err = sluice(t, "reject", preview.Name, "-n", teamNS)
+	require.NoError(t, err)
+}
+
 func TestWait_returnsWhenTheChangeIsApplied(t *testing.T) {
 	cr := newChange(t, teamNS, "prod", sluicev1.ApprovalRule{Required: 1})
 
