@@ -144,6 +144,11 @@ func previewsAllowed(repo *sluicev1.Repository, pr *provider.PullRequest) (bool,
 	return true, ""
 }
 
+// mergeBaser is the git layer's merge-base computation, where it has one.
+type mergeBaser interface {
+	MergeBase(a, b string) (string, error)
+}
+
 // built is one preview made (or found) for a release.
 type built struct {
 	cr      *sluicev1.ChangeRequest
@@ -177,6 +182,15 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 			if base, err = cache.ResolveRef(pr.BaseRef); err != nil {
 				return nil, err
 			}
+		}
+	}
+
+	// Compare with the merge base where the git layer can compute it, so a
+	// service changed on the base branch after the pull request branched
+	// off gets no preview of the pull request's older copy of it.
+	if mb, ok := any(cache).(mergeBaser); ok {
+		if m, err := mb.MergeBase(head, base); err == nil && m != "" {
+			base = m
 		}
 	}
 
