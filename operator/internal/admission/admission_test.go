@@ -302,6 +302,8 @@ func TestApproval_deleteIsDeniedExceptForTheOperator(t *testing.T) {
 			requireDenied(t, c.Delete(ctx, a), "an Approval cannot be deleted", "decision revoke")
 		})
 	}
+	// kubectl delete approvals --all is a DELETE of each one to admission.
+	requireDenied(t, alice.DeleteAllOf(ctx, &sluicev1.Approval{}, client.InNamespace(teamNS)), "an Approval cannot be deleted")
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(a), &sluicev1.Approval{}), "the Approval is still there")
 
 	// The operator garbage-collects Approvals no ChangeRequest refers to.
