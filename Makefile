@@ -51,7 +51,7 @@ envtest: ## Build kube-apiserver and etcd for tests (once; cached in bin/k8s).
 build: ## Build every module and the binaries into bin/.
 	@mkdir -p bin
 	@for m in $(MODULES); do echo "go build ./$$m/..."; go build ./$$m/...; done
-	@for cmd in operator/cmd/operator operator/cmd/kubectl-sluice gitops-syncer/cmd/gitops-syncer infra-validator/cmd/infra-validator; do \
+	@for cmd in operator/cmd/operator operator/cmd/kubectl-sluice gitops-syncer/cmd/gitops-syncer infra-validator/cmd/infra-validator operator/hack/controlplane; do \
 	  if [ -d $$cmd ]; then echo "go build -o bin/$$(basename $$cmd) ./$$cmd"; go build -ldflags "$(LDFLAGS)" -o bin/$$(basename $$cmd) ./$$cmd; fi; done
 
 .PHONY: lint
@@ -71,7 +71,7 @@ bench: envtest ## Run the benchmarks and print the figures the issues ask for.
 
 .PHONY: demo
 demo: envtest build ## Push-to-applied walkthrough on an embedded control plane.
-	@if [ -x gitops-syncer/hack/demo.sh ]; then gitops-syncer/hack/demo.sh; else echo "demo: not built yet (see README: needs the syncer and the operator)"; fi
+	operator/hack/demo.sh
 
 .PHONY: tidy
 tidy: ## go mod tidy every module, then align them on one dependency set.

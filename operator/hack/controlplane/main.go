@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,6 +41,7 @@ func run(args []string) error {
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file to write (start) or use (apply)")
+	users := fs.String("users", "", "start: comma-separated NAME[:GROUP] users; each gets a kubeconfig FILE-NAME (RBAC applies to them)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -48,15 +50,16 @@ func run(args []string) error {
 	}
 	switch args[0] {
 	case "start":
-		return start(*kubeconfig)
+		return start(*kubeconfig, *users)
 	case "apply":
 		return apply(*kubeconfig, fs.Args())
 	}
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
-// start runs the control plane and writes an admin kubeconfig for it.
-func start(kubeconfig string) error {
+// start runs the control plane and writes an admin kubeconfig for it, plus
+// one kubeconfig per extra user.
+func start(kubeconfig, users string) error {
 	env, err := testenv.Start(testenv.Options{})
 	if err != nil {
 		return err
@@ -72,6 +75,27 @@ func start(kubeconfig string) error {
 	}
 	if err := os.WriteFile(kubeconfig, b, 0o600); err != nil {
 		return err
+	}
+	for _, spec := range strings.Split(users, ",") {
+		if spec == "" {
+			continue
+		}
+		name, group, _ := strings.Cut(spec, ":")
+		var groups []string
+		if group != "" {
+			groups = []string{group}
+		}
+		u, err := env.Environment.ControlPlane.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+		if err != nil {
+			return err
+		}
+		b, err := u.KubeConfig()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(kubeconfig+"-"+name, b, 0o600); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("control plane up at %s; kubeconfig in %s\n", env.Config.Host, kubeconfig)
 	sig := make(chan os.Signal, 1)

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# make demo: a change goes from git push to applied, on this machine only.
+#
+# Starts an embedded control plane (real kube-apiserver + etcd), makes a local
+# git repository from services/ and charts/, runs the gitops-syncer and the
+# operator against it, and walks one push through the approval gate to a Helm
+# install, then a second push through auto-approval to Helm revision 2.
+# Everything lives in demo/ (git-ignored) and is stopped on exit.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+bin="$root/bin"
+demo="$root/demo"
+ns=sluice-demo
+pids=()
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+rm -rf "$demo" && mkdir -p "$demo"
+kc="$demo/kubeconfig"
+sluice() { "$bin/kubectl-sluice" --kubeconfig "$kc" -n "$ns" "$@"; }
+
+step "Starting the control plane (kube-apiserver + etcd, Sluice and Argo CD CRDs)"
+"$bin/controlplane" start --kubeconfig "$kc" --users alice:sre >"$demo/controlplane.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 120); do [ -s "$kc-alice" ] && break; sleep 0.5; done
+[ -s "$kc-alice" ] || { cat "$demo/controlplane.log"; exit 1; }
+cat "$demo/controlplane.log"
+
+step "Creating the infra repository (services/ and charts/ of this checkout) and pushing it"
+git init -q --bare -b main "$demo/infra.git"
+git clone -q "$demo/infra.git" "$demo/work" 2>/dev/null
+cp -r services charts "$demo/work/"
+git -C "$demo/work" -c user.name=Dev -c user.email=dev@example.com add -A
+git -C "$demo/work" -c user.name=Dev -c user.email=dev@example.com commit -qm "Add cart and checkout"
+git -C "$demo/work" push -q origin HEAD:main
+git -C "$demo/work" log --oneline -1
+
+step "Creating the control namespace, target namespaces, the deployer ServiceAccount and the Repository"
+cat >"$demo/setup.yaml" <<YAML
+apiVersion: v1
+kind: Namespace
+metadata: {name: $ns}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: cart-staging}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: cart-prod}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: checkout-staging}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: checkout-prod}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: infra-deployer, namespace: $ns}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: sluice-demo-deployer}
+rules:
+  - apiGroups: ["", "apps", "policy"]
+    resources: ["*"]
+    verbs: ["*"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: sluice-demo-approver}
+rules:
+  - apiGroups: ["gitops.sluice.dev"]
+    resources: ["changerequests", "releases", "approvalpolicies", "approvals"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: ["gitops.sluice.dev"]
+    resources: ["approvals"]
+    verbs: ["create"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: alice-approves, namespace: $ns}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sluice-demo-approver}
+subjects: [{kind: User, name: alice}]
+YAML
+for t in cart-staging cart-prod; do
+cat >>"$demo/setup.yaml" <<YAML
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: infra-deployer, namespace: $t}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sluice-demo-deployer}
+subjects: [{kind: ServiceAccount, name: infra-deployer, namespace: $ns}]
+YAML
+done
+cat >>"$demo/setup.yaml" <<YAML
+---
+apiVersion: gitops.sluice.dev/v1alpha1
+kind: Repository
+metadata: {name: infra, namespace: $ns}
+spec:
+  url: file://$demo/infra.git
+  ref: {branch: main}
+  interval: 5s
+  targetNamespaces: ["cart-*"]
+  serviceAccountName: infra-deployer
+YAML
+"$bin/controlplane" apply --kubeconfig "$kc" "$demo/setup.yaml"
+
+step "Starting the gitops-syncer and the operator"
+"$bin/gitops-syncer" --kubeconfig "$kc" --allow-file-urls --namespaces "$ns" \
+  --data-dir "$demo/syncer" --artifact-bind-address 127.0.0.1:19090 --artifact-base-url http://127.0.0.1:19090 \
+  --metrics-bind-address 0 --health-probe-bind-address 127.0.0.1:18081 \
+  --terraform-kubeconfig "$kc" >"$demo/syncer.log" 2>&1 &
+pids+=($!)
+"$bin/operator" --kubeconfig "$kc" --namespaces "$ns" --leader-elect=false \
+  --artifact-base-url http://127.0.0.1:19090/ --metrics-bind-address 0 \
+  --health-probe-bind-address 127.0.0.1:18082 --pprof-bind-address 0 >"$demo/operator.log" 2>&1 &
+pids+=($!)
+echo "logs: demo/syncer.log, demo/operator.log"
+
+head=$(git -C "$demo/work" rev-parse HEAD)
+short=${head:0:10}
+step "Waiting for the syncer to turn commit $short into ChangeRequests"
+for _ in $(seq 1 180); do
+  [ "$(sluice get -o name 2>/dev/null | grep -c "$short" || true)" -ge 4 ] && break
+  sleep 1
+done
+sluice get
+echo "(checkout-* are Rejected on purpose: the Repository allows only cart-* target namespaces)"
+
+step "cart-staging (required: 0) passes the gate and the Helm applier installs it"
+sluice wait "cart-staging-$short" --for applied --timeout 180s
+sluice describe "cart-staging-$short"
+
+step "cart-prod needs one approval: alice (group sre) approves in her own name"
+sluice describe "cart-prod-$short" | sed -n '/[Nn]eeded/,$p' | head -8
+"$bin/kubectl-sluice" --kubeconfig "$kc-alice" -n "$ns" approve "cart-prod-$short" --comment "reviewed in the demo"
+sluice wait "cart-prod-$short" --for applied --timeout 180s
+sluice get -l gitops.sluice.dev/release=cart-prod
+
+step "A second push: cart staging scales to 3 replicas (low risk, auto-approved)"
+sed -i 's/^replicaCount:.*/replicaCount: 3/' "$demo/work/services/cart/values-staging.yaml"
+git -C "$demo/work" -c user.name=Dev -c user.email=dev@example.com commit -qam "cart: 3 replicas in staging"
+git -C "$demo/work" push -q origin HEAD:main
+head2=$(git -C "$demo/work" rev-parse HEAD)
+for _ in $(seq 1 120); do sluice get -o name 2>/dev/null | grep -q "cart-staging-${head2:0:10}" && break; sleep 1; done
+sluice wait "cart-staging-${head2:0:10}" --for applied --timeout 180s
+sluice get -l gitops.sluice.dev/release=cart-staging
+sluice describe "cart-staging-${head2:0:10}" | grep -iE 'phase|risk|helm|applied' | head -10
+
+step "Done: both pushes went from git to the cluster through the gate; nothing else was applied"
+sluice get
