@@ -5,6 +5,29 @@
 // verified delivery is answered 202 at once and handled asynchronously: a
 // push of the tracked ref asks for an immediate reconcile; pull-request and
 // review events go to the preview handler.
+//
+// Setting up a hook: the URL is the receiver's address followed by the
+// Repository's status.webhookPath (kubectl get repo NAME -o
+// jsonpath='{.status.webhookPath}'); the secret is the "token" key of the
+// Secret named by spec.webhookSecretRef; the content type is JSON.
+//
+//   - GitHub: events push, pull_request and pull_request_review; the secret
+//     signs X-Hub-Signature-256.
+//   - Gitea: events push, pull request and pull request reviews; the secret
+//     signs X-Gitea-Signature. Gitea does not say whether a reviewer may
+//     write, so reviews count only when the syncer has a Gitea API token to
+//     ask (the commit status token).
+//   - GitLab: push and merge request events; the secret is sent as
+//     X-Gitlab-Token. Approvals and unapprovals of a merge request act as
+//     approving and dismissed reviews.
+//   - Anything else: POST {"ref": "refs/heads/main", "after": "<sha>"} with
+//     X-Sluice-Event: push, a unique X-Sluice-Delivery, and
+//     X-Sluice-Signature-256: sha256=<hex HMAC-SHA256 of the body>.
+//
+// Answers: 202 accepted (the work runs asynchronously), 200 for a ping,
+// an ignored event (another branch, previews off) or a duplicate delivery,
+// 401 for a missing or wrong signature, 404 for an unknown path, 413 past
+// 3 MiB, 503 when the queue is full (the provider retries).
 package webhook
 
 import (
