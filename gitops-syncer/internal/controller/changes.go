@@ -81,6 +81,11 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 				existing = nil
 				continue
 			}
+			if h := r.Hooks.AfterChangeRequestCreated; h != nil {
+				if err := h(existing); err != nil {
+					return "", err
+				}
+			}
 			ok, err := r.planSecretsComplete(ctx, existing)
 			if err != nil {
 				return "", err

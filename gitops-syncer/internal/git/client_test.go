@@ -291,3 +291,19 @@ func FuzzAuthFromSecret(f *testing.F) {
 		}
 	})
 }
+
+func TestGoGit_tracksAnAnnotatedTagByItsCommit(t *testing.T) {
+	root := t.TempDir()
+	repo := seed(t, root)
+	commit := repo.Head("main")
+	repo.Tag("v1.0.0", commit)
+	srv := gittest.StartHTTP(t, root, "", "")
+	c := newClient(t, false)
+	remote := git.Remote{Key: "tag", URL: srv.RepoURL("infra")}
+	head, err := c.Head(context.Background(), remote, "refs/tags/v1.0.0")
+	require.NoError(t, err)
+	assert.Equal(t, commit, head, "the peeled commit, not the tag object")
+	cache, err := c.Fetch(context.Background(), remote, "refs/tags/v1.0.0", head)
+	require.NoError(t, err)
+	assert.True(t, cache.HasCommit(commit))
+}

@@ -161,6 +161,15 @@ func (r *Repo) SetBranch(branch, sha string) {
 	}
 }
 
+// Tag creates the annotated tag name on sha.
+func (r *Repo) Tag(name, sha string) {
+	r.t.Helper()
+	sig := &object.Signature{Name: "tagger", Email: "tagger@example.com", When: r.clock}
+	if _, err := r.repo.CreateTag(name, plumbing.NewHash(sha), &gogit.CreateTagOptions{Tagger: sig, Message: name}); err != nil {
+		r.t.Fatalf("tag %s: %v", name, err)
+	}
+}
+
 // DeleteBranch removes branch from the served repository.
 func (r *Repo) DeleteBranch(branch string) {
 	r.t.Helper()
