@@ -15,12 +15,16 @@ changes := [rc |
 	not rc.mode == "data"
 ]
 
-# changes_of lists the changes of managed resources of one type. The
-# comprehension is indexed by OPA (keyed on type), so all types are grouped in
-# one pass per query and a policy only walks its own types.
-changes_of(type) := rcs if {
-	rcs := [rc | rc := input.resource_changes[_]; rc.type == type; rc.mode == "managed"]
+# by_type groups the changes of managed resources by type. The inner
+# comprehension is indexed by OPA on t, so grouping takes one pass over the
+# plan however many types there are, and each policy walks only its types.
+by_type := {t: rcs |
+	some t in {rc.type | some rc in input.resource_changes}
+	rcs := [rc | rc := input.resource_changes[_]; rc.type == t; rc.mode == "managed"]
 }
+
+# changes_of lists the changes of managed resources of one type.
+changes_of(type) := object.get(by_type, type, [])
 
 actions(rc) := object.get(rc, ["change", "actions"], [])
 
@@ -59,13 +63,8 @@ after_unknown(rc) := u if {
 # unverifiable instead of passing.
 unknown(rc, _) if rc.change.after_unknown == true
 
-unknown(rc, key) if rc.change.after_unknown[key] == true
-
-unknown(rc, key) if {
-	v := rc.change.after_unknown[key]
-	not is_boolean(v)
-	walk(v, [_, true])
-}
+# walk visits the value itself too, so this also holds for a plain true.
+unknown(rc, key) if walk(rc.change.after_unknown[key], [_, true])
 
 # tags_before are the tags a resource had before the change (tags_all
 # includes provider default_tags).

@@ -37,8 +37,8 @@ deny contains tf.result(rc, msg) if {
 	tf.creates_or_updates(rc)
 	some block in ["root_block_device", "ebs_block_device"]
 	some i, dev in object.get(tf.after(rc), block, [])
-	not tf.unknown(rc, block)
 	object.get(dev, "encrypted", false) == false
+	not tf.unknown(rc, block)
 	msg := sprintf("%s: %s[%d] is not encrypted", [rc.address, block, i])
 }
 

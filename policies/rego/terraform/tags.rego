@@ -7,32 +7,34 @@ import data.sluice.lib.terraform as tf
 
 required := tf.config("required_tags", [])
 
-# live_taggable are the created or updated resources that take tags; the
-# filters are inline because this policy walks every change.
-live_taggable contains rc if {
+# untagged lists the created or updated taggable resources that miss a
+# required tag, with the missing tags; both rules below read it, so the plan
+# is walked once. The filters are inline because this walks every change.
+untagged := [{"rc": rc, "missing": missing} |
 	count(required) > 0
 	some rc in input.resource_changes
 	some action in rc.change.actions
 	action in {"create", "update"}
 	not rc.mode == "data"
-	keys := object.keys(rc.change.after)
-	count({"tags", "tags_all"} & keys) > 0
-}
+	after := rc.change.after
+	count({"tags", "tags_all"} & object.keys(after)) > 0
+	missing := missing_tags(effective_tags(after))
+	count(missing) > 0
+]
 
 deny contains tf.result(rc, msg) if {
-	some rc in live_taggable
+	some u in untagged
+	rc := u.rc
 	not tf.unknown(rc, "tags_all")
 	not tf.unknown(rc, "tags")
-	missing := missing_tags(effective_tags(rc.change.after))
-	count(missing) > 0
-	msg := sprintf("%s: required tags missing: %s", [rc.address, concat(", ", sort(missing))])
+	msg := sprintf("%s: required tags missing: %s", [rc.address, concat(", ", sort(u.missing))])
 }
 
 unverifiable contains tf.result(rc, msg) if {
-	some rc in live_taggable
+	some u in untagged
+	rc := u.rc
 	some attr in ["tags", "tags_all"]
 	tf.unknown(rc, attr)
-	count(missing_tags(effective_tags(rc.change.after))) > 0
 	msg := sprintf("%s: %s is known only after apply, so required tags cannot be checked", [rc.address, attr])
 }
 
