@@ -1,0 +1,38 @@
+package install
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+)
+
+// BindFlags registers the webhook flags on fs, with their defaults:
+// --webhook-bind-address (":9292"; "0" turns the webhook side off),
+// --status-provider, --status-base-url and --status-token-secret.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Addr, "webhook-bind-address", ":9292", "Address of the webhook receiver (\"0\" turns webhooks, previews and review approvals off).")
+	fs.Func("status-provider", "Post preview verdicts as commit statuses to this provider's API: github, gitea or gitlab (default: off).", func(v string) error {
+		switch p := provider.Name(v); p {
+		case provider.GitHub, provider.Gitea, provider.GitLab:
+			o.StatusProvider = p
+			return nil
+		}
+		return fmt.Errorf("unknown provider %q (github, gitea or gitlab)", v)
+	})
+	fs.StringVar(&o.StatusBaseURL, "status-base-url", "", "API root of the status provider (default for github: the public API).")
+	fs.Func("status-token-secret", "Secret (namespace/name) whose \"token\" key authenticates to the status provider.", func(v string) error {
+		ns, name, ok := strings.Cut(v, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("want namespace/name, got %q", v)
+		}
+		o.StatusTokenSecret = types.NamespacedName{Namespace: ns, Name: name}
+		return nil
+	})
+}
+
+// Enabled reports whether the webhook side is on.
+func (o *Options) Enabled() bool { return o.Listener != nil || (o.Addr != "" && o.Addr != "0") }
