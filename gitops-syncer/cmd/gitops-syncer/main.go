@@ -52,9 +52,16 @@ func main() {
 	if namespaces != "" {
 		opts.Namespaces = strings.Split(namespaces, ",")
 	}
-	tfEnv := map[string]string{"KUBE_IN_CLUSTER_CONFIG": "true"}
-	if tfKubeconfig != "" {
-		tfEnv = map[string]string{"KUBE_CONFIG_PATH": tfKubeconfig}
+	tfEnv := map[string]string{"KUBE_CONFIG_PATH": tfKubeconfig}
+	if tfKubeconfig == "" {
+		// Terraform's kubernetes backend then uses the pod's ServiceAccount;
+		// a kubeconfig limited to the state Secrets is the better choice.
+		logger.Info("No --terraform-kubeconfig: terraform reaches its state with the in-cluster ServiceAccount")
+		tfEnv = map[string]string{
+			"KUBE_IN_CLUSTER_CONFIG":  "true",
+			"KUBERNETES_SERVICE_HOST": os.Getenv("KUBERNETES_SERVICE_HOST"),
+			"KUBERNETES_SERVICE_PORT": os.Getenv("KUBERNETES_SERVICE_PORT"),
+		}
 	}
 	ctx := ctrl.SetupSignalHandler()
 	v, err := validation.NewLibrary(ctx, validation.LibraryOptions{TerraformPath: tfPath, TerraformEnv: tfEnv, KubeVersion: kubeVersion})
