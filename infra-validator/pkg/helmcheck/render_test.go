@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -423,5 +424,23 @@ func BenchmarkRender(b *testing.B) {
 		if _, err := Render(context.Background(), opts); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestRender_subchartFindingsNameTheSubchartFiles(t *testing.T) {
+	r := render(t, Options{Chart: filepath.Join(charts, "parent"), SourcePrefix: "charts/parent"})
+	var got []string
+	for _, f := range r.Findings {
+		got = append(got, string(f.Severity)+" "+f.File+":"+strconv.Itoa(f.Line)+" "+f.Policy)
+	}
+	want := []string{
+		"warn charts/parent/charts/child/templates/secret.yaml:7 helm.unstable_render",
+		"deny charts/parent/charts/child/values.schema.json:0 helm.values_schema",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("findings\n%q\nwant\n%q", got, want)
+	}
+	if len(r.Objects) != 2 || r.ManifestDigest == "" {
+		t.Errorf("objects %d digest %q", len(r.Objects), r.ManifestDigest)
 	}
 }
