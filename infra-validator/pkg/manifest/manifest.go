@@ -32,6 +32,7 @@
 //	func (s *Service) Inputs(repoRoot string) ([]string, error)    // repo-relative inputs, sorted
 //	func TerraformModules(repoRoot, dir string) ([]string, error)  // local module dirs, recursive
 //	func ConfinedPath(repoRoot, rel string) (string, error)        // absolute path, confined through symlinks
+//	var ErrOutsideRepo error                                        // wrapped by every confinement error
 //
 // All returned repository paths use forward slashes.
 package manifest

@@ -9,7 +9,7 @@
 //
 //	func ReadPlan(data []byte) (*tfjson.Plan, error)
 //	func Analyze(planJSON []byte, opts Options) (*Report, error)
-//	func AnalyzePlan(plan *tfjson.Plan, planJSON []byte, opts Options) (*Report, error)
+//	func AnalyzePlan(plan *tfjson.Plan, opts Options) (*Report, error) // no "errored" flag: use Analyze
 //	func PlanDigest(planJSON []byte) (string, error)
 //	func PlanFileSHA256(planFile []byte) string
 //	func UnknownPaths(rc *tfjson.ResourceChange) []string
@@ -19,20 +19,23 @@
 //	func ShowPlanFile(ctx context.Context, opts ExecOptions, dir, planFile string) (*PlanResult, error)
 //	func Plan(ctx context.Context, opts PlanOptions) (*PlanResult, error)
 //	func KubernetesBackendOverride(namespace, secretSuffix string) ([]byte, error)
-//	const BackendOverrideFile = "zz_sluice_backend_override.tf"
+//	const BackendOverrideFile = "zz_sluice_backend_override.tf"; const DefaultTimeout = 10 * time.Minute
+//	var ErrUnsupportedFormat error
 //	type Options struct{ StatefulTypes, ProtectedTypes []string; ProtectedTag string;
 //	    SecurityAttributes map[string][]string }
 //	type Report struct{ FormatVersion, TerraformVersion string; Counts Counts;
 //	    Resources []Resource; Risk report.Risk; RiskReasons []string; PlanDigest,
 //	    PlanFileSHA256 string; Findings []report.Finding; Plan *tfjson.Plan }
-//	type Counts struct{ Create, Update, Delete, Replace, Read, NoOp int }
+//	type Counts struct{ Create, Update, Delete, Replace, Read, Forget, NoOp int }
 //	type Resource struct{ Address, PreviousAddress, Type, Mode string; Action Action;
-//	    Actions []string; Stateful, Protected bool; Unknown []string }
-//	type Action string // ActionCreate, ActionUpdate, ActionDelete, ActionReplace, ActionRead, ActionNoOp
-//	type ExecOptions struct{ ExecPath string; Env map[string]string; Timeout time.Duration; Analyze Options }
+//	    Actions []string; Stateful, Protected bool; Unknown []string; Risk report.Risk }
+//	type Action string // ActionCreate, ActionUpdate, ActionDelete, ActionReplace, ActionRead,
+//	    ActionForget, ActionNoOp, ActionUnknown
+//	type ExecOptions struct{ ExecPath string; Env map[string]string; DataDir string;
+//	    Timeout time.Duration; Analyze Options }
 //	type PlanOptions struct{ ExecOptions; Dir string; Vars map[string]string; Workspace string;
 //	    Backend Backend; Kubernetes *KubernetesBackend; Destroy bool }
-//	type Backend string // BackendOwn, BackendKubernetes, BackendNone
+//	type Backend string // BackendOwn, BackendKubernetes, BackendNone ("" = none)
 //	type KubernetesBackend struct{ Namespace, SecretSuffix string }
 //	type PlanResult struct{ PlanFile, PlanJSON []byte; Plan *tfjson.Plan; Report *Report }
 //
