@@ -284,3 +284,64 @@ func TestPlan_timesOutWithAClearError(t *testing.T) {
 		t.Fatalf("want a timeout error, got %v", err)
 	}
 }
+
+// TestPlan_realDeleteAndReplaceAgainstTheStacksOwnState applies a stack with
+// the terraform binary, changes it, and plans it with the stack's own
+// (local) backend: the plan holds a real delete and a real replace.
+func TestPlan_realDeleteAndReplaceAgainstTheStacksOwnState(t *testing.T) {
+	dir := t.TempDir()
+	write := func(cfg string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const backend = `terraform {
+  backend "local" {
+    path = "state/terraform.tfstate"
+  }
+}
+`
+	write(backend + `
+resource "terraform_data" "database" {
+  triggers_replace = ["v1"]
+}
+
+resource "terraform_data" "old" {
+  input = "bye"
+}
+`)
+	// Apply the first version with the terraform CLI itself.
+	dataDir := t.TempDir()
+	for _, args := range [][]string{{"init", "-input=false"}, {"apply", "-input=false", "-auto-approve"}} {
+		cmd := exec.Command(terraformPath(t), args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "TF_DATA_DIR="+dataDir, "CHECKPOINT_DISABLE=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("terraform %s: %v\n%s", args[0], err, out)
+		}
+	}
+	write(backend + `
+resource "terraform_data" "database" {
+  triggers_replace = ["v2"]
+}
+`)
+	res := plan(t, PlanOptions{Dir: dir, Backend: BackendOwn})
+	if want := (Counts{Replace: 1, Delete: 1}); res.Report.Counts != want {
+		t.Fatalf("counts %+v, want %+v", res.Report.Counts, want)
+	}
+	if res.Report.Risk != report.RiskMedium {
+		t.Errorf("risk %s for unprotected terraform_data", res.Report.Risk)
+	}
+	// The same plan with terraform_data protected is high risk.
+	r, err := Analyze(res.PlanJSON, Options{ProtectedTypes: []string{"terraform_data"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Risk != report.RiskHigh || len(r.RiskReasons) != 2 {
+		t.Errorf("protected: risk %s reasons %v", r.Risk, r.RiskReasons)
+	}
+	if r.PlanDigest != res.Report.PlanDigest {
+		t.Error("options changed the plan digest")
+	}
+}
