@@ -347,7 +347,16 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonNoApplier, fmt.Sprintf("no applier is registered for delivery %q", delivery(s.cr)))
 		return ctrl.Result{}, true, nil
 	}
-	rel, held, _, err := r.acquireLock(ctx, s.cr)
+	var (
+		rel  *sluicev1.Release
+		held bool
+		err  error
+	)
+	// While the cache shows another live change holding the lock, wait
+	// without asking the API server (the Release watch wakes us).
+	if !r.lockBusyInCache(ctx, s) {
+		rel, held, _, err = r.acquireLock(ctx, s.cr)
+	}
 	if apierrors.IsConflict(err) {
 		// Another writer touched the Release between read and write:
 		// look again right away.
@@ -412,6 +421,22 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, "handed to the "+app.Name()+" applier")
 	s.setPhase(sluicev1.PhaseApplying, sluicev1.ReasonApplying, "handed to the "+app.Name()+" applier")
 	return ctrl.Result{}, true, nil
+}
+
+// lockBusyInCache reports whether the cached Release shows the apply lock
+// held by another change that the cache shows as live. It is only a hint
+// that saves API calls while many changes wait; taking the lock always
+// reads the Release from the API server.
+func (r *ChangeRequestReconciler) lockBusyInCache(ctx context.Context, s *changeScope) bool {
+	holder := s.release.Status.CurrentChange
+	if holder == "" || holder == s.cr.Name {
+		return false
+	}
+	other := &sluicev1.ChangeRequest{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.cr.Namespace, Name: holder}, other); err != nil {
+		return false
+	}
+	return !other.Status.Phase.IsTerminal()
 }
 
 func (r *ChangeRequestReconciler) lockRetry() time.Duration {

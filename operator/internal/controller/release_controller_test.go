@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -26,12 +27,17 @@ func TestRelease_summarisesTheAppliedChangeAndKeepsTheSyncersFields(t *testing.T
 	rel := f.release("checkout", "staging", rule, nil)
 	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
 
-	// The syncer's fields, written as the syncer would.
-	cur := f.getRelease(rel.Name)
-	cur.Status.LastSyncedTree = "tree-1"
-	cur.Status.LastSyncedCommit = revision()
-	meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionSynced, Status: metav1.ConditionTrue, Reason: sluicev1.ReasonSucceeded, Message: "synced"})
-	require.NoError(t, f.c.Status().Update(ctx(t), cur))
+	// The syncer's fields, written as the syncer would (retrying when the
+	// operator wrote first).
+	commit := revision()
+	var cur *sluicev1.Release
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur = f.getRelease(rel.Name)
+		cur.Status.LastSyncedTree = "tree-1"
+		cur.Status.LastSyncedCommit = commit
+		meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionSynced, Status: metav1.ConditionTrue, Reason: sluicev1.ReasonSucceeded, Message: "synced"})
+		return f.c.Status().Update(ctx(t), cur)
+	}))
 
 	cr := f.change(rel, rule, withRisk(sluicev1.RiskLow))
 	got := f.phase(cr, sluicev1.PhaseApplied)
