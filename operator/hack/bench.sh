@@ -15,3 +15,10 @@ go test -run '^$' -bench . -benchmem ./internal/gate/ | grep -E '^Benchmark' || 
 echo "operator: envtest run (takes a few minutes)"
 out=$(SLUICE_BENCH=1 go test -count=1 -timeout 60m -run '^TestBench_' -v ./internal/controller/ 2>&1) || { echo "$out" | tail -50; exit 1; }
 echo "$out" | sed -n 's/^BENCH /  /p'
+
+# --- Helm applier (issue 7; package hack/bench-helm) ---
+# The Helm applier (download, digest checks, extraction, impersonation,
+# manifestDigest post-renderer, install) against a bare Helm SDK install of
+# the same chart, one fresh namespace per install, in the same run.
+echo "operator: Helm applier vs bare Helm SDK install (go test -bench, 20 installs each)"
+go test -count=1 -run '^$' -bench 'BenchmarkHelmApplier|BenchmarkBareHelmInstall' -benchtime 20x -benchmem ./hack/bench-helm/ | grep -E '^Benchmark' || true
