@@ -8,9 +8,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -78,4 +81,19 @@ func TestSync_gitFailuresGiveReadyFalseWithAClearCredentialFreeMessage(t *testin
 			assert.NotContains(t, cond.Message, "PRIVATE KEY")
 		})
 	}
+}
+
+func TestSync_fileURLsAreRefusedWithoutTheFlag(t *testing.T) {
+	ns := newNamespace(t)
+	fixture := seedHelmRepo(t, t.TempDir(), "infra")
+	startSyncerWith(t, syncer.Options{ArtifactAddr: "127.0.0.1:0", DataDir: t.TempDir(), Namespaces: []string{ns}, Validator: validator, SkipNameValidation: true})
+	repo := newRepository(t, ns, "infra", fixture.FileURL())
+	cond := waitReady(t, repo, metav1.ConditionFalse, sluicev1.ReasonURLNotAllowed)
+	assert.Contains(t, cond.Message, "--allow-file-urls")
+	got := &sluicev1.Repository{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(repo), got))
+	stalled := meta.FindStatusCondition(got.Status.Conditions, sluicev1.ConditionStalled)
+	require.NotNil(t, stalled, "only a human can fix the URL")
+	assert.Equal(t, metav1.ConditionTrue, stalled.Status)
+	assert.Empty(t, changeRequests(t, ns))
 }

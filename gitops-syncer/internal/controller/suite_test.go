@@ -123,14 +123,21 @@ func startSyncer(t testing.TB, ns, dataDir string, configure ...func(*syncer.Syn
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s, err := syncer.New(env.Config, syncer.Options{
+	return startSyncerWith(t, syncer.Options{
 		ArtifactAddr:       "127.0.0.1:0",
 		DataDir:            dataDir,
 		AllowFileURLs:      true,
 		Namespaces:         []string{ns},
 		Validator:          validator,
 		SkipNameValidation: true,
-	})
+	}, configure...)
+}
+
+// startSyncerWith starts a syncer with opts; it stops at the end of the test.
+func startSyncerWith(t testing.TB, opts syncer.Options, configure ...func(*syncer.Syncer)) *runningSyncer {
+	t.Helper()
+	dataDir := opts.DataDir
+	s, err := syncer.New(env.Config, opts)
 	require.NoError(t, err)
 	for _, c := range configure {
 		c(s)

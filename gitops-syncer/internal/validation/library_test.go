@@ -1,0 +1,70 @@
+package validation_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+func write(t *testing.T, root, path, content string) {
+	t.Helper()
+	full := filepath.Join(root, filepath.FromSlash(path))
+	require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+	require.NoError(t, os.WriteFile(full, []byte(content), 0o644))
+}
+
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	require.NoError(t, os.CopyFS(dst, os.DirFS(src)))
+}
+
+// Helm-only services need no Terraform state, so no API server either.
+func TestLibrary_helmOnlyServicesGetTheLibrarysVerdictAndDigest(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	chart := filepath.Join(filepath.Dir(file), "..", "..", "..", "charts", "service")
+	lib, err := validation.NewLibrary(context.Background(), validation.LibraryOptions{})
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name, values string
+		want         sluicev1.VerdictResult
+	}{
+		{"a pinned image passes", "image:\n  repository: ghcr.io/example/web\n  tag: \"1.2.3\"\n", sluicev1.VerdictPass},
+		{"the mutable tag latest fails", "image:\n  repository: ghcr.io/example/web\n  tag: latest\n", sluicev1.VerdictFail},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			copyDir(t, chart, filepath.Join(root, "charts", "service"))
+			write(t, root, "services/web/service.yaml", "apiVersion: sluice.dev/v1alpha1\nkind: Service\nname: web\nchart: {path: charts/service}\nvalues: [values.yaml]\nenvironments:\n  - name: staging\n    namespace: web-staging\n")
+			write(t, root, "services/web/values.yaml", tc.values)
+			svc, err := manifest.Load(root, "services/web")
+			require.NoError(t, err)
+			res, err := lib.Validate(context.Background(), validation.Request{RepoRoot: root, Service: svc, Environment: "staging", ControlNamespace: "team", Release: "web-staging"})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, res.Verdict.Result, "%+v", res.Verdict)
+			assert.True(t, sluicev1.ValidDigest(string(res.ManifestDigest)), res.ManifestDigest)
+			assert.Empty(t, res.PlanFile)
+		})
+	}
+
+	t.Run("a chart repository is a rejected change, not an error", func(t *testing.T) {
+		root := t.TempDir()
+		write(t, root, "services/web/service.yaml", "apiVersion: sluice.dev/v1alpha1\nkind: Service\nname: web\nchart: {repo: https://charts.example.com, name: web, version: 1.0.0}\nenvironments:\n  - name: staging\n    namespace: web-staging\n")
+		svc, err := manifest.Load(root, "services/web")
+		require.NoError(t, err)
+		res, err := lib.Validate(context.Background(), validation.Request{RepoRoot: root, Service: svc, Environment: "staging", ControlNamespace: "team", Release: "web-staging"})
+		require.NoError(t, err)
+		assert.Equal(t, sluicev1.VerdictFail, res.Verdict.Result)
+		require.NotEmpty(t, res.Verdict.Findings)
+		assert.Equal(t, sluicev1.SeverityDeny, res.Verdict.Findings[0].Severity)
+	})
+}
