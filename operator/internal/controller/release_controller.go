@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -145,7 +146,7 @@ func (r *ReleaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !rel.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, rel)
+		return r.reconcileDelete(ctx, rel)
 	}
 	if !controllerutil.ContainsFinalizer(rel, sluicev1.ReleaseFinalizer) {
 		orig := rel.DeepCopy()
@@ -490,10 +491,28 @@ func (r *ReleaseReconciler) reconcileApprovalGC(ctx context.Context, s *releaseS
 
 // reconcileDelete runs the cleanup of the release's applier, then removes
 // the finalizer. A failing cleanup keeps the finalizer and is retried.
-func (r *ReleaseReconciler) reconcileDelete(ctx context.Context, rel *sluicev1.Release) error {
+func (r *ReleaseReconciler) reconcileDelete(ctx context.Context, rel *sluicev1.Release) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(rel, sluicev1.ReleaseFinalizer) {
-		return nil
+		return ctrl.Result{}, nil
 	}
+	// An apply in flight finishes first: cleaning up under it would race.
+	if holder := rel.Status.CurrentChange; holder != "" {
+		cr := &sluicev1.ChangeRequest{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: holder}, cr)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("get lock holder %s: %w", holder, err)
+		}
+		if err == nil && cr.Status.Phase == sluicev1.PhaseApplying {
+			log.FromContext(ctx).Info("Deletion waits for the change being applied", "changeRequest", holder)
+			return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+		}
+	}
+	return ctrl.Result{}, r.cleanup(ctx, rel)
+}
+
+// cleanup runs the applier's Cleaner for the release, then removes the
+// finalizer.
+func (r *ReleaseReconciler) cleanup(ctx context.Context, rel *sluicev1.Release) error {
 	d := rel.Spec.Delivery
 	if d == "" {
 		d = sluicev1.DeliveryHelm
