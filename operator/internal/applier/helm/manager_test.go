@@ -30,6 +30,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -332,4 +333,29 @@ func TestOperator_killedDuringTheInstallEndsWithOneRevisionAndTheChangeApplied(t
 	cm, err := f.configMap()
 	require.NoError(t, err)
 	require.Equal(t, "survives a crash", cm.Data["message"])
+}
+
+func TestOperator_aChangeTheServiceAccountMayNotApplyFailsWithAReadableReason(t *testing.T) {
+	f := newFixture(t, withoutRBAC())
+	f.createObjects(t)
+	startOperator(t, f, "operator")
+
+	failed := waitPhase(t, f.submit(t, f.change("message: hi\n", changeOpts{})), sluicev1.PhaseFailed)
+	applied := meta.FindStatusCondition(failed.Status.Conditions, sluicev1.ConditionApplied)
+	require.NotNil(t, applied)
+	require.Equal(t, sluicev1.ReasonApplyFailed, applied.Reason)
+	require.Contains(t, applied.Message, "system:serviceaccount:"+f.ctl+":deployer may not do this in namespace "+f.target)
+	f.requireNothingInstalled()
+
+	// The platform team narrows the Repository: the next change may not go
+	// to this namespace at all.
+	repo := &sluicev1.Repository{}
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.repo), repo))
+	repo.Spec.TargetNamespaces = []string{"payments-*"}
+	require.NoError(t, env.Client.Update(context.Background(), repo))
+	failed = waitPhase(t, f.submit(t, f.change("message: again\n", changeOpts{})), sluicev1.PhaseFailed)
+	applied = meta.FindStatusCondition(failed.Status.Conditions, sluicev1.ConditionApplied)
+	require.NotNil(t, applied)
+	require.Equal(t, sluicev1.ReasonNamespaceNotAllowed, applied.Reason)
+	f.requireNothingInstalled()
 }
