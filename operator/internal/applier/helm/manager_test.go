@@ -247,9 +247,14 @@ type holdingWebhook struct {
 	held     chan struct{}
 	release  chan struct{}
 	holdOnce sync.Once
+	mu       sync.Mutex
+	seen     int
 }
 
-func newHoldingWebhook(t *testing.T, namespace string) *holdingWebhook {
+// newHoldingWebhook holds the first CREATE of the ConfigMap named hold in
+// namespace; other ConfigMaps pass at once (the test probes with them until
+// the API server calls the webhook).
+func newHoldingWebhook(t *testing.T, namespace, hold string) *holdingWebhook {
 	h := &holdingWebhook{held: make(chan struct{}), release: make(chan struct{})}
 	h.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -258,8 +263,13 @@ func newHoldingWebhook(t *testing.T, namespace string) *holdingWebhook {
 			http.Error(w, "bad review", http.StatusBadRequest)
 			return
 		}
+		h.mu.Lock()
+		h.seen++
+		h.mu.Unlock()
 		first := false
-		h.holdOnce.Do(func() { first = true })
+		if review.Request.Name == hold {
+			h.holdOnce.Do(func() { first = true })
+		}
 		if first {
 			close(h.held)
 			select {
@@ -295,13 +305,26 @@ func newHoldingWebhook(t *testing.T, namespace string) *holdingWebhook {
 	}
 	require.NoError(t, env.Client.Create(context.Background(), cfg))
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cfg) })
-	return h
+	// The API server picks the configuration up asynchronously: probe with
+	// dry-run creates until the webhook is called.
+	for i := 0; ; i++ {
+		probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe", Namespace: namespace}}
+		_ = env.Client.Create(context.Background(), probe, client.DryRunAll)
+		h.mu.Lock()
+		seen := h.seen
+		h.mu.Unlock()
+		if seen > 0 {
+			return h
+		}
+		require.Less(t, i, 600, "the API server never called the webhook")
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func TestOperator_killedDuringTheInstallEndsWithOneRevisionAndTheChangeApplied(t *testing.T) {
 	f := newFixture(t)
 	f.createObjects(t)
-	hook := newHoldingWebhook(t, f.target)
+	hook := newHoldingWebhook(t, f.target, f.release.Name+"-config")
 	cr := f.submit(t, f.change("message: survives a crash\n", changeOpts{}))
 
 	first := startOperator(t, f, "operator-before-crash")
