@@ -137,7 +137,7 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 		if r.Metrics != nil {
 			r.Metrics.ChangeRequestsCreated.WithLabelValues(string(cr.Spec.Verdict.Result)).Inc()
 		}
-		r.event(plan.release, corev1.EventTypeNormal, "ChangeRequestCreated",
+		r.event(plan.release, corev1.EventTypeNormal, eventChangeRequestCreated,
 			fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, short(plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
 		logger.Info("Created ChangeRequest", "changeRequest", cr.Name, "verdict", cr.Spec.Verdict.Result)
 		if h := r.Hooks.AfterChangeRequestCreated; h != nil {

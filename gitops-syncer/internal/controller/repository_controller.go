@@ -36,6 +36,15 @@ import (
 // ControllerName is the field owner and event reporter of the syncer.
 const ControllerName = "gitops-syncer"
 
+// Event reasons of the syncer (condition reasons live in the API package).
+const (
+	// eventChangeRequestCreated: a ChangeRequest was recorded for a Release.
+	eventChangeRequestCreated = "ChangeRequestCreated"
+	// eventReleasePruned: a Release whose service left the repository was
+	// deleted (spec.prune).
+	eventReleasePruned = "ReleasePruned"
+)
+
 // RepositoryReconciler reconciles Repository objects.
 type RepositoryReconciler struct {
 	client.Client

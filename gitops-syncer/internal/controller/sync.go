@@ -274,7 +274,7 @@ func (p *syncPass) prune(ctx context.Context, wanted map[string]bool) error {
 			p.retry = append(p.retry, fmt.Sprintf("delete release %s: %s", rel.Name, err))
 			continue
 		}
-		p.r.event(p.repo, corev1.EventTypeNormal, "ReleasePruned", fmt.Sprintf("deleted Release %s: its service left the repository", rel.Name))
+		p.r.event(p.repo, corev1.EventTypeNormal, eventReleasePruned, fmt.Sprintf("deleted Release %s: its service left the repository", rel.Name))
 	}
 	if len(gone) > 0 {
 		sort.Strings(gone)
