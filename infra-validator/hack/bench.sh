@@ -18,7 +18,7 @@ MOD=$ROOT/infra-validator
 TOOLS=$ROOT/bin/tools
 CONFTEST_VERSION=v0.71.1
 HELM_VERSION=v3.22.0
-RUNS=${BENCH_RUNS:-5}
+RUNS=${BENCH_RUNS:-9}
 mkdir -p "$TOOLS"
 
 install_tool() { # name module@version
@@ -60,6 +60,7 @@ compat=ok
 	"$BT" compare "$IV" "$CONFTEST" kubernetes inputs/manifests.yaml --policy policy --namespace kubernetes &&
 	"$BT" compare "$IV" "$CONFTEST" terraform inputs/plan.json --policy policy --all-namespaces --data policy/data.yaml &&
 	"$BT" compare "$IV" "$CONFTEST" kubernetes inputs/manifests.yaml --policy policy --all-namespaces --data policy/data.yaml &&
+	"$BT" compare "$IV" "$CONFTEST" kubernetes inputs/manifests.yaml --policy policy --combine --namespace combined &&
 	"$BT" compare "$IV" "$CONFTEST" terraform "$LARGE" --policy policy --data policy/data.yaml) || compat=DIFFERENT
 echo "conftest compatibility: $compat"
 echo
@@ -68,20 +69,19 @@ ms() { "$BT" time "$RUNS" "$@"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1fx", a / b }'; }
 verdict() { awk -v a="$1" -v b="$2" -v want="$3" 'BEGIN { if (a / b >= want) print "met"; else print "NOT met" }'; }
 
-echo "== 2. time per plan: infra-validator CLI vs conftest test (mean of $RUNS runs, ms)"
+echo "== 2. time per plan: infra-validator CLI vs conftest test (median of $RUNS alternating runs, ms)"
 printf "  %-34s %12s %12s %10s %s\n" "plan / policies" "conftest" "CLI" "speed-up" "target CLI <= conftest"
-declare -A CFT CLI
+declare -A CFT
 for size in small 2000; do
 	plan=$SMALL
 	[ $size = 2000 ] && plan=$LARGE
-	c=$(ms "$CONFTEST" test --no-color --policy "$CDATA/policy" --data "$CDATA/policy/data.yaml" "$plan")
-	i=$(ms "$IV" terraform --no-default-policies --policy "$CDATA/policy" --data "$CDATA/policy/data.yaml" "$plan")
+	read -r c i < <("$BT" pair "$RUNS" "$CONFTEST" test --no-color --policy "$CDATA/policy" --data "$CDATA/policy/data.yaml" "$plan" \
+		-- "$IV" terraform --no-default-policies --policy "$CDATA/policy" --data "$CDATA/policy/data.yaml" "$plan")
 	printf "  %-34s %12s %12s %10s %s\n" "$size / conftest policy set" "$c" "$i" "$(ratio "$c" "$i")" "$(verdict "$c" "$i" 1)"
-	c=$(ms "$CONFTEST" test --no-color --policy "$DEFAULTS" --data "$DEFAULT_DATA" --namespace 'sluice.terraform.*' "$plan")
-	i=$(ms "$IV" terraform "$plan")
+	read -r c i < <("$BT" pair "$RUNS" "$CONFTEST" test --no-color --policy "$DEFAULTS" --data "$DEFAULT_DATA" --namespace 'sluice.terraform.*' "$plan" \
+		-- "$IV" terraform "$plan")
 	printf "  %-34s %12s %12s %10s %s\n" "$size / Sluice default policies" "$c" "$i" "$(ratio "$c" "$i")" "$(verdict "$c" "$i" 1)"
 	CFT[$size]=$c
-	CLI[$size]=$i
 done
 echo
 
@@ -96,7 +96,7 @@ for size in small 2000; do
 done
 echo
 
-echo "== 4. time per chart: library (render + schema + policy) vs helm template"
+echo "== 4. time per chart: library (render + schema + policy, Go benchmark of validate.CheckChart) vs helm template (median of $RUNS runs, ms)"
 CHART=${BENCH_CHART:-$MOD/pkg/validate/testdata/repo/charts/web}
 VALUES=$CHART/values.yaml
 h=$(ms "$HELM" template bench "$CHART" -f "$VALUES" --namespace shop-prod --kube-version 1.37.2)

@@ -3,7 +3,10 @@
 // results with conftest's on the same inputs and policies.
 //
 //	benchtool genplan N OUT                 write an N-resource plan JSON
-//	benchtool time N CMD ARGS...            run CMD N times, print the mean wall time
+//	benchtool time N CMD ARGS...            run CMD N times, print the median wall time in ms
+//	benchtool pair N CMD_A... -- CMD_B...   run A and B alternately N times each, print
+//	                                        both median wall times in ms (alternating
+//	                                        spreads a busy machine's noise over both)
 //	benchtool peak CMD ARGS...              run CMD once, print its peak RSS
 //	benchtool compare IV CONFTEST SUBCMD FILE [conftest flags...]
 //	                                        print both tools' failures and warnings
@@ -56,15 +59,50 @@ func run(args []string) error {
 		if err != nil || n < 1 {
 			return fmt.Errorf("bad count %q", args[1])
 		}
-		var total time.Duration
+		var ts []float64
 		for i := 0; i < n; i++ {
 			start := time.Now()
 			if err := runQuiet(args[2:]); err != nil {
 				return err
 			}
-			total += time.Since(start)
+			ts = append(ts, float64(time.Since(start).Microseconds())/1000)
 		}
-		fmt.Printf("%.1f\n", float64(total.Microseconds())/1000/float64(n))
+		fmt.Printf("%.1f\n", median(ts))
+		return nil
+	case "pair":
+		if len(args) < 5 {
+			return errors.New("usage: benchtool pair N CMD_A... -- CMD_B...")
+		}
+		n, err := strconv.Atoi(args[1])
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad count %q", args[1])
+		}
+		rest := args[2:]
+		sep := -1
+		for i, a := range rest {
+			if a == "--" {
+				sep = i
+				break
+			}
+		}
+		if sep <= 0 || sep == len(rest)-1 {
+			return errors.New("usage: benchtool pair N CMD_A... -- CMD_B...")
+		}
+		a, b := rest[:sep], rest[sep+1:]
+		var ta, tb []float64
+		for i := 0; i < n; i++ {
+			for _, c := range []struct {
+				argv []string
+				out  *[]float64
+			}{{a, &ta}, {b, &tb}} {
+				start := time.Now()
+				if err := runQuiet(c.argv); err != nil {
+					return err
+				}
+				*c.out = append(*c.out, float64(time.Since(start).Microseconds())/1000)
+			}
+		}
+		fmt.Printf("%.1f %.1f\n", median(ta), median(tb))
 		return nil
 	case "peak":
 		cmd := exec.Command(args[1], args[2:]...)
@@ -87,6 +125,15 @@ func run(args []string) error {
 		return compare(args[1], args[2], args[3], args[4], args[5:])
 	}
 	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // runQuiet runs a command; exit code 1 (policy failures) is a normal result.
@@ -156,7 +203,8 @@ func compare(iv, conftest, sub, file string, flags []string) error {
 	}
 	sort.Strings(keys)
 	same := len(got) == len(want)
-	for _, k := range keys {
+	shown := 0
+	for i, k := range keys {
 		mark := "same    "
 		switch v := all[k]; {
 		case v[0] && !v[1]:
@@ -164,6 +212,14 @@ func compare(iv, conftest, sub, file string, flags []string) error {
 		case !v[0] && v[1]:
 			mark, same = "ONLY-CFT", false
 		}
+		// Long lists show their first lines and every difference.
+		if mark == "same    " && len(keys) > 12 && shown >= 8 {
+			if i == len(keys)-1 {
+				fmt.Printf("    ... and %d more identical results\n", len(keys)-shown)
+			}
+			continue
+		}
+		shown++
 		fmt.Printf("    %s %s\n", mark, k)
 	}
 	if !same {

@@ -33,10 +33,11 @@ func Redact(findings []report.Finding, inputs ...any) []report.Finding {
 	if len(findings) == 0 {
 		return findings
 	}
-	set := map[string]bool{}
+	c := collector{set: map[string]bool{}, secretKey: map[string]bool{}}
 	for _, in := range inputs {
-		collectSecrets(in, "", false, set)
+		c.collect(in, "", false)
 	}
+	set := c.set
 	if len(set) == 0 {
 		return findings
 	}
@@ -83,54 +84,70 @@ func maybeSecretValue(s string) bool {
 	return false
 }
 
-// collectSecrets walks v; key is the map key v sits under, secret says an
-// enclosing structure marks everything below as secret.
-func collectSecrets(v any, key string, secret bool, set map[string]bool) {
+// collector gathers secret strings; secretKey memoises the key-name test,
+// since a large input repeats a few keys many times.
+type collector struct {
+	set       map[string]bool
+	secretKey map[string]bool
+}
+
+func (c *collector) isSecretKey(key string) bool {
+	v, ok := c.secretKey[key]
+	if !ok {
+		v = secretKeyName.MatchString(key)
+		c.secretKey[key] = v
+	}
+	return v
+}
+
+// collect walks v; key is the map key v sits under, secret says an enclosing
+// structure marks everything below as secret.
+func (c *collector) collect(v any, key string, secret bool) {
 	switch t := v.(type) {
 	case map[string]any:
 		kind, _ := t["kind"].(string)
 		for k, child := range t {
 			childSecret := secret || (kind == "Secret" && (k == "data" || k == "stringData"))
-			collectSecrets(child, k, childSecret, set)
+			c.collect(child, k, childSecret)
 		}
 		// Terraform marks sensitive values in parallel structures.
 		for _, pair := range [][2]string{{"after", "after_sensitive"}, {"before", "before_sensitive"}} {
 			if marks, ok := t[pair[1]]; ok {
-				collectSensitive(t[pair[0]], marks, set)
+				c.sensitive(t[pair[0]], marks)
 			}
 		}
 	case []any:
 		for _, child := range t {
-			collectSecrets(child, key, secret, set)
+			c.collect(child, key, secret)
 		}
 	case string:
 		if len(t) < minSecretLen {
 			return
 		}
-		if secret || secretKeyName.MatchString(key) || (maybeSecretValue(t) && secretValue.MatchString(t)) {
-			addSecret(t, set)
+		if secret || c.isSecretKey(key) || (maybeSecretValue(t) && secretValue.MatchString(t)) {
+			addSecret(t, c.set)
 		}
 	}
 }
 
-// collectSensitive adds the strings of v where Terraform's sensitivity marks
-// (true, or a structure of marks) say they are sensitive.
-func collectSensitive(v, marks any, set map[string]bool) {
+// sensitive adds the strings of v where Terraform's sensitivity marks (true,
+// or a structure of marks) say they are sensitive.
+func (c *collector) sensitive(v, marks any) {
 	switch m := marks.(type) {
 	case bool:
 		if m {
-			collectSecrets(v, "", true, set)
+			c.collect(v, "", true)
 		}
 	case map[string]any:
 		vm, _ := v.(map[string]any)
 		for k, mk := range m {
-			collectSensitive(vm[k], mk, set)
+			c.sensitive(vm[k], mk)
 		}
 	case []any:
 		va, _ := v.([]any)
 		for i, mk := range m {
 			if i < len(va) {
-				collectSensitive(va[i], mk, set)
+				c.sensitive(va[i], mk)
 			}
 		}
 	}

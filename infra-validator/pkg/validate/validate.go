@@ -131,11 +131,27 @@ type PlanCheck struct {
 // CheckPlanJSON checks plan JSON (terraform show -json); file names the input
 // in findings.
 func (v *Validator) CheckPlanJSON(ctx context.Context, file string, planJSON []byte) (*PlanCheck, error) {
-	rep, err := terraform.Analyze(planJSON, v.opts.Terraform.Analyze)
-	if err != nil {
-		return nil, err
+	// The analysis and the policies read the plan independently; run them
+	// side by side. A plan the reader refuses is reported as its error, even
+	// when the policies would have run.
+	type analysis struct {
+		rep *terraform.Report
+		err error
 	}
-	return v.checkPlan(ctx, file, &terraform.PlanResult{PlanJSON: planJSON, Report: rep})
+	done := make(chan analysis, 1)
+	go func() {
+		rep, err := terraform.Analyze(planJSON, v.opts.Terraform.Analyze)
+		done <- analysis{rep, err}
+	}()
+	findings, policyErr := v.evalPlan(ctx, file, planJSON)
+	a := <-done
+	if a.err != nil {
+		return nil, a.err
+	}
+	if policyErr != nil {
+		return nil, policyErr
+	}
+	return v.planCheck(&terraform.PlanResult{PlanJSON: planJSON, Report: a.rep}, findings), nil
 }
 
 // CheckPlanFile shows a binary plan file of the initialised stack folder dir
@@ -196,14 +212,24 @@ func (v *Validator) PlanAndCheck(ctx context.Context, req PlanRequest) (*PlanChe
 }
 
 func (v *Validator) checkPlan(ctx context.Context, file string, res *terraform.PlanResult) (*PlanCheck, error) {
-	doc, err := decodeJSON(res.PlanJSON)
-	if err != nil {
-		return nil, fmt.Errorf("plan JSON: %w", err)
-	}
-	policyFindings, err := v.engine.Eval(ctx, policy.KindTerraform, []policy.Document{{Path: file, Value: doc}})
+	findings, err := v.evalPlan(ctx, file, res.PlanJSON)
 	if err != nil {
 		return nil, err
 	}
+	return v.planCheck(res, findings), nil
+}
+
+// evalPlan evaluates the Terraform policies on plan JSON.
+func (v *Validator) evalPlan(ctx context.Context, file string, planJSON []byte) ([]report.Finding, error) {
+	doc, err := decodeJSON(planJSON)
+	if err != nil {
+		return nil, fmt.Errorf("plan JSON: %w", err)
+	}
+	return v.engine.Eval(ctx, policy.KindTerraform, []policy.Document{{Path: file, Value: doc}})
+}
+
+// planCheck combines the analysis and the policy findings.
+func (v *Validator) planCheck(res *terraform.PlanResult, policyFindings []report.Finding) *PlanCheck {
 	rep := res.Report
 	findings := append(append([]report.Finding(nil), rep.Findings...), policyFindings...)
 	c := rep.Counts
@@ -213,7 +239,7 @@ func (v *Validator) checkPlan(ctx context.Context, file string, res *terraform.P
 		Summary:  PlanSummary{Add: c.Create + c.Replace, Change: c.Update, Destroy: c.Delete + c.Replace},
 		PlanFile: res.PlanFile,
 		PlanJSON: res.PlanJSON,
-	}, nil
+	}
 }
 
 // CheckObjects evaluates the Kubernetes policies against rendered objects
