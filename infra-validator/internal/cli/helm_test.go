@@ -85,6 +85,12 @@ func TestRun_checkEveryEnvironment(t *testing.T) {
 	if staging < 0 || prod < staging || strings.Count(out, "planDigest: sha256:") != 2 || strings.Count(out, "manifestDigest: sha256:") != 2 {
 		t.Fatalf("one section per environment with digests:\n%s", out)
 	}
+	for _, format := range []string{"text", "json", "sarif"} {
+		_, out, errOut := run(t, "check", "--repo", root, "--no-terraform", "-o", format, filepath.Join(root, "services/web"))
+		if strings.Contains(out+errOut, "AKIAPLANTEDSECRET123") || !strings.Contains(out, "AWS_ACCESS_KEY_ID") {
+			t.Fatalf("%s: the planted secret must be named by key only:\n%s\n%s", format, out, errOut)
+		}
+	}
 	if code, out, _ := run(t, "check", "--repo", root, "--env", "staging", filepath.Join(root, "services/web")); code != ExitOK || strings.Contains(out, "web/prod") {
 		t.Fatalf("--env staging: %d\n%s", code, out)
 	}
