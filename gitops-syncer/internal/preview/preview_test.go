@@ -39,7 +39,7 @@ func TestPullRequest_opensPreviewsOfTheChangedReleasesOnly(t *testing.T) {
 	assert.Equal(t, "7", cr.Labels[sluicev1.LabelPullRequest])
 	assert.Equal(t, i.base, cr.Spec.PreviousRevision)
 	assert.Equal(t, head, cr.Spec.Revision)
-	assert.Contains(t, cr.Spec.Authors, sluicev1.Identity("github:Codertocat"), "the PR author is an author")
+	assert.Contains(t, cr.Spec.Authors, sluicev1.Identity("github:codertocat"), "the PR author is an author")
 	assert.Contains(t, cr.Spec.Authors, sluicev1.Identity("email:alice@example.com"))
 	assert.NotEmpty(t, cr.Spec.ManifestDigest, "the chart was rendered")
 	assert.Equal(t, cr.ExpectedApprovalDigest(), cr.Spec.ApprovalDigest)

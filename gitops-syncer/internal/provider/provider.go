@@ -285,13 +285,15 @@ func validSHA(s string) bool { return shaPattern.MatchString(s) }
 // or created ref.
 func zeroSHA(s string) bool { return s != "" && strings.Trim(s, "0") == "" }
 
-// identity returns "<provider>:<login>", or an error for a login the API's
-// Identity pattern (or common sense) would refuse.
+// identity returns "<provider>:<login>" in lower case (GitHub, Gitea and
+// GitLab user names are case-insensitive, and approver lists are written in
+// lower case), or an error for a login the API's Identity pattern (or
+// common sense) would refuse.
 func identity(p Name, login string) (string, error) {
 	if !loginPattern.MatchString(login) {
 		return "", fmt.Errorf("%w: user name %q is not valid", ErrPayload, truncate(login, 64))
 	}
-	return p.identityPrefix() + login, nil
+	return p.identityPrefix() + strings.ToLower(login), nil
 }
 
 // fullRef turns a branch name into a full ref; full refs stay as they are.

@@ -32,7 +32,7 @@ func TestParseGitHub_realPayloads(t *testing.T) {
 	assert.Equal(t, provider.KindPullRequest, ev.Kind)
 	assert.Equal(t, "Codertocat/Hello-World", ev.Repo)
 	assert.Equal(t, provider.PullRequest{Action: provider.PROpened, Number: 2, HeadSHA: ghHead, HeadRef: "refs/pull/2/head",
-		BaseRef: "refs/heads/master", BaseSHA: "f95f852bd8fca8fcc58a9a2d6c842781e32a215e", Author: "github:Codertocat"}, *ev.PullRequest)
+		BaseRef: "refs/heads/master", BaseSHA: "f95f852bd8fca8fcc58a9a2d6c842781e32a215e", Author: "github:codertocat"}, *ev.PullRequest)
 
 	ev, err = provider.ParseGitHub("pull_request", "d2", fixture(t, "github/pull_request.synchronize.payload.json"))
 	require.NoError(t, err)
@@ -49,7 +49,7 @@ func TestParseGitHub_realPayloads(t *testing.T) {
 	assert.Equal(t, provider.ReviewCommented, ev.Review.State, "the octokit example is a commented review")
 	assert.Equal(t, int64(237895671), ev.Review.ID)
 	assert.Equal(t, ghHead, ev.Review.CommitSHA)
-	assert.Equal(t, "github:Codertocat", ev.Review.Reviewer)
+	assert.Equal(t, "github:codertocat", ev.Review.Reviewer)
 	assert.Equal(t, provider.AccessWrite, ev.Review.Access)
 
 	ev, err = provider.ParseGitHub("pull_request_review", "d5", fixture(t, "github/pull_request_review.dismissed.payload.json"))
