@@ -82,3 +82,10 @@ func TestIdentities_keepOnlyValidEmails(t *testing.T) {
 	assert.Equal(t, []sluicev1.Identity{"email:a@example.com", "email:b@example.com"},
 		identities([]string{"a@example.com", "", "b@example.com", "a@example.com", "bad email@x", ":x@y"}))
 }
+
+func TestTruncate_keepsValidUTF8(t *testing.T) {
+	assert.Equal(t, "abc", truncate("abc", 10))
+	assert.Equal(t, "ab…", truncate("abcdef", 2))
+	assert.Equal(t, "a…", truncate("aé", 2), "never cuts inside a rune")
+	assert.Equal(t, "a\uFFFDb", truncate("a\xffb", 10))
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path"
 	"strings"
-	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,8 +22,6 @@ import (
 type conflictError struct{ msg string }
 
 func (e *conflictError) Error() string { return e.msg }
-
-func utf8Valid(s string) bool { return utf8.ValidString(s) }
 
 // replanRequested returns the Release's re-plan annotation value when it has
 // not been handled yet: the newest ChangeRequest records the value it

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -334,14 +335,15 @@ func short(sha string) string {
 	return sha
 }
 
-// truncate cuts s to at most n bytes on a rune boundary.
+// truncate makes s valid UTF-8 and cuts it to at most n bytes on a rune
+// boundary, marking the cut.
 func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
 	}
-	s = s[:n]
-	for len(s) > 0 && !utf8Valid(s) {
-		s = s[:len(s)-1]
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	return s + "…"
+	return s[:n] + "…"
 }
