@@ -22,6 +22,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/cli/values"
 	"helm.sh/helm/v3/pkg/getter"
 	"helm.sh/helm/v3/pkg/kube"
@@ -268,8 +269,22 @@ func BenchmarkHelmApplier(b *testing.B) {
 	}
 }
 
-func BenchmarkBareHelmInstall(b *testing.B) {
+func BenchmarkBareHelmInstall(b *testing.B) { benchBare(b, false) }
+
+// BenchmarkBareHelmInstallPinnedCapabilities is the bare install with the
+// render capabilities pinned, as the applier pins them (no discovery of the
+// server's version and API groups): the applier's own Helm step, so the
+// difference to BenchmarkHelmApplier is its verification overhead.
+func BenchmarkBareHelmInstallPinnedCapabilities(b *testing.B) { benchBare(b, true) }
+
+func benchBare(b *testing.B, pinned bool) {
 	e := controlPlane(b)
+	caps := chartutil.DefaultCapabilities.Copy()
+	kv, err := chartutil.ParseKubeVersion(helmcheck.DefaultKubeVersion)
+	if err != nil {
+		b.Fatal(err)
+	}
+	caps.KubeVersion = *kv
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -279,6 +294,9 @@ func BenchmarkBareHelmInstall(b *testing.B) {
 		b.StartTimer()
 		ch, vals := loadChart(b, dir)
 		cfg := bareConfig(b, e.Config, target)
+		if pinned {
+			cfg.Capabilities = caps
+		}
 		in := action.NewInstall(cfg)
 		in.ReleaseName, in.Namespace = "web-staging", target
 		rel, err := in.Run(ch, vals)
