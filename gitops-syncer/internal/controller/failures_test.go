@@ -79,6 +79,13 @@ func TestSync_gitFailuresGiveReadyFalseWithAClearCredentialFreeMessage(t *testin
 			assert.NotContains(t, cond.Message, wrong)
 			assert.NotContains(t, cond.Message, gitPassword)
 			assert.NotContains(t, cond.Message, "PRIVATE KEY")
+			got := &sluicev1.Repository{}
+			require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(repo), got))
+			kstatus := sluicev1.ConditionReconciling // retried at the poll interval
+			if tc.reason == sluicev1.ReasonSecretNotFound || tc.reason == sluicev1.ReasonURLNotAllowed {
+				kstatus = sluicev1.ConditionStalled // only a human can fix it
+			}
+			assert.True(t, meta.IsStatusConditionTrue(got.Status.Conditions, kstatus), "%s: %+v", kstatus, got.Status.Conditions)
 		})
 	}
 }

@@ -165,6 +165,7 @@ func (r *RepositoryReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		meta.SetStatusCondition(&repo.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionReady, Status: metav1.ConditionFalse,
 			Reason: sluicev1.ReasonSuspended, Message: "polling and syncing are suspended", ObservedGeneration: repo.Generation})
 		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionReconciling)
+		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionStalled)
 		return ctrl.Result{}, nil
 	}
 	res, err := r.reconcileSync(ctx, repo)
@@ -201,14 +202,20 @@ func (r *RepositoryReconciler) remember(key types.NamespacedName, m syncMemo) {
 	r.memo[key] = m
 }
 
-// setReady sets the Ready condition and clears Reconciling and, when ready
-// or retrying, Stalled.
+// setReady sets the Ready condition and the kstatus conditions that go with
+// it: Stalled=True when only a human can fix the Repository; Reconciling=True
+// while a failure is retried; neither when it is ready.
 func setReady(repo *sluicev1.Repository, status metav1.ConditionStatus, reason, msg string, stalled bool) {
 	meta.SetStatusCondition(&repo.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: repo.Generation})
-	meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionReconciling)
-	if stalled {
+	switch {
+	case stalled:
 		meta.SetStatusCondition(&repo.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionStalled, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: repo.Generation})
-	} else {
+		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionReconciling)
+	case status == metav1.ConditionFalse:
+		meta.SetStatusCondition(&repo.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionReconciling, Status: metav1.ConditionTrue, Reason: sluicev1.ReasonProgressing, Message: "retrying: " + msg, ObservedGeneration: repo.Generation})
+		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionStalled)
+	default:
+		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionReconciling)
 		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionStalled)
 	}
 }

@@ -312,7 +312,8 @@ func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 		if len(reasons) == 1 && reasons[0] == sluicev1.ReasonServiceRemoved {
 			status = metav1.ConditionTrue
 		}
-		setReady(repo, status, reasons[0], truncate(msg, 2048), false)
+		// Bad manifests and conflicts wait for a new commit: a human's.
+		setReady(repo, status, reasons[0], truncate(msg, 2048), status == metav1.ConditionFalse)
 		return ctrl.Result{RequeueAfter: interval(repo)}, nil
 	}
 	msg := fmt.Sprintf("synced %s", short(p.head))
