@@ -227,6 +227,7 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 		more = append(more, cr)
 	}
 	createAll(t, more)
+	more, changes = nil, nil // only the operator's cache should hold them
 	require.Eventually(t, func() bool {
 		var list sluicev1.ChangeRequestList
 		require.NoError(t, op.mgr.GetCache().List(context.Background(), &list, client.InNamespace(f.ns)))

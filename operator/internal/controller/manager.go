@@ -100,7 +100,9 @@ func NewManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (ctrl.M
 	if id == "" {
 		id = DefaultLeaderElectionID
 	}
-	var cacheOpts cache.Options
+	// managedFields are never read by the operator and are a large part
+	// of every cached object.
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	if len(o.Namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range o.Namespaces {

@@ -145,7 +145,7 @@ func startOperator(t testing.TB, ns string, cfg operatorConfig) *operator {
 	t.Helper()
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}, DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
