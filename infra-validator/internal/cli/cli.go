@@ -113,8 +113,10 @@ func (c *common) registerExcept(fs *flag.FlagSet, except string) {
 
 // options turns the flags into validator options; namespace is passed
 // separately because the helm command also has a --namespace (the release's).
-func (c *common) options(namespaces []string) validate.Options {
+// kinds limits the default policies to what the command checks.
+func (c *common) options(namespaces []string, kinds ...policy.Kind) validate.Options {
 	return validate.Options{Policy: policy.Options{
+		Kinds:         kinds,
 		PolicyDirs:    c.policies,
 		DataFiles:     c.data,
 		Namespaces:    namespaces,

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/validate"
 )
@@ -45,7 +46,7 @@ func runHelm(ctx context.Context, e env, args []string) (int, error) {
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(filepath.Clean(chart)), ".tgz")
 	}
-	v, err := validate.New(ctx, c.options(c.policyNamespaces))
+	v, err := validate.New(ctx, c.options(c.policyNamespaces, policy.KindKubernetes))
 	if err != nil {
 		return 0, err
 	}

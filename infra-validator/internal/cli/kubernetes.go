@@ -36,7 +36,7 @@ func runKubernetes(ctx context.Context, e env, args []string) (int, error) {
 	if len(files) == 0 {
 		return 0, usagef("kubernetes: give one or more manifest files")
 	}
-	v, err := validate.New(ctx, c.options(c.namespaces))
+	v, err := validate.New(ctx, c.options(c.namespaces, policy.KindKubernetes))
 	if err != nil {
 		return 0, err
 	}

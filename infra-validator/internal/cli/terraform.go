@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/validate"
 )
@@ -69,7 +70,7 @@ func runTerraform(ctx context.Context, e env, args []string) (int, error) {
 	if mode != "plan" && (len(vars) > 0 || *workspace != "") {
 		return 0, usagef("terraform: --var and --workspace only apply when planning with --dir")
 	}
-	v, err := validate.New(ctx, c.options(c.namespaces))
+	v, err := validate.New(ctx, c.options(c.namespaces, policy.KindTerraform))
 	if err != nil {
 		return 0, err
 	}

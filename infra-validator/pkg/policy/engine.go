@@ -22,11 +22,12 @@
 // configuration lives at data.sluice.config; the caller's data is deep-merged
 // over the defaults.
 //
-// An Engine compiles everything once (New) and is safe for concurrent use.
+// An Engine compiles everything once (New), prepares each query on its first
+// use, and is safe for concurrent use.
 //
 // Exported API:
 //
-//	type Options struct{ PolicyDirs, DataFiles, Namespaces []string; AllNamespaces, Combine, NoDefaults bool }
+//	type Options struct{ PolicyDirs, DataFiles, Namespaces []string; AllNamespaces, Combine, NoDefaults bool; Kinds []Kind }
 //	type Document struct{ Path string; Value any }
 //	type Kind string // KindTerraform, KindKubernetes
 //	type CompileError struct{ Problems []Problem } // a policy or data file that does not load
@@ -47,10 +48,12 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"sigs.k8s.io/yaml"
 
@@ -89,6 +92,10 @@ type Options struct {
 	// NoDefaults leaves out the embedded default policies (their data stays,
 	// so a caller's policy may still read data.sluice.config).
 	NoDefaults bool
+	// Kinds limits the default policies loaded to those for these input
+	// kinds (a CLI run checks one kind); empty loads them all. Eval of a kind
+	// left out evaluates only the caller's policies.
+	Kinds []Kind
 }
 
 // Document is one input: a decoded JSON/YAML value and the file it came from.
@@ -162,10 +169,58 @@ type ruleRef struct {
 	exception *string
 }
 
-// querySet is a prepared query that evaluates a list of rules at once.
+// querySet is a query that evaluates a list of rules at once. It is
+// prepared on first use, so a run that never evaluates a kind never pays
+// for it.
 type querySet struct {
-	rules []ruleRef
+	rules    []ruleRef
+	compiler *ast.Compiler
+	store    storage.Store
+
+	once  sync.Once
 	query rego.PreparedEvalQuery
+	err   error
+}
+
+// prepared returns the prepared query, preparing it once.
+func (qs *querySet) prepared(ctx context.Context) (rego.PreparedEvalQuery, error) {
+	qs.once.Do(func() {
+		// One query evaluates every rule: out := [[x | x := data.ns.rule], ...].
+		// A comprehension keeps an undefined rule from failing the others.
+		terms := make([]string, 0, 2*len(qs.rules))
+		for _, r := range qs.rules {
+			terms = append(terms, "[x | x := data."+quoteRef(r.namespace)+"."+r.name+"]")
+			if r.exception != nil {
+				terms = append(terms, fmt.Sprintf("[true | data.%s.exception[_][_] == %q]", quoteRef(r.namespace), *r.exception))
+			} else {
+				terms = append(terms, "[]")
+			}
+		}
+		q := "out := [" + strings.Join(terms, ", ") + "]"
+		qs.query, qs.err = rego.New(rego.Query(q), rego.Compiler(qs.compiler), rego.Store(qs.store)).
+			PrepareForEval(context.WithoutCancel(ctx))
+		if qs.err != nil {
+			qs.err = fmt.Errorf("prepare policy query: %w", qs.err)
+		}
+	})
+	return qs.query, qs.err
+}
+
+// defaultDirs are the embedded folders holding the defaults for kinds.
+func defaultDirs(kinds []Kind) []string {
+	if len(kinds) == 0 {
+		return []string{"rego"}
+	}
+	dirs := []string{"rego/lib"}
+	for _, k := range kinds {
+		switch k {
+		case KindTerraform:
+			dirs = append(dirs, "rego/terraform")
+		case KindKubernetes:
+			dirs = append(dirs, "rego/kubernetes", "rego/kubernetes_combined")
+		}
+	}
+	return dirs
 }
 
 // Engine holds compiled policies and prepared queries. It is safe for
@@ -188,7 +243,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	defaultFiles := map[string]bool{}
 	if !opts.NoDefaults {
 		res, err := loader.NewFileLoader().WithFS(policies.FS()).WithRegoVersion(ast.RegoV1).
-			WithProcessAnnotation(true).Filtered([]string{"rego"}, func(_ string, info fs.FileInfo, _ int) bool {
+			WithProcessAnnotation(true).Filtered(defaultDirs(opts.Kinds), func(_ string, info fs.FileInfo, _ int) bool {
 			return !info.IsDir() && (!strings.HasSuffix(info.Name(), ".rego") || strings.HasSuffix(info.Name(), "_test.rego"))
 		})
 		if err != nil {
@@ -337,29 +392,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 			}
 			return rules[i].name < rules[j].name
 		})
-		qs := &querySet{rules: rules}
-		if len(rules) == 0 {
-			return qs, nil
-		}
-		// One query evaluates every rule: out := [[x | x := data.ns.rule], ...].
-		// A comprehension keeps an undefined rule from failing the others.
-		var terms []string
-		for _, r := range rules {
-			ref := "data." + quoteRef(r.namespace) + "." + r.name
-			terms = append(terms, "[x | x := "+ref+"]")
-			if r.exception != nil {
-				terms = append(terms, fmt.Sprintf("[true | data.%s.exception[_][_] == %q]", quoteRef(r.namespace), *r.exception))
-			} else {
-				terms = append(terms, "[]")
-			}
-		}
-		q := "out := [" + strings.Join(terms, ", ") + "]"
-		pq, err := rego.New(rego.Query(q), rego.Compiler(compiler), rego.Store(store)).PrepareForEval(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("prepare policy query: %w", err)
-		}
-		qs.query = pq
-		return qs, nil
+		return &querySet{rules: rules, compiler: compiler, store: store}, nil
 	}
 	if e.terraform, err = prepare(tfRules); err != nil {
 		return nil, err
@@ -464,11 +497,15 @@ func (e *Engine) evalSet(ctx context.Context, qs *querySet, input any, file stri
 	if qs == nil || len(qs.rules) == 0 {
 		return nil, nil
 	}
+	query, err := qs.prepared(ctx)
+	if err != nil {
+		return nil, err
+	}
 	value, err := ast.InterfaceToValue(input)
 	if err != nil {
 		return nil, fmt.Errorf("convert input: %w", err)
 	}
-	rs, err := qs.query.Eval(ctx, rego.EvalParsedInput(value))
+	rs, err := query.Eval(ctx, rego.EvalParsedInput(value))
 	if err != nil {
 		return nil, fmt.Errorf("evaluate policies: %w", err)
 	}

@@ -290,3 +290,16 @@ func TestEval_concurrentUseOfOneEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestNew_kindsLimitTheDefaultsLoaded(t *testing.T) {
+	e := newEngine(t, Options{Kinds: []Kind{KindTerraform}})
+	cm := map[string]any{"kind": "ConfigMap", "metadata": map[string]any{"name": "x"}, "data": map[string]any{"password": "hunter2hunter2"}}
+	fs, err := e.Eval(context.Background(), KindKubernetes, []Document{{Path: "cm.yaml", Value: cm}})
+	if err != nil || len(fs) != 0 {
+		t.Fatalf("no Kubernetes defaults were loaded, got %+v %v", fs, err)
+	}
+	fs, err = e.Eval(context.Background(), KindTerraform, []Document{{Path: "p.json", Value: mustJSON(t, unknownPlan)}})
+	if err != nil || len(fs) == 0 {
+		t.Fatalf("Terraform defaults must run: %+v %v", fs, err)
+	}
+}
