@@ -146,7 +146,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (ctrl.M
 	if o.Metrics == nil {
 		o.Metrics = metrics.New(mgr.GetCache())
 		if err := o.Metrics.Register(ctrlmetrics.Registry); err != nil {
-			return nil, fmt.Errorf("register metrics: %w", err)
+			return nil, err
 		}
 	}
 	if err := Setup(ctx, mgr, o.Options); err != nil {

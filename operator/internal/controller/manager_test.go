@@ -60,7 +60,7 @@ func TestManager_electsALeaderServesProbesMetricsAndApplies(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ta := &testapplier.Applier{Client: env.Client}
 	mgr, err := NewManager(ctx, env.Config, ManagerOptions{
-		Options:                 Options{Appliers: applier.Registry{sluicev1.DeliveryHelm: ta}, Concurrency: 2},
+		Options:                 Options{Appliers: applier.Registry{sluicev1.DeliveryHelm: ta}, Concurrency: 2, SkipNameValidation: true},
 		MetricsAddr:             metricsAddr,
 		ProbeAddr:               probeAddr,
 		PprofAddr:               pprofAddr,

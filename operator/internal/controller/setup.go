@@ -49,6 +49,9 @@ type Options struct {
 	// apply lock looks again (it is also woken when the lock is released);
 	// 30 seconds when zero.
 	LockRetryInterval time.Duration
+	// SkipNameValidation lets a process run the controllers more than once
+	// (tests that restart the manager); the operator leaves it false.
+	SkipNameValidation bool
 }
 
 // IndexFields registers the field indexes both reconcilers use.
@@ -85,6 +88,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	copts := controller.Options{MaxConcurrentReconciles: max(opts.Concurrency, 1)}
+	if opts.SkipNameValidation {
+		copts.SkipNameValidation = &opts.SkipNameValidation
+	}
 	cr := &ChangeRequestReconciler{
 		Client:            mgr.GetClient(),
 		APIReader:         mgr.GetAPIReader(),

@@ -5,6 +5,8 @@ package metrics
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,11 +73,19 @@ func New(reader client.Reader) *Recorder {
 }
 
 // Register registers every metric with reg (controller-runtime's
-// metrics.Registry in the operator).
+// metrics.Registry in the operator). A collector of the same name from an
+// earlier Recorder (a manager started again in the same process) is
+// replaced, so the metrics always describe the running manager.
 func (r *Recorder) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{r.transitions, r.approvalWait, r.applyDuration, r.leadTime, r.applied, r.failed, r.phases} {
-		if err := reg.Register(c); err != nil {
-			return err
+		err := reg.Register(c)
+		var already prometheus.AlreadyRegisteredError
+		if errors.As(err, &already) {
+			reg.Unregister(already.ExistingCollector)
+			err = reg.Register(c)
+		}
+		if err != nil {
+			return fmt.Errorf("register metrics: %w", err)
 		}
 	}
 	return nil
