@@ -1,0 +1,114 @@
+{{/* sluice.fullname: the prefix of every object name. */}}
+{{- define "sluice.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* sluice.labels: common labels of every object. */}}
+{{- define "sluice.labels" -}}
+app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sluice
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* sluice.selector: labels selecting one component's pods; call with (dict "ctx" $ "component" "operator"). */}}
+{{- define "sluice.selector" -}}
+app.kubernetes.io/name: {{ default .ctx.Chart.Name .ctx.Values.nameOverride | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* sluice.componentLabels: common labels plus the component. */}}
+{{- define "sluice.componentLabels" -}}
+{{ include "sluice.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "sluice.operator.serviceAccountName" -}}
+{{- default (printf "%s-operator" (include "sluice.fullname" .)) .Values.operator.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "sluice.syncer.serviceAccountName" -}}
+{{- default (printf "%s-syncer" (include "sluice.fullname" .)) .Values.syncer.serviceAccount.name -}}
+{{- end -}}
+
+{{/* sluice.image: repository:tag of a component; call with (dict "ctx" $ "image" .Values.operator.image). */}}
+{{- define "sluice.image" -}}
+{{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) -}}
+{{- end -}}
+
+{{/*
+sluice.kubeVersion: the one Kubernetes version both components render and
+install charts for (the syncer's --kube-version, the operator's
+--helm-kube-version).
+*/}}
+{{- define "sluice.kubeVersion" -}}
+{{- default .Capabilities.KubeVersion.Version .Values.kubeVersion -}}
+{{- end -}}
+
+{{/* sluice.artifactBaseURL: where the syncer serves artifacts and the operator fetches them. */}}
+{{- define "sluice.artifactBaseURL" -}}
+{{- if .Values.syncer.artifactBaseURL -}}
+{{- .Values.syncer.artifactBaseURL -}}
+{{- else -}}
+{{- printf "http://%s-syncer.%s.svc:%d" (include "sluice.fullname" .) .Release.Namespace (int .Values.syncer.ports.artifacts) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* sluice.podSecurityContext: non-root, no privilege, RuntimeDefault seccomp. */}}
+{{- define "sluice.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "sluice.containerSecurityContext" -}}
+runAsNonRoot: true
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/*
+sluice.manifestFile: renders a multi-document YAML file of the chart's files/
+folder, one object per document, with the chart's labels added. Call with
+(dict "ctx" $ "file" "files/x.yaml" "paramNamespace" "ns"); a non-empty
+paramNamespace replaces spec.paramRef.namespace of every binding.
+*/}}
+{{- define "sluice.manifestFile" -}}
+{{- $ctx := .ctx -}}
+{{- $labels := include "sluice.labels" $ctx | fromYaml -}}
+{{- $content := $ctx.Files.Get .file -}}
+{{- if not $content -}}
+{{- fail (printf "the chart's %s is missing" .file) -}}
+{{- end -}}
+{{- range $i, $doc := regexSplit "(?m)^---[ \t]*$" $content -1 }}
+{{- $obj := fromYaml $doc -}}
+{{- if hasKey $obj "Error" -}}
+{{- fail (printf "%s document %d: %s" $.file $i (get $obj "Error")) -}}
+{{- end -}}
+{{- if $obj.kind }}
+{{- if and $.paramNamespace (eq $obj.kind "ValidatingAdmissionPolicyBinding") $obj.spec.paramRef }}
+{{- $_ := set $obj.spec.paramRef "namespace" $.paramNamespace -}}
+{{- end }}
+{{- $_ := set $obj.metadata "labels" (merge (default (dict) $obj.metadata.labels) $labels) }}
+---
+{{ toYaml $obj }}
+{{- end }}
+{{- end }}
+{{- end -}}
