@@ -81,7 +81,14 @@ type changeScope struct {
 	release  *sluicev1.Release
 	// phases are the phases entered during this pass, in order; each gets
 	// an Event once the status is written.
-	phases []sluicev1.ChangeRequestPhase
+	phases []phaseChange
+}
+
+// phaseChange is one phase entered, with the reason and message of the
+// Ready condition at that moment.
+type phaseChange struct {
+	phase           sluicev1.ChangeRequestPhase
+	reason, message string
 }
 
 func (r *ChangeRequestReconciler) now() time.Time {
@@ -155,7 +162,7 @@ func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 // setPhase moves the change to a phase and sets the Ready condition.
 func (s *changeScope) setPhase(phase sluicev1.ChangeRequestPhase, reason, message string) {
 	if s.cr.Status.Phase != phase {
-		s.phases = append(s.phases, phase)
+		s.phases = append(s.phases, phaseChange{phase: phase, reason: reason, message: message})
 	}
 	s.cr.Status.Phase = phase
 	status := metav1.ConditionFalse
@@ -188,27 +195,23 @@ func (r *ChangeRequestReconciler) patchStatus(ctx context.Context, s *changeScop
 		return fmt.Errorf("patch status of ChangeRequest %s/%s: %w", s.cr.Namespace, s.cr.Name, err)
 	}
 	for _, p := range s.phases {
-		r.Metrics.Transition(p)
+		r.Metrics.Transition(p.phase)
 		r.event(s.cr, p)
 	}
 	return nil
 }
 
-// event records the phase change, with the Ready condition's reason and
-// message.
-func (r *ChangeRequestReconciler) event(cr *sluicev1.ChangeRequest, phase sluicev1.ChangeRequestPhase) {
+// event records a phase change (action: the phase entered; reason and note:
+// why).
+func (r *ChangeRequestReconciler) event(cr *sluicev1.ChangeRequest, p phaseChange) {
 	if r.Recorder == nil {
 		return
 	}
-	reason, note := string(phase), "phase "+string(phase)
-	if c := meta.FindStatusCondition(cr.Status.Conditions, sluicev1.ConditionReady); c != nil {
-		reason, note = c.Reason, fmt.Sprintf("phase %s: %s", phase, c.Message)
-	}
 	typ := corev1.EventTypeNormal
-	if phase == sluicev1.PhaseRejected || phase == sluicev1.PhaseFailed {
+	if p.phase == sluicev1.PhaseRejected || p.phase == sluicev1.PhaseFailed {
 		typ = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(cr, nil, typ, reason, string(phase), "%s", truncate(note))
+	r.Recorder.Eventf(cr, nil, typ, p.reason, string(p.phase), "%s", truncate(fmt.Sprintf("phase %s: %s", p.phase, p.message)))
 }
 
 // reconcilePreview ends a pull-request preview: it is shown, never applied.

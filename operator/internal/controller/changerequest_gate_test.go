@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
@@ -67,6 +69,18 @@ func TestGate_twoDistinctAllowedApproversApplyTheChange(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 1, rec.Effects)
 	require.Equal(t, 1, ta.Calls(cr.Name))
+	// An Event for every phase the change went through.
+	require.Eventually(t, func() bool {
+		var list eventsv1.EventList
+		require.NoError(t, f.c.List(ctx(t), &list, client.InNamespace(f.ns)))
+		seen := map[string]bool{}
+		for _, e := range list.Items {
+			if e.Regarding.Name == cr.Name {
+				seen[e.Action] = true
+			}
+		}
+		return seen["Approved"] && seen["Applying"] && seen["Applied"]
+	}, waitFor, 100*time.Millisecond, "Events for Approved, Applying and Applied")
 }
 
 func TestGate_theSameApproverTwiceCountsOnce(t *testing.T) {
