@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/format"
 	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
@@ -109,5 +110,36 @@ func TestEveryPolicyHasPassAndFailTests(t *testing.T) {
 		if !pass || !fail {
 			t.Errorf("policy %s needs a test_pass_* and a test_fail_* test in package %s_test (has %v)", pkg, pkg, tests[pkg])
 		}
+	}
+}
+
+// TestPoliciesAreOPAFormatted: every embedded Rego file is as `opa fmt`
+// (Rego v1) writes it.
+func TestPoliciesAreOPAFormatted(t *testing.T) {
+	n := 0
+	err := fs.WalkDir(FS(), "rego", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".rego") {
+			return err
+		}
+		src, err := fs.ReadFile(FS(), p)
+		if err != nil {
+			return err
+		}
+		n++
+		got, err := format.SourceWithOpts(p, src, format.Opts{RegoVersion: ast.RegoV1})
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			return nil
+		}
+		if string(got) != string(src) {
+			t.Errorf("%s is not opa-fmt formatted", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 20 {
+		t.Fatalf("checked only %d Rego files", n)
 	}
 }
