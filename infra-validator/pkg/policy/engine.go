@@ -13,6 +13,10 @@
 //   - exceptions: data.<ns>.exception[_][_] == "<rule suffix>" drops that rule;
 //   - data comes from JSON/YAML files, placed as OPA's loader places them.
 //
+// Known differences from conftest: data.conftest.file (the input's file name)
+// and conftest's print/trace output are not provided; a rule written
+// "deny if { ... }" (a boolean) passes silently, exactly as in conftest.
+//
 // Sluice adds the severity "unverifiable": rules named unverifiable or
 // unverifiable_x report checks that depend on values unknown until apply.
 //
