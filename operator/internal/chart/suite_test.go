@@ -1,0 +1,168 @@
+package chart_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/admission"
+)
+
+// controlNS is a control namespace: where a Repository keeps its Releases,
+// ChangeRequests, Approvals and plan Secrets.
+const controlNS = "team-a"
+
+// How long tests wait for the API server to catch up with a write (RBAC and
+// admission are read through informers), and how often they look.
+const (
+	defaultWait = 30 * time.Second
+	pollEvery   = 100 * time.Millisecond
+)
+
+var (
+	env *testenv.Env
+	// syncerCfg and operatorCfg authenticate with real tokens of the
+	// chart's ServiceAccounts, so only the chart's RBAC applies to them.
+	syncerCfg, operatorCfg *rest.Config
+)
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chart tests:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	var err error
+	env, err = testenv.Start(testenv.Options{})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = env.Stop() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := installChart(ctx); err != nil {
+		return 0, err
+	}
+	// The policies take effect only once the API server has read them and
+	// their parameter object; from then on they deny what they must.
+	if err := admission.WaitActive(ctx, env.Config, env.Scheme, admission.Params{Namespace: releaseNS, Syncer: syncerSA, Operator: operatorSA}); err != nil {
+		return 0, err
+	}
+	if err := waitForRBAC(ctx); err != nil {
+		return 0, err
+	}
+	if syncerCfg, err = serviceAccountConfig(ctx, syncerSA); err != nil {
+		return 0, err
+	}
+	if operatorCfg, err = serviceAccountConfig(ctx, operatorSA); err != nil {
+		return 0, err
+	}
+	return m.Run(), nil
+}
+
+// installChart renders the chart with its default values and creates every
+// object it renders, as `helm install` would, in the release namespace. The
+// CRDs of crds/ are already installed by testenv (from operator/api/crds,
+// which the drift test keeps identical): creating them again must fail with
+// AlreadyExists, which shows the names agree.
+func installChart(ctx context.Context) error {
+	r := renderChart(failer{}, "")
+	if d := r.denies(); len(d) > 0 {
+		return fmt.Errorf("the chart has deny findings: %v", d)
+	}
+	for _, ns := range []string{releaseNS, controlNS} {
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return err
+		}
+	}
+	for _, obj := range r.objects {
+		err := env.Client.Create(ctx, obj)
+		if _, isCRD := obj.(*apiextensionsv1.CustomResourceDefinition); isCRD {
+			if !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("CRD %s of the chart is not one testenv installed: %v", obj.GetName(), err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("create %T %s: %w", obj, client.ObjectKeyFromObject(obj), err)
+		}
+	}
+	return nil
+}
+
+// waitForRBAC returns once the API server's authorizer knows the chart's
+// bindings: both ServiceAccounts may do their first job.
+func waitForRBAC(ctx context.Context) error {
+	checks := map[types.NamespacedName]authorizationv1.ResourceAttributes{
+		syncerSA:   {Namespace: controlNS, Verb: "create", Group: sluicev1.GroupVersion.Group, Resource: "changerequests"},
+		operatorSA: {Namespace: controlNS, Verb: "impersonate", Resource: "serviceaccounts"},
+	}
+	for sa, attrs := range checks {
+		for {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: admission.ServiceAccountUsername(sa), Groups: admission.ServiceAccountGroups(sa), ResourceAttributes: &attrs,
+			}}
+			if err := env.Client.Create(ctx, sar); err != nil {
+				return err
+			}
+			if sar.Status.Allowed {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("RBAC of %s not effective: %w", sa, ctx.Err())
+			case <-time.After(pollEvery):
+			}
+		}
+	}
+	return nil
+}
+
+// serviceAccountConfig returns a rest.Config that authenticates with a
+// fresh token of the ServiceAccount (TokenRequest), as the pod would.
+func serviceAccountConfig(ctx context.Context, sa types.NamespacedName) (*rest.Config, error) {
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("token for %s: %w", sa, err)
+	}
+	cfg := rest.AnonymousClientConfig(env.Config)
+	cfg.BearerToken = tr.Status.Token
+	return cfg, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// failer lets the render helpers run in TestMain, where there is no
+// *testing.T: the first failure panics with its message.
+type failer struct{ testing.TB }
+
+func (failer) Helper() {}
+func (failer) Errorf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+func (failer) FailNow() { panic("render failed") }
