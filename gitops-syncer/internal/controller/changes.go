@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -92,7 +93,7 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 			}
 			if !ok {
 				if result == nil && plan.invalid == nil {
-					if result, err = r.validate(ctx, repo, plan, art); err != nil {
+					if result, err = r.validate(ctx, repo, cache, plan, art); err != nil {
 						return "", err
 					}
 				}
@@ -110,7 +111,7 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 			return "", r.recordSynced(ctx, plan, existing)
 		}
 		if result == nil && plan.invalid == nil {
-			if result, err = r.validate(ctx, repo, plan, art); err != nil {
+			if result, err = r.validate(ctx, repo, cache, plan, art); err != nil {
 				return "", err
 			}
 		}
@@ -192,8 +193,9 @@ func (r *RepositoryReconciler) resumePoint(ctx context.Context, plan *changePlan
 }
 
 // validate extracts the artifact and runs the validator on it, so what is
-// validated is exactly what will be applied.
-func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repository, plan *changePlan, art *artifact.Artifact) (*validation.Result, error) {
+// validated is exactly what will be applied; the Helm risk is rated against
+// the release at its previous revision (previousFor).
+func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, plan *changePlan, art *artifact.Artifact) (*validation.Result, error) {
 	if r.Validator == nil {
 		return nil, errors.New("no validator configured")
 	}
@@ -202,16 +204,23 @@ func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repo
 		return nil, fmt.Errorf("create scratch folder: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	if err := artifact.Extract(art.TarGz, dir); err != nil {
+	current, previous := filepath.Join(dir, "current"), filepath.Join(dir, "previous")
+	for _, d := range []string{current, previous} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create scratch folder: %w", err)
+		}
+	}
+	if err := artifact.Extract(art.TarGz, current); err != nil {
 		return nil, fmt.Errorf("extract artifact: %w", err)
 	}
 	start := time.Now()
 	res, err := r.Validator.Validate(ctx, validation.Request{
-		RepoRoot:         dir,
+		RepoRoot:         current,
 		Service:          plan.service,
 		Environment:      plan.env,
 		ControlNamespace: repo.Namespace,
 		Release:          plan.release.Name,
+		Previous:         r.previousFor(cache, plan, previous),
 	})
 	outcome := "error"
 	if err == nil {
@@ -222,6 +231,9 @@ func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repo
 	}
 	if err != nil {
 		return nil, fmt.Errorf("validate %s: %w", plan.release.Name, err)
+	}
+	if res.Manifest != "" {
+		r.rememberManifest(types.NamespacedName{Namespace: plan.release.Namespace, Name: plan.release.Name}, plan.revision, res.Manifest)
 	}
 	return res, nil
 }

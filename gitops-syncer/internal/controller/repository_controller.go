@@ -73,6 +73,9 @@ type RepositoryReconciler struct {
 
 	memoMu sync.Mutex
 	memo   map[types.NamespacedName]syncMemo
+	// manifests remembers each Release's last rendered Helm manifest
+	// (guarded by memoMu).
+	manifests map[types.NamespacedName]renderedManifest
 }
 
 // Hooks let tests stop a reconcile at a chosen point.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
@@ -49,12 +51,14 @@ func NewLibrary(ctx context.Context, opts LibraryOptions) (*Library, error) {
 // file missing, say) is a failing verdict, not an error: only a human can
 // fix it, and the ChangeRequest says how.
 func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
+	previous, prevErr := l.previousManifest(ctx, req)
 	res, err := l.V.CheckService(ctx, validate.ServiceRequest{
-		RepoRoot:    req.RepoRoot,
-		ServiceDir:  req.Service.Dir,
-		Environment: req.Environment,
-		Backend:     terraform.BackendKubernetes,
-		Kubernetes:  &terraform.KubernetesBackend{Namespace: req.ControlNamespace, SecretSuffix: req.Release},
+		RepoRoot:         req.RepoRoot,
+		ServiceDir:       req.Service.Dir,
+		Environment:      req.Environment,
+		PreviousManifest: previous,
+		Backend:          terraform.BackendKubernetes,
+		Kubernetes:       &terraform.KubernetesBackend{Namespace: req.ControlNamespace, SecretSuffix: req.Release},
 	})
 	var merr *manifest.Error
 	switch {
@@ -77,7 +81,57 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 	if s := res.PlanSummary; s != nil {
 		out.PlanSummary = &sluicev1.PlanSummary{Add: int32(s.Add), Change: int32(s.Change), Destroy: int32(s.Destroy)}
 	}
+	if res.Chart != nil && res.Chart.Render != nil {
+		out.Manifest = res.Chart.Render.Manifest
+	}
+	if prevErr != nil {
+		// As helmcheck rates an unreadable previous manifest: without it,
+		// removed objects cannot be seen.
+		log.FromContext(ctx).Info("Previous revision not rendered; Helm risk rated high", "release", req.Release, "previous", req.Previous.Revision, "reason", prevErr.Error())
+		out.Verdict.Risk = sluicev1.RiskHigh
+		out.Verdict.Findings = append(out.Verdict.Findings, sluicev1.Finding{
+			Severity: sluicev1.SeverityWarn, Source: "helm", Policy: "helm.previous_manifest",
+			Message: fmt.Sprintf("the previous revision %s could not be rendered (%s), so removed objects cannot be detected; risk is rated high", shortRev(req.Previous.Revision), prevErr),
+		})
+		if out.Verdict.Result == sluicev1.VerdictPass {
+			out.Verdict.Result = sluicev1.VerdictWarn
+		}
+	}
 	return out, nil
+}
+
+// previousManifest returns the manifest of the release at its previous
+// revision: the remembered one, or a render of the previous inputs with
+// the options CheckService uses (release name, the environment's
+// namespace at that revision, Kubernetes version). ("", nil)
+// means a first change; an error means the previous revision exists but
+// could not be rendered.
+func (l *Library) previousManifest(ctx context.Context, req Request) (string, error) {
+	prev := req.Previous
+	switch {
+	case prev == nil:
+		return "", nil
+	case prev.Err != nil:
+		return "", prev.Err
+	case prev.Manifest != "":
+		return prev.Manifest, nil
+	case prev.Service == nil || prev.RepoRoot == "":
+		return "", errors.New("no inputs to render")
+	}
+	res, err := l.V.RenderService(ctx, validate.ServiceRequest{
+		RepoRoot: prev.RepoRoot, ServiceDir: prev.Service.Dir, Environment: req.Environment,
+	})
+	if err != nil {
+		return "", err
+	}
+	return res.Manifest, nil
+}
+
+func shortRev(sha string) string {
+	if len(sha) > 10 {
+		return sha[:10]
+	}
+	return sha
 }
 
 // rejected is a failing verdict with findings.

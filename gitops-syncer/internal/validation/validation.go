@@ -24,6 +24,27 @@ type Request struct {
 	ControlNamespace string
 	// Release names the Release; the Terraform state's secret_suffix.
 	Release string
+	// Previous is the release at its previous revision, which the Helm
+	// risk is rated against; nil for a first change (every object new).
+	Previous *Previous
+}
+
+// Previous is a release at its previous revision.
+type Previous struct {
+	// Revision is the previous commit.
+	Revision string
+	// Manifest is its rendered manifest when already known (remembered
+	// from validating that revision); otherwise RepoRoot and Service are
+	// rendered with the same release name and Kubernetes version.
+	Manifest string
+	// RepoRoot holds the previous revision's service and chart folders at
+	// their repository-relative paths; Service is its parsed manifest.
+	RepoRoot string
+	Service  *manifest.Service
+	// Err says why the previous revision could not be read. The change
+	// is then rated as for an unreadable previous manifest (high, with a
+	// finding saying why); it never blocks the validation.
+	Err error
 }
 
 // Result is the validator's answer.
@@ -35,6 +56,9 @@ type Result struct {
 	// PlanFile is the saved Terraform plan, stored in the plan Secret(s).
 	PlanFile    []byte
 	PlanSummary *sluicev1.PlanSummary
+	// Manifest is the rendered Helm manifest ("" when the chart did not
+	// render), remembered to rate the next change against.
+	Manifest string
 }
 
 // Validator validates one release. An error means the validation could not

@@ -44,20 +44,7 @@ type ChartCheck struct {
 // schema errors are findings; an error is returned only for a request that
 // cannot be attempted (no chart, bad release name or namespace).
 func (v *Validator) CheckChart(ctx context.Context, req ChartRequest) (*ChartCheck, error) {
-	kube := req.KubeVersion
-	if kube == "" {
-		kube = v.opts.Helm.KubeVersion
-	}
-	res, err := helmcheck.Render(ctx, helmcheck.Options{
-		Chart:        req.Chart,
-		ValuesFiles:  req.ValuesFiles,
-		ReleaseName:  req.ReleaseName,
-		Namespace:    req.Namespace,
-		KubeVersion:  kube,
-		Timeout:      v.opts.Helm.Timeout,
-		Previous:     req.Previous,
-		SourcePrefix: req.SourcePrefix,
-	})
+	res, err := helmcheck.Render(ctx, v.helmOptions(req))
 	if err != nil {
 		return nil, err
 	}
@@ -71,6 +58,25 @@ func (v *Validator) CheckChart(ctx context.Context, req ChartRequest) (*ChartChe
 	}
 	findings := append(append([]report.Finding(nil), res.Findings...), policyFindings...)
 	return &ChartCheck{Verdict: report.NewVerdict(res.Risk, findings), Render: res}, nil
+}
+
+// helmOptions are the renderer's options for req: the Validator's
+// Kubernetes version and timeout unless req overrides the version.
+func (v *Validator) helmOptions(req ChartRequest) helmcheck.Options {
+	kube := req.KubeVersion
+	if kube == "" {
+		kube = v.opts.Helm.KubeVersion
+	}
+	return helmcheck.Options{
+		Chart:        req.Chart,
+		ValuesFiles:  req.ValuesFiles,
+		ReleaseName:  req.ReleaseName,
+		Namespace:    req.Namespace,
+		KubeVersion:  kube,
+		Timeout:      v.opts.Helm.Timeout,
+		Previous:     req.Previous,
+		SourcePrefix: req.SourcePrefix,
+	}
 }
 
 // withNamespace returns the object as policies should see it: with the

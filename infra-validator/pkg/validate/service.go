@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
@@ -67,53 +68,15 @@ var ErrChartRepository = errors.New("charts from a chart repository are not supp
 // does not parse returns a *manifest.Error; paths leaving the checkout are
 // refused by the manifest package.
 func (v *Validator) CheckService(ctx context.Context, req ServiceRequest) (*ServiceResult, error) {
-	svc, err := manifest.Load(req.RepoRoot, req.ServiceDir)
+	svc, env, creq, err := serviceChart(req)
 	if err != nil {
 		return nil, err
-	}
-	if err := svc.CheckPaths(req.RepoRoot); err != nil {
-		return nil, err
-	}
-	env, ok := svc.Environment(req.Environment)
-	if !ok {
-		return nil, fmt.Errorf("service %s has no environment %q", svc.Name, req.Environment)
 	}
 	out := &ServiceResult{Service: svc, Environment: env}
 	var findings []report.Finding
 	risk := report.RiskLow
 
-	chartDir := svc.ChartDir()
-	if chartDir == "" {
-		return nil, fmt.Errorf("service %s: %w", svc.Name, ErrChartRepository)
-	}
-	values, err := svc.ValuesFiles(env.Name)
-	if err != nil {
-		return nil, err
-	}
-	chartPath, err := manifest.ConfinedPath(req.RepoRoot, chartDir)
-	if err != nil {
-		return nil, err
-	}
-	valuePaths := make([]string, 0, len(values))
-	for _, f := range values {
-		p, err := manifest.ConfinedPath(req.RepoRoot, f)
-		if err != nil {
-			return nil, err
-		}
-		valuePaths = append(valuePaths, p)
-	}
-	release := req.HelmReleaseName
-	if release == "" {
-		release = svc.Name + "-" + env.Name
-	}
-	chart, err := v.CheckChart(ctx, ChartRequest{
-		Chart:        chartPath,
-		ValuesFiles:  valuePaths,
-		ReleaseName:  release,
-		Namespace:    env.Namespace,
-		Previous:     req.PreviousManifest,
-		SourcePrefix: path.Clean(chartDir),
-	})
+	chart, err := v.CheckChart(ctx, creq)
 	if err != nil {
 		return nil, fmt.Errorf("service %s/%s chart: %w", svc.Name, env.Name, err)
 	}
@@ -153,4 +116,85 @@ func (v *Validator) CheckService(ctx context.Context, req ServiceRequest) (*Serv
 	}
 	out.Verdict = report.NewVerdict(risk, findings)
 	return out, nil
+}
+
+// serviceChart loads the manifest of req and says how to render the
+// environment's chart: the chart folder and values files confined to the
+// checkout, the release name and the environment's namespace.
+func serviceChart(req ServiceRequest) (*manifest.Service, *manifest.Environment, ChartRequest, error) {
+	svc, err := manifest.Load(req.RepoRoot, req.ServiceDir)
+	if err != nil {
+		return nil, nil, ChartRequest{}, err
+	}
+	if err := svc.CheckPaths(req.RepoRoot); err != nil {
+		return nil, nil, ChartRequest{}, err
+	}
+	env, ok := svc.Environment(req.Environment)
+	if !ok {
+		return nil, nil, ChartRequest{}, fmt.Errorf("service %s has no environment %q", svc.Name, req.Environment)
+	}
+	chartDir := svc.ChartDir()
+	if chartDir == "" {
+		return nil, nil, ChartRequest{}, fmt.Errorf("service %s: %w", svc.Name, ErrChartRepository)
+	}
+	values, err := svc.ValuesFiles(env.Name)
+	if err != nil {
+		return nil, nil, ChartRequest{}, err
+	}
+	chartPath, err := manifest.ConfinedPath(req.RepoRoot, chartDir)
+	if err != nil {
+		return nil, nil, ChartRequest{}, err
+	}
+	valuePaths := make([]string, 0, len(values))
+	for _, f := range values {
+		p, err := manifest.ConfinedPath(req.RepoRoot, f)
+		if err != nil {
+			return nil, nil, ChartRequest{}, err
+		}
+		valuePaths = append(valuePaths, p)
+	}
+	release := req.HelmReleaseName
+	if release == "" {
+		release = svc.Name + "-" + env.Name
+	}
+	return svc, env, ChartRequest{
+		Chart:        chartPath,
+		ValuesFiles:  valuePaths,
+		ReleaseName:  release,
+		Namespace:    env.Namespace,
+		Previous:     req.PreviousManifest,
+		SourcePrefix: path.Clean(chartDir),
+	}, nil
+}
+
+// ErrNotRendered is returned by RenderService for a chart that does not
+// render (a template error, values refused by the schema).
+var ErrNotRendered = errors.New("the chart does not render")
+
+// RenderService renders the environment's chart of a service exactly as
+// CheckService does (same release name, namespace and Kubernetes version),
+// without policies or Terraform. The syncer renders a release at its
+// previous revision with it, for CheckService's PreviousManifest. A chart
+// that does not render returns an error wrapping ErrNotRendered with the
+// first reason.
+func (v *Validator) RenderService(ctx context.Context, req ServiceRequest) (*helmcheck.Result, error) {
+	svc, env, creq, err := serviceChart(req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := helmcheck.Render(ctx, v.helmOptions(creq))
+	if err != nil {
+		return nil, fmt.Errorf("service %s/%s chart: %w", svc.Name, env.Name, err)
+	}
+	if res.ManifestDigest == "" {
+		reason := "no manifest"
+		for _, f := range res.Findings {
+			if f.Severity == report.SeverityDeny {
+				reason = f.Message
+				break
+			}
+		}
+		return nil, fmt.Errorf("service %s/%s: %w: %s", svc.Name, env.Name, ErrNotRendered, reason)
+	}
+	return res, nil
 }

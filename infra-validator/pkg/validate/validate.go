@@ -11,6 +11,7 @@
 //	type HelmOptions struct{ KubeVersion string; Timeout time.Duration }
 //	func New(ctx, Options) (*Validator, error)          // compiles the policies once
 //	func (*Validator) CheckService(ctx, ServiceRequest) (*ServiceResult, error)
+//	func (*Validator) RenderService(ctx, ServiceRequest) (*helmcheck.Result, error) // render only, for PreviousManifest
 //	func (*Validator) CheckChart(ctx, ChartRequest) (*ChartCheck, error)
 //	func (*Validator) CheckPlanJSON(ctx, file string, planJSON []byte) (*PlanCheck, error)
 //	func (*Validator) CheckPlanFile(ctx, dir, planFile string) (*PlanCheck, error)
@@ -28,7 +29,7 @@
 //	    Kubernetes *terraform.KubernetesBackend; Env map[string]string; Destroy bool }
 //	type PlanCheck struct{ Verdict report.Verdict; Report *terraform.Report; Summary PlanSummary; PlanFile, PlanJSON []byte }
 //	type PlanSummary struct{ Add, Change, Destroy int }
-//	var ErrChartRepository
+//	var ErrChartRepository, ErrNotRendered
 //
 // The syncer creates one Validator at start-up and calls CheckService for
 // each changed release; it converts report.Finding to the API's Finding

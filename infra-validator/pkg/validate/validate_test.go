@@ -193,3 +193,55 @@ func TestValidator_concurrentChecksShareOneEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRenderService_previousRenderRatesAReplicasChangeLow: the render of
+// the previous revision is what CheckService renders (same digest), and
+// passed as PreviousManifest it rates a replicas-only change low, where
+// without it every object counts as new.
+func TestRenderService_previousRenderRatesAReplicasChangeLow(t *testing.T) {
+	root := copyRepo(t)
+	v := newValidator(t)
+	ctx := context.Background()
+	req := ServiceRequest{RepoRoot: root, ServiceDir: "services/web", Environment: "staging", SkipTerraform: true}
+	prev, err := v.RenderService(ctx, req)
+	if err != nil {
+		t.Fatalf("RenderService: %v", err)
+	}
+	same, err := v.CheckService(ctx, req)
+	if err != nil {
+		t.Fatalf("CheckService: %v", err)
+	}
+	if prev.ManifestDigest != same.ManifestDigest {
+		t.Fatalf("render-only digest %s differs from CheckService's %s", prev.ManifestDigest, same.ManifestDigest)
+	}
+	if same.Verdict.Risk != report.RiskMedium {
+		t.Errorf("without a previous manifest the risk is %s, want medium (new objects)", same.Verdict.Risk)
+	}
+
+	values := filepath.Join(root, "services/web/values-staging.yaml")
+	if err := os.WriteFile(values, []byte("replicas: 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req.PreviousManifest = prev.Manifest
+	next, err := v.CheckService(ctx, req)
+	if err != nil {
+		t.Fatalf("CheckService: %v", err)
+	}
+	if next.ManifestDigest == prev.ManifestDigest {
+		t.Fatal("the replicas change did not change the manifest")
+	}
+	if next.Verdict.Risk != report.RiskLow {
+		t.Errorf("replicas-only change against the previous render: risk %s (%v), want low", next.Verdict.Risk, next.Chart.Render.RiskReasons)
+	}
+}
+
+func TestRenderService_aChartThatDoesNotRenderIsAnError(t *testing.T) {
+	root := copyRepo(t)
+	if err := os.WriteFile(filepath.Join(root, "charts/web/templates/broken.yaml"), []byte("{{ .Values.nope.deeper }}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := newValidator(t).RenderService(context.Background(), ServiceRequest{RepoRoot: root, ServiceDir: "services/web", Environment: "staging"})
+	if !errors.Is(err, ErrNotRendered) {
+		t.Fatalf("err = %v, want ErrNotRendered", err)
+	}
+}

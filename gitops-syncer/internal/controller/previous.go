@@ -1,0 +1,134 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// maxRememberedManifests bounds the rendered manifests kept in memory.
+const maxRememberedManifests = 4096
+
+// renderedManifest is the Helm manifest a release rendered at a revision.
+type renderedManifest struct {
+	revision string
+	manifest string
+}
+
+// previousRevision is the revision a change of rel is rated against: the
+// applied revision, else the revision of the previous ChangeRequest (the
+// last synced commit); "" for a first change.
+func previousRevision(rel *sluicev1.Release, revision string) string {
+	if rev := rel.Status.AppliedRevision; rev != "" {
+		return rev
+	}
+	if rev := rel.Status.LastSyncedCommit; rev != revision {
+		return rev
+	}
+	return ""
+}
+
+// previousFor describes the release of plan at its previous revision for
+// the validator: the manifest remembered from validating that revision, or
+// its service and chart folders extracted from the local git cache into
+// dir (an empty folder). It never fails: a previous revision that cannot be
+// read is reported in Previous.Err and rated by the validator.
+func (r *RepositoryReconciler) previousFor(cache *git.Repo, plan *changePlan, dir string) *validation.Previous {
+	rev := previousRevision(plan.release, plan.revision)
+	if rev == "" {
+		return nil
+	}
+	prev := &validation.Previous{Revision: rev}
+	if m, ok := r.rememberedManifest(types.NamespacedName{Namespace: plan.release.Namespace, Name: plan.release.Name}, rev); ok {
+		prev.Manifest = m
+		return prev
+	}
+	svc, err := extractRevision(cache, plan.release, plan.env, rev, dir)
+	if err != nil {
+		prev.Err = err
+		return prev
+	}
+	prev.RepoRoot, prev.Service = dir, svc
+	return prev
+}
+
+// extractRevision writes the service folder, chart folder and Terraform
+// folder of rel at revision rev into dir, through the artifact builder and
+// extractor (so symlinks and paths stay confined), and returns the parsed
+// manifest.
+func extractRevision(cache *git.Repo, rel *sluicev1.Release, env, rev, dir string) (*manifest.Service, error) {
+	if !cache.HasCommit(rev) {
+		return nil, fmt.Errorf("commit %s is not in the local git cache", short(rev))
+	}
+	fsys, err := cache.FS(rev)
+	if err != nil {
+		return nil, err
+	}
+	svcDir := string(rel.Spec.SourcePath)
+	file := path.Join(svcDir, manifest.FileName)
+	data, err := fs.ReadFile(fsys, file)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s does not exist at %s", file, short(rev))
+		}
+		return nil, fmt.Errorf("read %s at %s: %w", file, short(rev), err)
+	}
+	svc, err := manifest.Parse(data, file)
+	if err != nil {
+		return nil, fmt.Errorf("at %s: %w", short(rev), err)
+	}
+	svc.Dir = svcDir
+	if svc.Name != rel.Spec.Service {
+		return nil, fmt.Errorf("%s at %s names service %q, not %q", file, short(rev), svc.Name, rel.Spec.Service)
+	}
+	if _, ok := svc.Environment(env); !ok {
+		return nil, fmt.Errorf("%s at %s has no environment %q", file, short(rev), env)
+	}
+	paths := []string{svcDir}
+	for _, d := range []string{svc.ChartDir(), svc.TerraformDir()} {
+		if d != "" {
+			paths = append(paths, d)
+		}
+	}
+	art, err := artifact.Build(fsys, paths)
+	if err != nil {
+		return nil, fmt.Errorf("collect inputs at %s: %w", short(rev), err)
+	}
+	if err := artifact.Extract(art.TarGz, dir); err != nil {
+		return nil, fmt.Errorf("extract inputs at %s: %w", short(rev), err)
+	}
+	return svc, nil
+}
+
+// rememberedManifest returns the manifest the release rendered at rev, if
+// this process validated that revision.
+func (r *RepositoryReconciler) rememberedManifest(key types.NamespacedName, rev string) (string, bool) {
+	r.memoMu.Lock()
+	defer r.memoMu.Unlock()
+	m, ok := r.manifests[key]
+	if !ok || m.revision != rev {
+		return "", false
+	}
+	return m.manifest, true
+}
+
+// rememberManifest keeps the manifest the release rendered at rev, the
+// previous manifest of its next change. Renders are deterministic, so a
+// forgotten one is rendered again from git with the same result.
+func (r *RepositoryReconciler) rememberManifest(key types.NamespacedName, rev, m string) {
+	r.memoMu.Lock()
+	defer r.memoMu.Unlock()
+	if r.manifests == nil || len(r.manifests) >= maxRememberedManifests {
+		r.manifests = map[types.NamespacedName]renderedManifest{}
+	}
+	r.manifests[key] = renderedManifest{revision: rev, manifest: m}
+}
