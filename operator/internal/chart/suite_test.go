@@ -67,9 +67,13 @@ func run(m *testing.M) (int, error) {
 	if err := admission.WaitActive(ctx, env.Config, env.Scheme, admission.Params{Namespace: releaseNS, Syncer: syncerSA, Operator: operatorSA}); err != nil {
 		return 0, err
 	}
-	if err := waitForRBAC(ctx); err != nil {
-		return 0, err
+	// A chart whose RBAC lacks these rights must fail the tests that say
+	// so, not TestMain: wait a bounded while, then go on.
+	rbacCtx, rbacCancel := context.WithTimeout(ctx, 15*time.Second)
+	if err := waitForRBAC(rbacCtx); err != nil {
+		fmt.Fprintln(os.Stderr, "chart tests: going on without:", err)
 	}
+	rbacCancel()
 	if syncerCfg, err = serviceAccountConfig(ctx, syncerSA); err != nil {
 		return 0, err
 	}
