@@ -138,17 +138,17 @@ done
 sluice get
 echo "(checkout-* are Rejected on purpose: the Repository allows only cart-* target namespaces)"
 
-step "cart-staging (required: 0) passes the gate and the Helm applier installs it"
+step "Both cart changes are new objects (risk medium): each needs one approval"
+sluice describe "cart-staging-$short" | grep -E '^(Verdict|Effective rule|Gate|Still needed):'
+step "alice (group sre) approves both in her own name; the Helm applier installs them as infra-deployer"
+for r in cart-staging cart-prod; do
+  "$bin/kubectl-sluice" --kubeconfig "$kc-alice" -n "$ns" approve "$r-$short" --comment "reviewed in the demo"
+done
 sluice wait "cart-staging-$short" --for applied --timeout 180s
-sluice describe "cart-staging-$short"
-
-step "cart-prod needs one approval: alice (group sre) approves in her own name"
-sluice describe "cart-prod-$short" | sed -n '/[Nn]eeded/,$p' | head -8
-"$bin/kubectl-sluice" --kubeconfig "$kc-alice" -n "$ns" approve "cart-prod-$short" --comment "reviewed in the demo"
 sluice wait "cart-prod-$short" --for applied --timeout 180s
-sluice get -l gitops.sluice.dev/release=cart-prod
+sluice describe "cart-prod-$short"
 
-step "A second push: cart staging scales to 3 replicas (low risk, auto-approved)"
+step "A second push: cart staging scales to 3 replicas: low risk, so staging auto-approves it (prod still waits)"
 sed -i 's/^replicaCount:.*/replicaCount: 3/' "$demo/work/services/cart/values-staging.yaml"
 git -C "$demo/work" -c user.name=Dev -c user.email=dev@example.com commit -qam "cart: 3 replicas in staging"
 git -C "$demo/work" push -q origin HEAD:main
@@ -156,7 +156,7 @@ head2=$(git -C "$demo/work" rev-parse HEAD)
 for _ in $(seq 1 120); do sluice get -o name 2>/dev/null | grep -q "cart-staging-${head2:0:10}" && break; sleep 1; done
 sluice wait "cart-staging-${head2:0:10}" --for applied --timeout 180s
 sluice get -l gitops.sluice.dev/release=cart-staging
-sluice describe "cart-staging-${head2:0:10}" | grep -iE 'phase|risk|helm|applied' | head -10
+sluice describe "cart-staging-${head2:0:10}" | grep -E '^(Phase|Verdict|Gate):|Helm revision' 
 
 step "Done: both pushes went from git to the cluster through the gate; nothing else was applied"
 sluice get
