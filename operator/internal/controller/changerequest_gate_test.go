@@ -331,3 +331,24 @@ func TestGate_aPreviewIsNeverApplied(t *testing.T) {
 	require.Equal(t, sluicev1.ReasonPreview, condition(got, sluicev1.ConditionReady).Reason)
 	requireNotApplied(t, f, ta, cr)
 }
+
+func TestGate_aPolicyAddedWhileAChangeWaitsRaisesItsRule(t *testing.T) {
+	f, ta, _ := gateFixture(t)
+	rule := sluicev1.ApprovalRule{Required: 2}
+	rel := f.release("cart", "prod", rule, nil)
+	cr := f.change(rel, rule)
+	f.decide(cr, "k8s:alice", sluicev1.DecisionApprove)
+	f.waitingWith(cr, "k8s:alice")
+	require.NoError(t, f.c.Create(ctx(t), &sluicev1.ApprovalPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "three", Namespace: f.ns},
+		Spec:       sluicev1.ApprovalPolicySpec{Rule: sluicev1.ApprovalRule{Required: 3}},
+	}))
+	f.eventually(cr, "effective rule raised to 3", func(c *sluicev1.ChangeRequest) bool {
+		return c.Status.EffectiveRule != nil && c.Status.EffectiveRule.Required == 3
+	})
+	f.decide(cr, "k8s:bob", sluicev1.DecisionApprove)
+	f.waitingWith(cr, "k8s:alice", "k8s:bob")
+	requireNotApplied(t, f, ta, cr)
+	f.decide(cr, "k8s:carol", sluicev1.DecisionApprove)
+	f.phase(cr, sluicev1.PhaseApplied)
+}
