@@ -156,8 +156,9 @@ type ReleaseStatus struct {
 	// +optional
 	AppliedDigest Digest `json:"appliedDigest,omitempty"`
 
-	// AppliedRule is the effective rule of the last applied change; a later
-	// change can tighten it but never loosen it for itself.
+	// AppliedRule is the manifest rule of the last applied change. A later
+	// change is judged by at least this rule, so a push can tighten the rule
+	// but never loosen it for itself; once applied, its own rule is in force.
 	// +optional
 	AppliedRule *ApprovalRule `json:"appliedRule,omitempty"`
 

@@ -587,14 +587,17 @@ func releaseLock(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) {
 	}
 }
 
-// recordApplied records cr as the release's applied change.
+// recordApplied records cr as the release's applied change. The applied
+// rule is the rule in the change's own manifest, not its effective rule: a
+// push that loosens the rule still needed the old, stricter rule to get
+// here (so it never loosened it for itself), and from now on its rule is
+// the one in force. ApprovalPolicy floors are not frozen into it; they are
+// re-read for every change, so lowering a floor takes effect too.
 func recordApplied(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) {
 	rel.Status.AppliedChange = cr.Name
 	rel.Status.AppliedRevision = cr.Spec.Revision
 	rel.Status.AppliedDigest = cr.Spec.ApprovalDigest
-	if cr.Status.EffectiveRule != nil {
-		rel.Status.AppliedRule = cr.Status.EffectiveRule.DeepCopy()
-	}
+	rel.Status.AppliedRule = cr.Spec.Rule.DeepCopy()
 }
 
 // acquireLock takes the release's apply lock for cr with an

@@ -245,6 +245,14 @@ func TestGate_aPushLoweringRequiredToZeroStillNeedsTheAppliedRulesApprovals(t *t
 	f.decide(second, "k8s:alice", sluicev1.DecisionApprove)
 	f.decide(second, "github:alice", sluicev1.DecisionApprove, fromPullRequest())
 	f.phase(second, sluicev1.PhaseApplied)
+
+	// The loosened rule was approved under the old one; now it is in force.
+	require.Eventually(t, func() bool {
+		r := f.getRelease(rel.Name)
+		return r.Status.AppliedChange == second.Name && r.Status.AppliedRule != nil && r.Status.AppliedRule.Required == 0
+	}, waitFor, 50*time.Millisecond)
+	third := f.change(rel, lowered, withRisk(sluicev1.RiskLow))
+	f.phase(third, sluicev1.PhaseApplied)
 }
 
 func TestGate_anApprovalPolicyFloorBeatsALooserManifest(t *testing.T) {

@@ -50,7 +50,7 @@ func TestRelease_summarisesTheAppliedChangeAndKeepsTheSyncersFields(t *testing.T
 	require.Equal(t, cr.Name, r.Status.AppliedChange)
 	require.Equal(t, cr.Spec.Revision, r.Status.AppliedRevision)
 	require.Equal(t, cr.Spec.ApprovalDigest, r.Status.AppliedDigest)
-	require.Equal(t, got.Status.EffectiveRule, r.Status.AppliedRule, "the applied rule is the change's effective rule")
+	require.Equal(t, &got.Spec.Rule, r.Status.AppliedRule, "the applied rule is the rule in the change's own manifest")
 	require.Empty(t, r.Status.CurrentChange)
 	require.Equal(t, sluicev1.PhaseApplied, r.Status.History[0].Phase)
 	require.Equal(t, metav1.ConditionFalse, releaseCondition(r, sluicev1.ConditionProgressing).Status)
