@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -272,7 +273,7 @@ func TestChart_valueVariantsRenderAndPass(t *testing.T) {
 			},
 		},
 		{
-			name:   "a terraform kubeconfig is mounted, and the syncer then gets no state locks",
+			name:   "a terraform kubeconfig is mounted, and the syncer then may neither write Secrets nor take state locks",
 			values: "syncer: {terraform: {kubeconfigSecret: tf-state-access}}\n",
 			check: func(t *testing.T, r *rendered) {
 				d := find[*appsv1.Deployment](t, r, "sluice-syncer")
@@ -280,6 +281,9 @@ func TestChart_valueVariantsRenderAndPass(t *testing.T) {
 				assert.Contains(t, volumeNames(d), "terraform-kubeconfig")
 				for _, rule := range find[*rbacv1.ClusterRole](t, r, "sluice-syncer").Rules {
 					assert.NotContains(t, rule.Resources, "leases")
+					if slices.Contains(rule.Resources, "secrets") {
+						assert.NotContains(t, rule.Verbs, "update")
+					}
 				}
 			},
 		},
