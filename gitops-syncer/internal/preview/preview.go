@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -299,7 +300,7 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 	}
 	var res *validation.Result
 	if len(findings) == 0 {
-		if res, err = h.validate(ctx, repo, e, env.Name, release, art); err != nil {
+		if res, err = h.validate(ctx, repo, cache, base, e, env.Name, release, art); err != nil {
 			return built{}, err
 		}
 	}
@@ -380,8 +381,9 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 }
 
 // validate extracts the artifact and validates it, exactly as the syncer
-// does for a change of the tracked branch.
-func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, e *catalog.Entry, env, release string, art *artifact.Artifact) (*validation.Result, error) {
+// does for a change of the tracked branch, rating the risk against the
+// release at the pull request's base.
+func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, base string, e *catalog.Entry, env, release string, art *artifact.Artifact) (*validation.Result, error) {
 	if h.Validator == nil {
 		return nil, errors.New("no validator configured")
 	}
@@ -390,10 +392,17 @@ func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, e *ca
 		return nil, fmt.Errorf("create scratch folder: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	if err := artifact.Extract(art.TarGz, dir); err != nil {
+	current, previous := filepath.Join(dir, "current"), filepath.Join(dir, "previous")
+	for _, d := range []string{current, previous} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create scratch folder: %w", err)
+		}
+	}
+	if err := artifact.Extract(art.TarGz, current); err != nil {
 		return nil, fmt.Errorf("extract artifact: %w", err)
 	}
-	res, err := h.Validator.Validate(ctx, validation.Request{RepoRoot: dir, Service: e.Service, Environment: env, ControlNamespace: repo.Namespace, Release: release})
+	res, err := h.Validator.Validate(ctx, validation.Request{RepoRoot: current, Service: e.Service, Environment: env, ControlNamespace: repo.Namespace, Release: release,
+		Previous: previousAt(cache, base, e.Dir, e.Service.Name, env, previous)})
 	if err != nil {
 		return nil, fmt.Errorf("validate %s: %w", release, err)
 	}

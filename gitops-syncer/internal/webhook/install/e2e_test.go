@@ -47,6 +47,8 @@ func TestHeadline_approvedPullRequestPreviewCarriesOverToTheMergeCommitByteForBy
 	merged := w.changeRequest(sluicev1.ChangeRequestName("cart-prod", m1, 1))
 	assert.Nil(t, merged.Spec.PullRequest)
 	assert.Equal(t, preview.Spec.ApprovalDigest, merged.Spec.ApprovalDigest, "the merge commit carries exactly the reviewed content")
+	assert.Equal(t, preview.Spec.Verdict.Risk, merged.Spec.Verdict.Risk, "the preview was rated against the same previous revision")
+	assert.Equal(t, preview.Spec.Verdict.Result, merged.Spec.Verdict.Result)
 	assert.Len(t, w.approvals(merged.Spec.ApprovalDigest), 2)
 	stagingPreview := w.changeRequest(sluicev1.PreviewChangeRequestName("cart-staging", 1, h1))
 	assert.Equal(t, stagingPreview.Spec.ApprovalDigest, w.changeRequest(sluicev1.ChangeRequestName("cart-staging", m1, 1)).Spec.ApprovalDigest)
