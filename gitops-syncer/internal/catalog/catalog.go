@@ -26,8 +26,14 @@ type Entry struct {
 	// Inputs are the repository paths the service depends on.
 	Inputs []string
 	// Err says why the service cannot be used (a *manifest.Error for a bad
-	// manifest).
+	// manifest, a path leaving the repository).
 	Err error
+	// InputsErr says why the Terraform stack's local modules could not be
+	// listed (a .tf file that does not parse, a missing module folder).
+	// Inputs then fall back to the service, chart and Terraform folders,
+	// and validating the release lets terraform report the problem. A path
+	// leaving the repository is Err, never InputsErr.
+	InputsErr error
 }
 
 // ErrNoServicesPath says the services folder does not exist at the commit.
@@ -82,13 +88,39 @@ func Discover(fsys fs.FS, servicesPath, scratch string) ([]Entry, error) {
 		}
 		svc.Dir = e.Dir
 		inputs, err := svc.Inputs(scratch)
-		if err != nil {
+		switch {
+		case err != nil && (errors.Is(err, manifest.ErrOutsideRepo) || svc.TerraformDir() == ""):
 			e.Err = err
 			continue
+		case err != nil:
+			// The release can still be named and validated: terraform
+			// says what is wrong with the stack, in a ChangeRequest.
+			e.InputsErr = err
+			inputs = fallbackInputs(svc)
 		}
 		e.Service, e.Inputs = svc, inputs
 	}
 	return entries, nil
+}
+
+// fallbackInputs are the service, chart and Terraform folders of svc,
+// sorted, without folders inside another listed one.
+func fallbackInputs(svc *manifest.Service) []string {
+	var dirs []string
+	for _, d := range []string{svc.Dir, svc.ChartDir(), svc.TerraformDir()} {
+		if d != "" {
+			dirs = append(dirs, path.Clean(d))
+		}
+	}
+	sort.Strings(dirs)
+	var out []string
+	for _, d := range dirs {
+		if n := len(out); n > 0 && (d == out[n-1] || strings.HasPrefix(d, out[n-1]+"/")) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // wantContent says which files the manifest parser reads.

@@ -58,3 +58,22 @@ func TestDiscover_refusesModulesLeavingTheRepository(t *testing.T) {
 	require.Len(t, entries, 1)
 	assert.Error(t, entries[0].Err)
 }
+
+// TestDiscover_aStackThatDoesNotParseKeepsItsService: the release can
+// still be named and validated (terraform reports the syntax error in a
+// ChangeRequest); its inputs fall back to the service, chart and
+// Terraform folders.
+func TestDiscover_aStackThatDoesNotParseKeepsItsService(t *testing.T) {
+	root := t.TempDir()
+	write(t, root, "charts/service/Chart.yaml", "apiVersion: v2\nname: service\nversion: 0.1.0\n")
+	write(t, root, "services/db/service.yaml", header+"name: db\nchart: {path: charts/service}\nterraform: {dir: terraform}\nenvironments:\n  - name: prod\n    namespace: db-prod\n")
+	write(t, root, "services/db/terraform/main.tf", "resource \"terraform_data\" \"q\" {\n")
+	entries, err := catalog.Discover(os.DirFS(root), "services", t.TempDir())
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	e := entries[0]
+	require.NoError(t, e.Err)
+	require.NotNil(t, e.Service)
+	assert.ErrorContains(t, e.InputsErr, "main.tf")
+	assert.Equal(t, []string{"charts/service", "services/db"}, e.Inputs)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"time"
@@ -42,6 +43,9 @@ type changePlan struct {
 	invalid []sluicev1.Finding
 	// extraFindings are the syncer's own findings (target namespace).
 	extraFindings []sluicev1.Finding
+	// inputsErr says why the stack's modules could not be listed; a deny
+	// finding unless terraform already rejected the stack.
+	inputsErr error
 }
 
 func asManifestError(err error, target **manifest.Error) bool { return errors.As(err, target) }
@@ -276,6 +280,10 @@ func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache
 	}
 	findings = append(findings, plan.invalid...)
 	findings = append(findings, plan.extraFindings...)
+	if plan.inputsErr != nil && !hasDeny(findings, "terraform") {
+		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "terraform.modules",
+			Message: plan.inputsErr.Error(), File: path.Join(string(rel.Spec.SourcePath), manifest.FileName)})
+	}
 	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = cleanFindings(findings, spec.Verdict.FindingsTruncated)
 	spec.Verdict.Result = verdictResult(spec.Verdict.Result, spec.Verdict.Findings)
 	if spec.Verdict.Risk == "" {
@@ -299,6 +307,16 @@ func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache
 		cr.Annotations = map[string]string{sluicev1.AnnotationReplan: plan.replan}
 	}
 	return cr
+}
+
+// hasDeny reports whether a deny finding of source is among findings.
+func hasDeny(findings []sluicev1.Finding, source string) bool {
+	for _, f := range findings {
+		if f.Severity == sluicev1.SeverityDeny && f.Source == source {
+			return true
+		}
+	}
+	return false
 }
 
 // cleanFindings redacts URL credentials, trims fields to the API's limits

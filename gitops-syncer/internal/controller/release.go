@@ -185,13 +185,14 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 		return nil
 	}
 	plan := &changePlan{
-		release:  rel,
-		revision: p.head,
-		inputs:   e.Inputs,
-		tree:     tree,
-		service:  e.Service,
-		env:      envName,
-		replan:   replanRequested(rel),
+		release:   rel,
+		revision:  p.head,
+		inputs:    e.Inputs,
+		tree:      tree,
+		service:   e.Service,
+		env:       envName,
+		replan:    replanRequested(rel),
+		inputsErr: e.InputsErr,
 	}
 	if !targetAllowed(p.repo, want.Spec.TargetNamespace) {
 		plan.extraFindings = append(plan.extraFindings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "targetNamespaces",

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
+	"path/filepath"
+	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -48,8 +51,11 @@ func NewLibrary(ctx context.Context, opts LibraryOptions) (*Library, error) {
 }
 
 // Validate implements Validator. A manifest the library refuses (a values
-// file missing, say) is a failing verdict, not an error: only a human can
-// fix it, and the ChangeRequest says how.
+// file missing, say) or a Terraform stack terraform refuses (a syntax
+// error, an undeclared variable) is a failing verdict, not an error: only a
+// human can fix it, and the ChangeRequest's findings say how (file and line
+// when terraform names them). A failing state backend or a timeout is an
+// error, so the sync is retried.
 func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 	previous, prevErr := l.previousManifest(ctx, req)
 	res, err := l.V.CheckService(ctx, validate.ServiceRequest{
@@ -61,9 +67,15 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 		Kubernetes:       &terraform.KubernetesBackend{Namespace: req.ControlNamespace, SecretSuffix: req.Release},
 	})
 	var merr *manifest.Error
+	var tfErr *terraform.RunError
 	switch {
 	case errors.As(err, &merr):
 		return rejected(manifestProblems(merr)), nil
+	case errors.As(err, &tfErr) && tfErr.Kind == terraform.ErrorConfiguration:
+		// A wrong stack fails the same way on every retry: reject the
+		// change with terraform's diagnostics. Back-end failures fall
+		// through to the retry below.
+		return rejected(terraformProblems(tfErr, req.Service.TerraformDir())), nil
 	case errors.Is(err, validate.ErrChartRepository), errors.Is(err, manifest.ErrOutsideRepo), errors.Is(err, fs.ErrNotExist):
 		// Only a change to the repository fixes these; say so in the
 		// ChangeRequest instead of retrying.
@@ -146,6 +158,32 @@ func manifestProblems(e *manifest.Error) []sluicev1.Finding {
 	}
 	if len(out) == 0 {
 		out = append(out, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "service.yaml", Message: e.Error()})
+	}
+	return out
+}
+
+// terraformProblems turns terraform's diagnostics into deny findings,
+// naming files relative to the repository (a diagnostic without a
+// location points at the stack folder).
+func terraformProblems(e *terraform.RunError, stackDir string) []sluicev1.Finding {
+	policy := "terraform." + e.Step
+	out := make([]sluicev1.Finding, 0, len(e.Diagnostics))
+	for _, d := range e.Diagnostics {
+		f := sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "terraform", Policy: policy, File: stackDir, Message: d.Summary}
+		if d.Detail != "" {
+			f.Message += ": " + d.Detail
+		}
+		if d.File != "" {
+			if file := path.Join(stackDir, filepath.ToSlash(d.File)); !path.IsAbs(d.File) && file != ".." && !strings.HasPrefix(file, "../") {
+				f.File, f.Line = file, int32(d.Line)
+			} else {
+				f.Message = fmt.Sprintf("%s (in %s line %d)", f.Message, path.Base(filepath.ToSlash(d.File)), d.Line)
+			}
+		}
+		out = append(out, f)
+	}
+	if len(out) == 0 {
+		out = append(out, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "terraform", Policy: policy, File: stackDir, Message: e.Error()})
 	}
 	return out
 }

@@ -213,12 +213,26 @@ func (o ExecOptions) timeout() time.Duration {
 	return DefaultTimeout
 }
 
-// runErr wraps a terraform-exec error, saying so plainly when the time ran out.
-func runErr(ctx context.Context, step string, timeout time.Duration, err error) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("terraform %s: timed out after %s: %w", step, timeout, context.DeadlineExceeded)
+// stderrCapture keeps the first 64 KiB of one step's error output.
+type stderrCapture struct{ buf bytes.Buffer }
+
+func (c *stderrCapture) Write(p []byte) (int, error) {
+	if room := 64<<10 - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(len(p), room)])
 	}
-	return fmt.Errorf("terraform %s: %w", step, err)
+	return len(p), nil
+}
+
+// run runs one terraform step with its error output captured; a failure
+// is a *RunError with terraform's diagnostics, redacted.
+func (o ExecOptions) run(ctx context.Context, tf *tfexec.Terraform, step string, f func() error) error {
+	var stderr stderrCapture
+	tf.SetStderr(&stderr)
+	defer tf.SetStderr(io.Discard)
+	if err := f(); err != nil {
+		return stepError(ctx, step, o.timeout(), err, stderr.buf.String(), envSecrets(o))
+	}
+	return nil
 }
 
 // ShowPlanFile runs `terraform show -json` on a binary plan file in an
@@ -247,15 +261,15 @@ func show(ctx context.Context, tf *tfexec.Terraform, opts ExecOptions, planFile 
 	}
 	// Cache the version first: terraform-exec would otherwise write the
 	// output of `terraform version` to the capture below.
-	if _, _, err := tf.Version(ctx, false); err != nil {
-		return nil, runErr(ctx, "version", opts.timeout(), err)
+	if err := opts.run(ctx, tf, "version", func() error { _, _, err := tf.Version(ctx, false); return err }); err != nil {
+		return nil, err
 	}
 	var out bytes.Buffer
 	tf.SetStdout(&out)
-	_, err = tf.ShowPlanFile(ctx, planFile)
+	err = opts.run(ctx, tf, "show", func() error { _, err := tf.ShowPlanFile(ctx, planFile); return err })
 	tf.SetStdout(io.Discard)
 	if err != nil {
-		return nil, runErr(ctx, "show", opts.timeout(), err)
+		return nil, err
 	}
 	planJSON := bytes.TrimSpace(out.Bytes())
 	plan, err := ReadPlan(planJSON)
@@ -273,7 +287,11 @@ func show(ctx context.Context, tf *tfexec.Terraform, opts ExecOptions, planFile 
 // Plan plans a stack folder through terraform-exec: init with the chosen
 // backend, select or create the workspace, plan into a file, and show it as
 // JSON. It returns the plan file (for the syncer to store and the operator
-// to apply), its JSON, the parsed plan and the report. Terraform runs as a
+// to apply), its JSON, the parsed plan and the report. A failing terraform
+// step returns a *RunError carrying terraform's diagnostics, whose Kind
+// says whether the stack is wrong (ErrorConfiguration: syntax errors,
+// undeclared variables…) or the state backend or network failed
+// (ErrorBackend, worth retrying). Terraform runs as a
 // child process with the environment described on ExecOptions.Env, HOME in
 // a temporary folder, and the whole call is bounded by Timeout.
 func Plan(ctx context.Context, opts PlanOptions) (*PlanResult, error) {
@@ -344,12 +362,12 @@ func Plan(ctx context.Context, opts PlanOptions) (*PlanResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := tf.Init(ctx, tfexec.Backend(true), tfexec.Reconfigure(true)); err != nil {
-		return nil, runErr(ctx, "init", opts.timeout(), err)
+	if err := opts.run(ctx, tf, "init", func() error { return tf.Init(ctx, tfexec.Backend(true), tfexec.Reconfigure(true)) }); err != nil {
+		return nil, err
 	}
 	if ws := opts.Workspace; ws != "" && ws != "default" {
-		if err := selectWorkspace(ctx, tf, ws); err != nil {
-			return nil, runErr(ctx, "workspace", opts.timeout(), err)
+		if err := opts.run(ctx, tf, "workspace", func() error { return selectWorkspace(ctx, tf, ws) }); err != nil {
+			return nil, err
 		}
 	}
 
@@ -363,8 +381,8 @@ func Plan(ctx context.Context, opts PlanOptions) (*PlanResult, error) {
 	for _, k := range names {
 		planOpts = append(planOpts, tfexec.Var(k+"="+opts.Vars[k]))
 	}
-	if _, err := tf.Plan(ctx, planOpts...); err != nil {
-		return nil, runErr(ctx, "plan", opts.timeout(), err)
+	if err := opts.run(ctx, tf, "plan", func() error { _, err := tf.Plan(ctx, planOpts...); return err }); err != nil {
+		return nil, err
 	}
 	return show(ctx, tf, opts.ExecOptions, planFile)
 }

@@ -167,6 +167,15 @@ func serviceChart(req ServiceRequest) (*manifest.Service, *manifest.Environment,
 	}, nil
 }
 
+// ErrTerraformConfiguration matches (errors.Is) an error of CheckService
+// or PlanAndCheck caused by a wrong Terraform stack (a syntax error, an
+// undeclared variable, what `terraform validate` reports): only a change to
+// the repository fixes it. errors.As with *terraform.RunError gives
+// terraform's diagnostics (file and line when terraform names them). Any
+// other terraform failure (the state backend unreachable, a timeout) is
+// worth retrying.
+var ErrTerraformConfiguration = terraform.ErrConfiguration
+
 // ErrNotRendered is returned by RenderService for a chart that does not
 // render (a template error, values refused by the schema).
 var ErrNotRendered = errors.New("the chart does not render")

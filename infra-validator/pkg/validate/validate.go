@@ -30,6 +30,7 @@
 //	type PlanCheck struct{ Verdict report.Verdict; Report *terraform.Report; Summary PlanSummary; PlanFile, PlanJSON []byte }
 //	type PlanSummary struct{ Add, Change, Destroy int }
 //	var ErrChartRepository, ErrNotRendered
+//	var ErrTerraformConfiguration // errors.Is: a wrong stack (not worth retrying); errors.As *terraform.RunError for diagnostics
 //
 // The syncer creates one Validator at start-up and calls CheckService for
 // each changed release; it converts report.Finding to the API's Finding
@@ -37,7 +38,9 @@
 //
 // Errors are returned for input that cannot be checked at all (a manifest
 // that does not parse, malformed plan JSON, terraform failing); everything
-// the checks find is a finding in the verdict.
+// the checks find is a finding in the verdict. A terraform failure is a
+// *terraform.RunError: ErrTerraformConfiguration when the stack is wrong,
+// otherwise a back-end or transient failure.
 package validate
 
 import (

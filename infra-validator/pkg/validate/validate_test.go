@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 )
 
 const repo = "testdata/repo"
@@ -243,5 +244,24 @@ func TestRenderService_aChartThatDoesNotRenderIsAnError(t *testing.T) {
 	_, err := newValidator(t).RenderService(context.Background(), ServiceRequest{RepoRoot: root, ServiceDir: "services/web", Environment: "staging"})
 	if !errors.Is(err, ErrNotRendered) {
 		t.Fatalf("err = %v, want ErrNotRendered", err)
+	}
+}
+
+// TestCheckService_aBrokenStackIsATerraformConfigurationError: the
+// syncer tells a wrong stack (rejected, not retried) from a failing
+// back end through ErrTerraformConfiguration and *terraform.RunError.
+func TestCheckService_aBrokenStackIsATerraformConfigurationError(t *testing.T) {
+	needTerraform(t)
+	root := copyRepo(t)
+	if err := os.WriteFile(filepath.Join(root, "services/web/terraform/main.tf"), []byte("resource \"terraform_data\" \"a\" {\n  input = \n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := newValidator(t).CheckService(context.Background(), ServiceRequest{RepoRoot: root, ServiceDir: "services/web", Environment: "staging"})
+	if !errors.Is(err, ErrTerraformConfiguration) {
+		t.Fatalf("err = %v, want ErrTerraformConfiguration", err)
+	}
+	var re *terraform.RunError
+	if !errors.As(err, &re) || len(re.Diagnostics) == 0 || re.Diagnostics[0].File != "main.tf" || re.Diagnostics[0].Line == 0 {
+		t.Fatalf("want diagnostics at main.tf:<line>, got %v", err)
 	}
 }

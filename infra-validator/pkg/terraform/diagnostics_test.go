@@ -1,0 +1,229 @@
+package terraform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A real init of a stack with a syntax error (terraform 1.11, -no-color).
+const initSyntaxError = `There are some problems with the CLI configuration:
+╷
+│ Warning: Unable to open CLI configuration file
+│
+│ The CLI configuration file at "/home/x/.terraformrc" does not exist.
+╵
+
+Initializing the backend...
+
+Error: Terraform encountered problems during initialisation, including problems
+with the configuration, described below.
+
+The Terraform configuration must be valid before initialization so that
+Terraform can determine which modules and providers need to be installed.
+
+
+Error: Unclosed configuration block
+
+  on main.tf line 1, in resource "terraform_data" "a":
+   1: resource "terraform_data" "a" {
+
+There is no closing brace for this block before the end of the file. This may
+be caused by incorrect brace nesting elsewhere in this file.
+`
+
+// A real plan given a variable the stack does not declare.
+const planUndeclared = `
+Error: Value for undeclared variable
+
+A variable named "region" was assigned on the command line, but the root
+module does not declare a variable of that name. To use this value, add a
+"variable" block to the configuration.
+`
+
+// A real init against an unreachable kubernetes backend.
+const initUnreachable = `
+Initializing the backend...
+
+Error: Failed to get existing workspaces: Get "https://127.0.0.1:1/api/v1/namespaces/ns1/secrets?labelSelector=tfstate%3Dtrue": dial tcp 127.0.0.1:1: connect: connection refused
+`
+
+// The same errors with terraform's box-drawing margin.
+const boxed = `╷
+│ Error: Unsupported argument
+│
+│   on main.tf line 3, in resource "terraform_data" "a":
+│    3:   bogus = 1
+│
+│ An argument named "bogus" is not expected here.
+╵
+`
+
+func TestParseDiagnostics_readsTerraformsErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		stderr string
+		want   []Diagnostic
+		kind   ErrorKind
+	}{
+		{"a syntax error found by init points at its file and line", initSyntaxError, []Diagnostic{{
+			Summary: "Unclosed configuration block", File: "main.tf", Line: 1,
+			Detail: "There is no closing brace for this block before the end of the file. This may be caused by incorrect brace nesting elsewhere in this file.",
+		}}, ErrorConfiguration},
+		{"an undeclared variable is a configuration error without a location", planUndeclared, []Diagnostic{{
+			Summary: "Value for undeclared variable",
+			Detail:  `A variable named "region" was assigned on the command line, but the root module does not declare a variable of that name. To use this value, add a "variable" block to the configuration.`,
+		}}, ErrorConfiguration},
+		{"an unreachable backend is a back-end error", initUnreachable, []Diagnostic{{
+			Summary: `Failed to get existing workspaces: Get "https://127.0.0.1:1/api/v1/namespaces/ns1/secrets?labelSelector=tfstate%3Dtrue": dial tcp 127.0.0.1:1: connect: connection refused`,
+		}}, ErrorBackend},
+		{"the box-drawing margin is read too", boxed, []Diagnostic{{
+			Summary: "Unsupported argument", File: "main.tf", Line: 3, Detail: `An argument named "bogus" is not expected here.`,
+		}}, ErrorConfiguration},
+		{"output without errors gives nothing and is retried", "Initializing the backend...\nsegmentation fault\n", nil, ErrorBackend},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ParseDiagnostics(tt.stderr)
+			if fmt.Sprintf("%#v", got) != fmt.Sprintf("%#v", tt.want) {
+				t.Errorf("ParseDiagnostics:\n got  %#v\n want %#v", got, tt.want)
+			}
+			if k := classifyFailure(got); k != tt.kind {
+				t.Errorf("kind %s, want %s", k, tt.kind)
+			}
+		})
+	}
+}
+
+func TestRedact_removesCredentials(t *testing.T) {
+	in := strings.Join([]string{
+		`Get "https://bob:hunter2pass@git.example.com/x": refused`,
+		`Authorization: Bearer abcdefghijklmnop.qrstuv`,
+		`password = "s3cr3t-value"`,
+		`token=tok_1234567890`,
+		`key AKIAABCDEFGHIJKLMNOP in use`,
+		`-----BEGIN RSA PRIVATE KEY-----` + "\nMIIEow\n" + `-----END RSA PRIVATE KEY-----`,
+		`env value from-the-environment-42 leaked`,
+	}, "\n")
+	out := redact(in, []string{"from-the-environment-42", "short"})
+	for _, secret := range []string{"hunter2pass", "abcdefghijklmnop", "s3cr3t-value", "tok_1234567890", "AKIAABCDEFGHIJKLMNOP", "MIIEow", "from-the-environment-42"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("%q survived redaction:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(out, "git.example.com") || !strings.Contains(out, "leaked") {
+		t.Errorf("redaction removed more than the credentials:\n%s", out)
+	}
+}
+
+// brokenStack writes a one-file stack into a new folder.
+func brokenStack(t *testing.T, main string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(main), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func runError(t *testing.T, err error) *RunError {
+	t.Helper()
+	var re *RunError
+	if !errors.As(err, &re) {
+		t.Fatalf("err = %v (%T), want a *RunError", err, err)
+	}
+	return re
+}
+
+func TestPlan_aSyntaxErrorIsAConfigurationErrorWithItsLocation(t *testing.T) {
+	dir := brokenStack(t, "resource \"terraform_data\" \"a\" {\n  input = \"x\"\n  bogus {\n}\n")
+	_, err := Plan(context.Background(), PlanOptions{ExecOptions: ExecOptions{ExecPath: terraformPath(t)}, Dir: dir})
+	re := runError(t, err)
+	if re.Kind != ErrorConfiguration || !errors.Is(err, ErrConfiguration) || !IsConfigurationError(fmt.Errorf("wrapped: %w", err)) {
+		t.Fatalf("kind %s, want configuration: %v", re.Kind, err)
+	}
+	if re.Step != "init" || len(re.Diagnostics) == 0 || re.Diagnostics[0].File != "main.tf" || re.Diagnostics[0].Line < 1 {
+		t.Fatalf("want a diagnostic at main.tf:<line> from init, got step %s %+v", re.Step, re.Diagnostics)
+	}
+	if !strings.Contains(err.Error(), "main.tf:") {
+		t.Errorf("the message names no location: %v", err)
+	}
+}
+
+func TestPlan_anUndeclaredVariableIsAConfigurationError(t *testing.T) {
+	stacks := copyStacks(t)
+	_, err := Plan(context.Background(), PlanOptions{ExecOptions: ExecOptions{ExecPath: terraformPath(t)},
+		Dir: filepath.Join(stacks, "ordered"), Vars: map[string]string{"region": "eu-west-1"}})
+	re := runError(t, err)
+	if re.Kind != ErrorConfiguration || re.Step != "plan" {
+		t.Fatalf("step %s kind %s, want plan/configuration: %v", re.Step, re.Kind, err)
+	}
+	if !strings.Contains(err.Error(), "Value for undeclared variable") || !strings.Contains(err.Error(), `"region"`) {
+		t.Errorf("unreadable message: %v", err)
+	}
+}
+
+// TestPlan_anUnreachableKubernetesBackendIsABackendError: the state
+// backend's API server does not answer; the error is worth retrying and
+// carries no credential of the environment.
+func TestPlan_anUnreachableKubernetesBackendIsABackendError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there any more
+	const token = "kube-token-0123456789abcdef"
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://%s", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: %q}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, addr, token)
+	if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stacks := copyStacks(t)
+	_, err = Plan(context.Background(), PlanOptions{
+		ExecOptions: ExecOptions{ExecPath: terraformPath(t), Env: map[string]string{"KUBE_CONFIG_PATH": kubeconfig, "KUBE_TOKEN": token}},
+		Dir:         filepath.Join(stacks, "ordered"),
+		Backend:     BackendKubernetes,
+		Kubernetes:  &KubernetesBackend{Namespace: "ns1", SecretSuffix: "rel"},
+	})
+	re := runError(t, err)
+	if re.Kind != ErrorBackend || errors.Is(err, ErrConfiguration) {
+		t.Fatalf("kind %s, want backend: %v", re.Kind, err)
+	}
+	if !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("the message does not say why: %v", err)
+	}
+	if strings.Contains(err.Error()+re.Stderr+fmt.Sprint(re.Diagnostics), token) {
+		t.Error("the error carries the token")
+	}
+}
+
+func FuzzParseDiagnostics(f *testing.F) {
+	for _, s := range []string{initSyntaxError, planUndeclared, initUnreachable, boxed, "", "Error: \n  on  line 99999999999999999999:\n", "Error: x\n  on a.tf line -1, in y:\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, stderr string) {
+		diags := ParseDiagnostics(stderr)
+		if len(diags) > maxDiagnostics {
+			t.Fatalf("%d diagnostics", len(diags))
+		}
+		for _, d := range diags {
+			if d.Line < 0 {
+				t.Fatalf("negative line %d", d.Line)
+			}
+		}
+		_ = classifyFailure(diags)
+		_ = redact(stderr, []string{"secret-value"})
+	})
+}
