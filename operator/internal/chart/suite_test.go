@@ -7,15 +7,26 @@ import (
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/kube"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
@@ -83,34 +94,101 @@ func run(m *testing.M) (int, error) {
 	return m.Run(), nil
 }
 
-// installChart renders the chart with its default values and creates every
-// object it renders, as `helm install` would, in the release namespace. The
-// CRDs of crds/ are already installed by testenv (from operator/api/crds,
-// which the drift test keeps identical): creating them again must fail with
-// AlreadyExists, which shows the names agree.
+// installChart installs the chart from its folder with the Helm v3 SDK, as
+// `helm install sluice charts/sluice -n sluice-chart` would, and checks that
+// every object the render tests looked at is in the cluster. The CRDs of
+// crds/ are already there (testenv installs operator/api/crds, which the
+// drift test keeps identical); Helm leaves existing CRDs alone.
 func installChart(ctx context.Context) error {
-	r := renderChart(failer{}, "")
-	if d := r.denies(); len(d) > 0 {
-		return fmt.Errorf("the chart has deny findings: %v", d)
-	}
 	for _, ns := range []string{releaseNS, controlNS} {
 		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return err
 		}
 	}
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		return fmt.Errorf("load chart: %w", err)
+	}
+	getter, err := newRESTClientGetter(env.Config, releaseNS)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		return err
+	}
+	kc := kube.New(getter)
+	kc.Namespace = releaseNS
+	// The envtest kube-apiserver, built from the module proxy without
+	// version stamping, reports v0.0.0; pin what it really is.
+	caps := chartutil.DefaultCapabilities.Copy()
+	kv, err := chartutil.ParseKubeVersion(testenv.KubernetesVersion)
+	if err != nil {
+		return err
+	}
+	caps.KubeVersion = *kv
+	cfg := &action.Configuration{
+		Capabilities:     caps,
+		RESTClientGetter: getter,
+		KubeClient:       kc,
+		Releases:         storage.Init(driver.NewSecrets(cs.CoreV1().Secrets(releaseNS))),
+		Log:              func(string, ...any) {},
+	}
+	install := action.NewInstall(cfg)
+	install.ReleaseName = releaseName
+	install.Namespace = releaseNS
+	install.Timeout = time.Minute
+	rel, err := install.RunWithContext(ctx, ch, nil)
+	if err != nil {
+		return fmt.Errorf("helm install: %w", err)
+	}
+	if rel.Info.Status != release.StatusDeployed {
+		return fmt.Errorf("helm install: release is %s", rel.Info.Status)
+	}
+
+	r := renderChart(failer{}, "")
+	if d := r.denies(); len(d) > 0 {
+		return fmt.Errorf("the chart has deny findings: %v", d)
+	}
 	for _, obj := range r.objects {
-		err := env.Client.Create(ctx, obj)
-		if _, isCRD := obj.(*apiextensionsv1.CustomResourceDefinition); isCRD {
-			if !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("CRD %s of the chart is not one testenv installed: %v", obj.GetName(), err)
-			}
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("create %T %s: %w", obj, client.ObjectKeyFromObject(obj), err)
+		live := obj.DeepCopyObject().(client.Object)
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+			return fmt.Errorf("after helm install, %T %s: %w", obj, client.ObjectKeyFromObject(obj), err)
 		}
 	}
 	return nil
+}
+
+// restClientGetter hands Helm the envtest rest.Config.
+type restClientGetter struct {
+	config    *rest.Config
+	namespace string
+	discovery discovery.CachedDiscoveryInterface
+	mapper    meta.RESTMapper
+}
+
+func newRESTClientGetter(cfg *rest.Config, namespace string) (*restClientGetter, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 50, 100
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cached := memory.NewMemCacheClient(dc)
+	return &restClientGetter{config: cfg, namespace: namespace, discovery: cached, mapper: restmapper.NewDeferredDiscoveryRESTMapper(cached)}, nil
+}
+
+func (g *restClientGetter) ToRESTConfig() (*rest.Config, error) {
+	return rest.CopyConfig(g.config), nil
+}
+func (g *restClientGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
+	return g.discovery, nil
+}
+func (g *restClientGetter) ToRESTMapper() (meta.RESTMapper, error) { return g.mapper, nil }
+func (g *restClientGetter) ToRawKubeConfigLoader() clientcmd.ClientConfig {
+	return clientcmd.NewDefaultClientConfig(*clientcmdapi.NewConfig(), &clientcmd.ConfigOverrides{
+		Context: clientcmdapi.Context{Namespace: g.namespace},
+	})
 }
 
 // waitForRBAC returns once the API server's authorizer knows the chart's
