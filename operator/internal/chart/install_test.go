@@ -47,6 +47,14 @@ func clusterAdmin(t *testing.T, name string) client.Client {
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}},
 	}
 	require.NoError(t, client.IgnoreAlreadyExists(env.Client.Create(ctx, crb)))
+	// The authorizer learns of the binding through an informer.
+	require.Eventually(t, func() bool {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: name, Groups: []string{"platform", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: controlNS, Verb: "delete", Group: sluicev1.GroupVersion.Group, Resource: "approvals"},
+		}}
+		return env.Client.Create(ctx, sar) == nil && sar.Status.Allowed
+	}, defaultWait, pollEvery)
 	return newClient(t, cfg)
 }
 
