@@ -15,8 +15,9 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
-// maxRememberedManifests bounds the rendered manifests kept in memory.
-const maxRememberedManifests = 4096
+// maxRememberedBytes bounds the rendered manifests kept in memory; past it
+// they are forgotten (and rendered again from git when needed).
+const maxRememberedBytes = 64 << 20
 
 // renderedManifest is the Helm manifest a release rendered at a revision.
 type renderedManifest struct {
@@ -127,8 +128,15 @@ func (r *RepositoryReconciler) rememberedManifest(key types.NamespacedName, rev 
 func (r *RepositoryReconciler) rememberManifest(key types.NamespacedName, rev, m string) {
 	r.memoMu.Lock()
 	defer r.memoMu.Unlock()
-	if r.manifests == nil || len(r.manifests) >= maxRememberedManifests {
-		r.manifests = map[types.NamespacedName]renderedManifest{}
+	if old, ok := r.manifests[key]; ok {
+		r.manifestBytes -= len(old.manifest)
+	}
+	if r.manifests == nil || r.manifestBytes+len(m) > maxRememberedBytes {
+		r.manifests, r.manifestBytes = map[types.NamespacedName]renderedManifest{}, 0
+	}
+	if len(m) > maxRememberedBytes {
+		return
 	}
 	r.manifests[key] = renderedManifest{revision: rev, manifest: m}
+	r.manifestBytes += len(m)
 }

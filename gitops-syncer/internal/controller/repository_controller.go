@@ -75,7 +75,8 @@ type RepositoryReconciler struct {
 	memo   map[types.NamespacedName]syncMemo
 	// manifests remembers each Release's last rendered Helm manifest
 	// (guarded by memoMu).
-	manifests map[types.NamespacedName]renderedManifest
+	manifests     map[types.NamespacedName]renderedManifest
+	manifestBytes int
 }
 
 // Hooks let tests stop a reconcile at a chosen point.

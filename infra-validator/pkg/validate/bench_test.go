@@ -54,3 +54,22 @@ func BenchmarkCheckChart(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRenderService measures the render-only pass the syncer runs for
+// a release's previous revision when it does not remember its manifest
+// (the sample service's staging environment).
+func BenchmarkRenderService(b *testing.B) {
+	ctx := context.Background()
+	v, err := New(ctx, Options{Helm: HelmOptions{KubeVersion: "1.37.2"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := ServiceRequest{RepoRoot: repo, ServiceDir: "services/web", Environment: "staging"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := v.RenderService(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
