@@ -38,6 +38,11 @@
 //	type Backend string // BackendOwn, BackendKubernetes, BackendNone ("" = none)
 //	type KubernetesBackend struct{ Namespace, SecretSuffix string }
 //	type PlanResult struct{ PlanFile, PlanJSON []byte; Plan *tfjson.Plan; Report *Report }
+//	type RunError struct{ Step string; Kind ErrorKind; Diagnostics []Diagnostic; Stderr string } // a failed terraform step
+//	type ErrorKind string // ErrorConfiguration (fix the stack), ErrorBackend (retry)
+//	type Diagnostic struct{ Summary, Detail, File string; Line int }
+//	var ErrConfiguration error; func IsConfigurationError(err error) bool
+//	func ParseDiagnostics(stderr string) []Diagnostic
 //
 // Plan JSON of format_version 0.x and 1.x is accepted; any other major
 // version is refused with a clear error rather than misread.
