@@ -83,7 +83,7 @@ type RunError struct {
 	err    error
 }
 
-// Error names the step, the kind and the first diagnostic.
+// Error names the step, the kind and the diagnostics (about 1 KiB at most).
 func (e *RunError) Error() string {
 	var b strings.Builder
 	b.WriteString("terraform " + e.Step)
@@ -92,9 +92,16 @@ func (e *RunError) Error() string {
 	}
 	switch {
 	case len(e.Diagnostics) > 0:
-		b.WriteString(": " + e.Diagnostics[0].String())
-		if n := len(e.Diagnostics) - 1; n > 0 {
-			fmt.Fprintf(&b, " (and %d more)", n)
+		for i, d := range e.Diagnostics {
+			sep := "; "
+			if i == 0 {
+				sep = ": "
+			}
+			if b.Len() > 900 {
+				fmt.Fprintf(&b, " (and %d more)", len(e.Diagnostics)-i)
+				break
+			}
+			b.WriteString(sep + d.String())
 		}
 	case e.err != nil:
 		b.WriteString(": " + firstLine(e.err.Error()))

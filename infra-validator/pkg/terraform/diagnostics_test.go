@@ -227,3 +227,18 @@ func FuzzParseDiagnostics(f *testing.F) {
 		_ = redact(stderr, []string{"secret-value"})
 	})
 }
+
+func TestRunError_messageListsTheDiagnosticsWithinAboutOneKiB(t *testing.T) {
+	e := &RunError{Step: "plan", Kind: ErrorConfiguration}
+	for i := range 40 {
+		e.Diagnostics = append(e.Diagnostics, Diagnostic{Summary: "Invalid reference", Detail: strings.Repeat("x", 60), File: "main.tf", Line: i + 1})
+	}
+	msg := e.Error()
+	if len(msg) > 1100 || !strings.HasPrefix(msg, "terraform plan: configuration error: main.tf:1: Invalid reference") || !strings.Contains(msg, "more)") {
+		t.Errorf("%d bytes: %s", len(msg), msg)
+	}
+	two := (&RunError{Step: "init", Kind: ErrorBackend, Diagnostics: e.Diagnostics[:2]}).Error()
+	if !strings.Contains(two, "main.tf:1:") || !strings.Contains(two, "; main.tf:2:") {
+		t.Errorf("not every diagnostic is named: %s", two)
+	}
+}
