@@ -283,6 +283,11 @@ func TestPlan_timesOutWithAClearError(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timed out after 3s") {
 		t.Fatalf("want a timeout error, got %v", err)
 	}
+	// A timeout is worth retrying, never a configuration error.
+	var re *RunError
+	if !errors.As(err, &re) || re.Kind != ErrorBackend || IsConfigurationError(err) {
+		t.Errorf("want a back-end RunError, got %#v", err)
+	}
 }
 
 // TestPlan_realDeleteAndReplaceAgainstTheStacksOwnState applies a stack with
