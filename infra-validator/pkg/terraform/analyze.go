@@ -186,6 +186,20 @@ func matchType(patterns []string, typ string) bool {
 	return false
 }
 
+// typeMatcher returns matchType(patterns, typ) as a function that
+// remembers its answer per type.
+func typeMatcher(patterns []string) func(typ string) bool {
+	seen := map[string]bool{}
+	return func(typ string) bool {
+		ok, found := seen[typ]
+		if !found {
+			ok = matchType(patterns, typ)
+			seen[typ] = ok
+		}
+		return ok
+	}
+}
+
 // Analyze reads plan JSON and analyses it (ReadPlan, then AnalyzePlan).
 func Analyze(planJSON []byte, opts Options) (*Report, error) {
 	plan, head, err := readPlan(planJSON)
@@ -208,6 +222,11 @@ func analyze(plan *tfjson.Plan, errored bool, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("plan is nil")
 	}
 	opts = opts.withDefaults()
+	// A plan repeats a few types many times; the glob matches are
+	// computed once per type.
+	stateful := typeMatcher(opts.StatefulTypes)
+	protectedType := typeMatcher(opts.ProtectedTypes)
+	access := typeMatcher(accessTypes)
 	digest, err := digestPlan(plan)
 	if err != nil {
 		return nil, err
@@ -264,11 +283,11 @@ func analyze(plan *tfjson.Plan, errored bool, opts Options) (*Report, error) {
 			Mode:            string(rc.Mode),
 			Action:          act,
 			Actions:         actionStrings(rc.Change.Actions),
-			Stateful:        matchType(opts.StatefulTypes, rc.Type),
-			Protected:       matchType(opts.ProtectedTypes, rc.Type) || taggedProtected(rc.Change.Before, opts.ProtectedTag),
+			Stateful:        stateful(rc.Type),
+			Protected:       protectedType(rc.Type) || taggedProtected(rc.Change.Before, opts.ProtectedTag),
 			Unknown:         UnknownPaths(rc),
 		}
-		res.Risk, res.Stateful = resourceRisk(res, rc)
+		res.Risk, res.Stateful = resourceRisk(res, rc, access)
 		if why := riskWhy(res); why != "" {
 			reasons = append(reasons, reason{res.Risk, rc.Address + ": " + why})
 		}
@@ -347,7 +366,7 @@ func classify(rc *tfjson.ResourceChange) Action {
 //   - an update of a type that grants access or opens the network: medium;
 //   - other updates and reads: low;
 //   - unrecognised actions: high.
-func resourceRisk(res Resource, rc *tfjson.ResourceChange) (report.Risk, bool) {
+func resourceRisk(res Resource, rc *tfjson.ResourceChange, accessType func(string) bool) (report.Risk, bool) {
 	stateful := res.Stateful && rc.Mode != tfjson.DataResourceMode
 	switch res.Action {
 	case ActionDelete, ActionReplace:
@@ -358,7 +377,7 @@ func resourceRisk(res Resource, rc *tfjson.ResourceChange) (report.Risk, bool) {
 	case ActionCreate, ActionForget:
 		return report.RiskMedium, stateful
 	case ActionUpdate:
-		if matchType(accessTypes, rc.Type) {
+		if accessType(rc.Type) {
 			return report.RiskMedium, stateful
 		}
 		return report.RiskLow, stateful

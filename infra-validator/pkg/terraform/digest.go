@@ -1,10 +1,8 @@
 package terraform
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"sort"
 
@@ -99,27 +97,24 @@ func digestPlan(plan *tfjson.Plan) (string, error) {
 
 	h := sha256.New()
 	h.Write([]byte(digestVersion))
-	// encoding/json writes map keys sorted and json.Number verbatim, so the
+	// encoding/json writes map keys sorted and json.Number verbatim, so its
 	// encoding is canonical for a given set of values. HTML escaping is off
-	// so the bytes do not depend on an escaping choice.
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	for _, c := range changes {
-		buf.Reset()
-		if err := enc.Encode(c); err != nil {
-			return "", fmt.Errorf("plan digest: resource %s: %w", c.Address, err)
+	// so the bytes do not depend on an escaping choice. canonicalEncoder
+	// writes those same bytes without reflection.
+	enc := newCanonicalEncoder()
+	for i := range changes {
+		if err := enc.change(&changes[i]); err != nil {
+			return "", fmt.Errorf("plan digest: resource %s: %w", changes[i].Address, err)
 		}
 		h.Write([]byte("r"))
-		h.Write(buf.Bytes())
+		h.Write(enc.buf)
 	}
-	for _, o := range outputs {
-		buf.Reset()
-		if err := enc.Encode(o); err != nil {
-			return "", fmt.Errorf("plan digest: output %s: %w", o.Name, err)
+	for i := range outputs {
+		if err := enc.output(&outputs[i]); err != nil {
+			return "", fmt.Errorf("plan digest: output %s: %w", outputs[i].Name, err)
 		}
 		h.Write([]byte("o"))
-		h.Write(buf.Bytes())
+		h.Write(enc.buf)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -77,9 +77,61 @@ type planHead struct {
 	Errored       bool    `json:"errored"`
 }
 
-// readPlan is ReadPlan that also returns the head fields.
+// planDoc decodes a plan and its head in one pass: planFields has the
+// fields of tfjson.Plan without its UnmarshalJSON method, so the decoder
+// fills them exactly as Plan.UnmarshalJSON does (which decodes into the same
+// method-less copy), and Errored sits beside them.
+type planDoc struct {
+	*planFields
+	Errored bool `json:"errored"`
+}
+
+type planFields tfjson.Plan
+
+// readPlan is ReadPlan that also returns the head fields. A well-formed plan
+// is decoded once (readPlanFast); anything else takes the careful path,
+// which reads the head first so every error names what is wrong.
 func readPlan(data []byte) (*tfjson.Plan, planHead, error) {
 	data = bytes.TrimSpace(data)
+	if plan, head, ok := readPlanFast(data); ok {
+		return plan, head, nil
+	}
+	return readPlanSlow(data)
+}
+
+// readPlanFast decodes the plan and its head in one pass. It reports ok only
+// when readPlanSlow would accept the same input with the same result: one
+// JSON value and nothing after it, a format_version it accepts, and the
+// checks of tfjson's Plan.Validate and checkPlanEntries. On any doubt it
+// returns !ok and the caller takes the slow path for the error message.
+func readPlanFast(data []byte) (*tfjson.Plan, planHead, bool) {
+	var head planHead
+	if len(data) == 0 {
+		return nil, head, false
+	}
+	doc := planDoc{planFields: &planFields{}}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return nil, head, false
+	}
+	if dec.InputOffset() != int64(len(data)) {
+		return nil, head, false
+	}
+	plan := (*tfjson.Plan)(doc.planFields)
+	if plan.FormatVersion == "" || checkFormatVersion(plan.FormatVersion) != nil || plan.Validate() != nil {
+		return nil, head, false
+	}
+	if checkPlanEntries(plan) != nil {
+		return nil, head, false
+	}
+	plan.UseJSONNumber(true)
+	v := plan.FormatVersion
+	return plan, planHead{FormatVersion: &v, Errored: doc.Errored}, true
+}
+
+// readPlanSlow reads the head first, then the plan.
+func readPlanSlow(data []byte) (*tfjson.Plan, planHead, error) {
 	var head planHead
 	if len(data) == 0 {
 		return nil, head, errors.New("plan JSON is empty")
@@ -100,20 +152,29 @@ func readPlan(data []byte) (*tfjson.Plan, planHead, error) {
 	if err := plan.UnmarshalJSON(data); err != nil {
 		return nil, head, fmt.Errorf("plan JSON: %w", jsonError(data, err))
 	}
+	if err := checkPlanEntries(plan); err != nil {
+		return nil, head, err
+	}
+	return plan, head, nil
+}
+
+// checkPlanEntries refuses null or address-less resource changes and null
+// output changes.
+func checkPlanEntries(plan *tfjson.Plan) error {
 	for i, rc := range plan.ResourceChanges {
 		if rc == nil || rc.Change == nil {
-			return nil, head, fmt.Errorf("plan JSON: resource_changes[%d] has no change", i)
+			return fmt.Errorf("plan JSON: resource_changes[%d] has no change", i)
 		}
 		if rc.Address == "" {
-			return nil, head, fmt.Errorf("plan JSON: resource_changes[%d] has no address", i)
+			return fmt.Errorf("plan JSON: resource_changes[%d] has no address", i)
 		}
 	}
 	for name, oc := range plan.OutputChanges {
 		if oc == nil {
-			return nil, head, fmt.Errorf("plan JSON: output_changes[%q] is null", name)
+			return fmt.Errorf("plan JSON: output_changes[%q] is null", name)
 		}
 	}
-	return plan, head, nil
+	return nil
 }
 
 // checkFormatVersion accepts major versions 0 and 1 (Terraform 0.12 to 1.x).
