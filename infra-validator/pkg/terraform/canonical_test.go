@@ -125,4 +125,3 @@ func FuzzCanonicalEncoder(f *testing.F) {
 		checkSameAsStd(t, canonicalChange{Address: s, Actions: []string{s}, Index: v, After: v, AfterUnknown: v})
 	})
 }
-
