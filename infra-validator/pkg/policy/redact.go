@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 )
 
@@ -104,6 +106,8 @@ func (c *collector) isSecretKey(key string) bool {
 // structure marks everything below as secret.
 func (c *collector) collect(v any, key string, secret bool) {
 	switch t := v.(type) {
+	case ast.Value:
+		c.collectAST(t, key, secret)
 	case map[string]any:
 		kind, _ := t["kind"].(string)
 		for k, child := range t {
@@ -121,14 +125,27 @@ func (c *collector) collect(v any, key string, secret bool) {
 			c.collect(child, key, secret)
 		}
 	case string:
-		if len(t) < minSecretLen {
-			return
-		}
-		if secret || c.isSecretKey(key) || (maybeSecretValue(t) && secretValue.MatchString(t)) {
-			addSecret(t, c.set)
-		}
+		c.collectString(t, key, secret)
 	}
 }
+
+func (c *collector) collectString(s, key string, secret bool) {
+	if len(s) < minSecretLen {
+		return
+	}
+	if secret || c.isSecretKey(key) || (maybeSecretValue(s) && secretValue.MatchString(s)) {
+		addSecret(s, c.set)
+	}
+}
+
+// Keys collectAST looks up, made once.
+var (
+	kindKey       = ast.StringTerm("kind")
+	sensitivePair = [2][2]*ast.Term{
+		{ast.StringTerm("after"), ast.StringTerm("after_sensitive")},
+		{ast.StringTerm("before"), ast.StringTerm("before_sensitive")},
+	}
+)
 
 // sensitive adds the strings of v where Terraform's sensitivity marks (true,
 // or a structure of marks) say they are sensitive.
@@ -165,4 +182,66 @@ func addSecret(s string, set map[string]bool) {
 			}
 		}
 	}
+}
+
+// collectAST is collect for an input given as an ast.Value (ParseJSON).
+func (c *collector) collectAST(v ast.Value, key string, secret bool) {
+	switch t := v.(type) {
+	case ast.Object:
+		kind := ""
+		if k := t.Get(kindKey); k != nil {
+			if s, ok := k.Value.(ast.String); ok {
+				kind = string(s)
+			}
+		}
+		t.Foreach(func(k, child *ast.Term) {
+			ks, _ := k.Value.(ast.String)
+			childSecret := secret || (kind == "Secret" && (ks == "data" || ks == "stringData"))
+			c.collectAST(child.Value, string(ks), childSecret)
+		})
+		for _, pair := range sensitivePair {
+			if marks := t.Get(pair[1]); marks != nil {
+				c.sensitiveAST(termValue(t.Get(pair[0])), marks.Value)
+			}
+		}
+	case *ast.Array:
+		t.Foreach(func(child *ast.Term) { c.collectAST(child.Value, key, secret) })
+	case ast.String:
+		c.collectString(string(t), key, secret)
+	}
+}
+
+// sensitiveAST is sensitive for ast.Values.
+func (c *collector) sensitiveAST(v, marks ast.Value) {
+	switch m := marks.(type) {
+	case ast.Boolean:
+		if m && v != nil {
+			c.collectAST(v, "", true)
+		}
+	case ast.Object:
+		vm, _ := v.(ast.Object)
+		m.Foreach(func(k, mk *ast.Term) {
+			var child ast.Value
+			if vm != nil {
+				child = termValue(vm.Get(k))
+			}
+			c.sensitiveAST(child, mk.Value)
+		})
+	case *ast.Array:
+		va, _ := v.(*ast.Array)
+		for i := 0; i < m.Len(); i++ {
+			var child ast.Value
+			if va != nil && i < va.Len() {
+				child = va.Elem(i).Value
+			}
+			c.sensitiveAST(child, m.Elem(i).Value)
+		}
+	}
+}
+
+func termValue(t *ast.Term) ast.Value {
+	if t == nil {
+		return nil
+	}
+	return t.Value
 }

@@ -225,9 +225,17 @@ func (v *Validator) checkPlan(ctx context.Context, file string, res *terraform.P
 
 // evalPlan evaluates the Terraform policies on plan JSON.
 func (v *Validator) evalPlan(ctx context.Context, file string, planJSON []byte) ([]report.Finding, error) {
-	doc, err := decodeJSON(planJSON)
-	if err != nil {
-		return nil, fmt.Errorf("plan JSON: %w", err)
+	// The plan goes straight to OPA's value, without a map[string]any in
+	// between; input ParseJSON does not take is decoded by encoding/json,
+	// which reports the error.
+	var doc any
+	if value, ok := policy.ParseJSON(planJSON); ok {
+		doc = value
+	} else {
+		var err error
+		if doc, err = decodeJSON(planJSON); err != nil {
+			return nil, fmt.Errorf("plan JSON: %w", err)
+		}
 	}
 	return v.engine.Eval(ctx, policy.KindTerraform, []policy.Document{{Path: file, Value: doc}})
 }

@@ -26,6 +26,25 @@ by_type := {t: rcs |
 # changes_of lists the changes of managed resources of one type.
 changes_of(type) := object.get(by_type, type, [])
 
+# live_by_type groups the changes of managed resources that create or update
+# them (creates_or_updates, inlined) by type: the action test runs once per
+# resource instead of once per rule, and the rules that read the planned
+# value walk only these. A function call per resource costs several times
+# an inline expression in OPA, which matters on plans of thousands of
+# resources.
+live_by_type := {t: live |
+	some t, rcs in by_type
+	live := [rc |
+		some rc in rcs
+		some action in object.get(rc, ["change", "actions"], [])
+		action in {"create", "update"}
+	]
+}
+
+# live_of lists the created or updated managed resources of one type: the
+# elements of changes_of(type) for which creates_or_updates holds.
+live_of(type) := object.get(live_by_type, type, [])
+
 actions(rc) := object.get(rc, ["change", "actions"], [])
 
 # creates_or_updates holds when the resource exists after the change.

@@ -17,34 +17,30 @@ flag_checks := {
 
 deny contains tf.result(rc, msg) if {
 	some type, attr in flag_checks
-	some rc in tf.changes_of(type)
-	tf.creates_or_updates(rc)
+	some rc in tf.live_of(type)
+	not rc.change.after[attr] == true
 	not tf.unknown(rc, attr)
-	object.get(tf.after(rc), attr, false) != true
 	msg := sprintf("%s: %s is not true, so the data is stored unencrypted", [rc.address, attr])
 }
 
 unverifiable contains tf.result(rc, msg) if {
 	some type, attr in flag_checks
-	some rc in tf.changes_of(type)
-	tf.creates_or_updates(rc)
+	some rc in tf.live_of(type)
 	tf.unknown(rc, attr)
 	msg := sprintf("%s: %s is known only after apply, so encryption cannot be checked", [rc.address, attr])
 }
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes_of("aws_instance")
-	tf.creates_or_updates(rc)
+	some rc in tf.live_of("aws_instance")
 	some block in ["root_block_device", "ebs_block_device"]
-	some i, dev in object.get(tf.after(rc), block, [])
+	some i, dev in rc.change.after[block]
 	object.get(dev, "encrypted", false) == false
 	not tf.unknown(rc, block)
 	msg := sprintf("%s: %s[%d] is not encrypted", [rc.address, block, i])
 }
 
 unverifiable contains tf.result(rc, msg) if {
-	some rc in tf.changes_of("aws_instance")
-	tf.creates_or_updates(rc)
+	some rc in tf.live_of("aws_instance")
 	some block in ["root_block_device", "ebs_block_device"]
 	tf.unknown(rc, block)
 	msg := sprintf("%s: %s is known only after apply, so encryption cannot be checked", [rc.address, block])
@@ -54,7 +50,7 @@ unverifiable contains tf.result(rc, msg) if {
 # aws_s3_bucket_server_side_encryption_configuration that points at it.
 deny contains tf.result(rc, msg) if {
 	some rc in tf.changes_of("aws_s3_bucket")
-	"create" in tf.actions(rc)
+	"create" in object.get(rc, ["change", "actions"], [])
 	count(object.get(tf.after(rc), "server_side_encryption_configuration", [])) == 0
 	not sse_configured(rc)
 	msg := sprintf("%s: new bucket has no server-side encryption configuration", [rc.address])

@@ -16,16 +16,14 @@ block_flags := ["block_public_acls", "block_public_policy", "ignore_public_acls"
 
 deny contains tf.result(rc, msg) if {
 	some type in ["aws_s3_bucket", "aws_s3_bucket_acl"]
-	some rc in tf.changes_of(type)
-	tf.creates_or_updates(rc)
-	acl := tf.after(rc).acl
+	some rc in tf.live_of(type)
+	acl := rc.change.after.acl
 	acl in public_acls
 	msg := sprintf("%s: canned ACL %q opens the bucket to the public", [rc.address, acl])
 }
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes_of("aws_s3_bucket_acl")
-	tf.creates_or_updates(rc)
+	some rc in tf.live_of("aws_s3_bucket_acl")
 	some policy in object.get(tf.after(rc), "access_control_policy", [])
 	some grant in object.get(policy, "grant", [])
 	some grantee in object.get(grant, "grantee", [])
@@ -34,8 +32,7 @@ deny contains tf.result(rc, msg) if {
 }
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes_of("aws_s3_bucket_public_access_block")
-	tf.creates_or_updates(rc)
+	some rc in tf.live_of("aws_s3_bucket_public_access_block")
 	some flag in block_flags
 	not tf.unknown(rc, flag)
 	object.get(tf.after(rc), flag, false) != true
@@ -43,8 +40,7 @@ deny contains tf.result(rc, msg) if {
 }
 
 deny contains tf.result(rc, msg) if {
-	some rc in tf.changes_of("aws_s3_bucket_policy")
-	tf.creates_or_updates(rc)
+	some rc in tf.live_of("aws_s3_bucket_policy")
 	some statement in statements(tf.after(rc).policy)
 	object.get(statement, "Effect", "") == "Allow"
 	any_principal(object.get(statement, "Principal", null))
@@ -54,8 +50,7 @@ deny contains tf.result(rc, msg) if {
 
 unverifiable contains tf.result(rc, msg) if {
 	some type, attrs in unknown_attrs
-	some rc in tf.changes_of(type)
-	tf.creates_or_updates(rc)
+	some rc in tf.live_of(type)
 	some attr in attrs
 	tf.unknown(rc, attr)
 	msg := sprintf("%s: %s is known only after apply, so public access cannot be checked", [rc.address, attr])

@@ -12,8 +12,7 @@ sg_types := ["aws_security_group", "aws_security_group_rule", "aws_vpc_security_
 
 deny contains tf.result(rc, msg) if {
 	some type in sg_types
-	some rc in tf.changes_of(type)
-	tf.creates_or_updates(rc)
+	some rc in tf.live_of(type)
 	some rule in ingress(rc)
 	some cidr in rule.cidrs
 	cidr in open_cidrs
@@ -24,8 +23,7 @@ deny contains tf.result(rc, msg) if {
 
 unverifiable contains tf.result(rc, msg) if {
 	some type in sg_types
-	some rc in tf.changes_of(type)
-	tf.creates_or_updates(rc)
+	some rc in tf.live_of(type)
 	some attr in unknown_attrs(rc)
 	tf.unknown(rc, attr)
 	msg := sprintf("%s: %s is known only after apply, so open admin ports cannot be ruled out", [rc.address, attr])
