@@ -251,3 +251,30 @@ func cleanRel(p string) string {
 func netipFromIP(ip net.IP) (netip.Addr, bool) {
 	return netip.AddrFromSlice(ip)
 }
+
+// MergeBase returns a best common ancestor of commits a and b, "" when they
+// share no history; of several (criss-cross merges) the smallest hash, so
+// the answer is stable. Pull-request previews are computed against it.
+func (r *Repo) MergeBase(a, b string) (string, error) {
+	r.c.mu.RLock()
+	defer r.c.mu.RUnlock()
+	ca, err := r.commit(a)
+	if err != nil {
+		return "", err
+	}
+	cb, err := r.commit(b)
+	if err != nil {
+		return "", err
+	}
+	bases, err := ca.MergeBase(cb)
+	if err != nil {
+		return "", fmt.Errorf("merge base of %s and %s: %w", short(a), short(b), err)
+	}
+	best := ""
+	for _, c := range bases {
+		if h := c.Hash.String(); best == "" || h < best {
+			best = h
+		}
+	}
+	return best, nil
+}
