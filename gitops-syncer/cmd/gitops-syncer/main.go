@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook/install"
 	"github.com/sluice-gitops/sluice/operator/api/version"
 )
 
@@ -39,6 +40,8 @@ func main() {
 	flag.StringVar(&tfPath, "terraform-path", "", "The terraform binary (default: terraform in PATH).")
 	flag.StringVar(&tfKubeconfig, "terraform-kubeconfig", "", "Kubeconfig terraform uses for its state in the control namespace (default: in-cluster).")
 	flag.StringVar(&kubeVersion, "kube-version", "", "Kubernetes version charts are rendered for.")
+	var hooks install.Options
+	hooks.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -74,6 +77,12 @@ func main() {
 	if err != nil {
 		logger.Error(err, "Setting up the syncer failed")
 		os.Exit(1)
+	}
+	if hooks.Enabled() {
+		if _, err := install.Install(s, hooks); err != nil {
+			logger.Error(err, "Setting up webhooks failed")
+			os.Exit(1)
+		}
 	}
 	logger.Info("Starting", "version", version.String("gitops-syncer"), "artifacts", s.ArtifactURL)
 	if err := s.Start(ctx); err != nil {
