@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "strings"
+
 // Identity is a prefixed principal: k8s:<username>, k8s-group:<group>,
 // github:<login>, gitlab:<username>, gitea:<username> or email:<address>.
 // +kubebuilder:validation:Pattern=`^(k8s|k8s-group|github|gitlab|gitea|email):[^\s:][^\s]*$`
@@ -119,4 +121,20 @@ type LocalObjectReference struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+}
+
+// caseInsensitivePrefixes are the identity kinds whose names the providers
+// treat as case-insensitive (logins, user names, e-mail addresses).
+var caseInsensitivePrefixes = []string{"github:", "gitlab:", "gitea:", "email:"}
+
+// Canonical returns the identity in the form used for comparisons: provider
+// logins and e-mail addresses lower-cased, Kubernetes users and groups (which
+// are case-sensitive) unchanged.
+func (i Identity) Canonical() Identity {
+	for _, p := range caseInsensitivePrefixes {
+		if strings.HasPrefix(string(i), p) {
+			return Identity(strings.ToLower(string(i)))
+		}
+	}
+	return i
 }

@@ -135,14 +135,16 @@ func Standing(cr *sluicev1.ChangeRequest, approvals []sluicev1.Approval) (map[sl
 			ignored = append(ignored, Ignored{Approval: a.Name, Approver: a.Spec.Approver, Decision: a.Spec.Decision, Why: IgnoredOtherDigest})
 			continue
 		}
-		prev, ok := standing[a.Spec.Approver]
+		// Provider logins are case-insensitive: GitHub's Alice is alice.
+		key := a.Spec.Approver.Canonical()
+		prev, ok := standing[key]
 		if !ok {
-			standing[a.Spec.Approver] = a
+			standing[key] = a
 			continue
 		}
 		older := a
 		if newer(a, prev) {
-			standing[a.Spec.Approver] = a
+			standing[key] = a
 			older = prev
 		}
 		ignored = append(ignored, Ignored{Approval: older.Name, Approver: older.Spec.Approver, Decision: older.Spec.Decision, Why: IgnoredSuperseded})
@@ -187,7 +189,7 @@ func Evaluate(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.Approv
 	slices.Sort(approvers)
 	for _, id := range approvers {
 		a := standing[id]
-		author := slices.Contains(cr.Spec.Authors, id)
+		author := isAuthor(cr, id)
 		allowed := rule.Allows(id, a.Spec.Groups, a.Spec.Source)
 		ign := Ignored{Approval: a.Name, Approver: id, Decision: a.Spec.Decision}
 		switch a.Spec.Decision {
@@ -250,7 +252,7 @@ func needed(cr *sluicev1.ChangeRequest, rule Rule, approvedBy []sluicev1.Identit
 		n.Approvals = missing
 	}
 	for _, c := range rule.Candidates() {
-		if slices.Contains(approvedBy, c) || (!rule.AllowAuthor && slices.Contains(cr.Spec.Authors, c)) {
+		if slices.Contains(approvedBy, c) || (!rule.AllowAuthor && isAuthor(cr, c)) {
 			continue
 		}
 		n.Candidates = append(n.Candidates, c)
@@ -284,4 +286,16 @@ func joinIDs(ids []sluicev1.Identity) string {
 		s[i] = string(id)
 	}
 	return strings.Join(s, ", ")
+}
+
+// isAuthor reports whether id is one of the change's authors, comparing
+// canonical identities.
+func isAuthor(cr *sluicev1.ChangeRequest, id sluicev1.Identity) bool {
+	id = id.Canonical()
+	for _, a := range cr.Spec.Authors {
+		if a.Canonical() == id {
+			return true
+		}
+	}
+	return false
 }

@@ -315,6 +315,33 @@ func TestEvaluate(t *testing.T) {
 			wantPassed: true, wantReason: sluicev1.ReasonApprovalsMet, wantApproved: []string{"github:alice", "k8s:bob"},
 		},
 		{
+			name: "provider logins compare case-insensitively, so GitHub's Alice is the allowed alice", cr: change(), rule: two,
+			approvals: []sluicev1.Approval{
+				approval("a1", "github:Alice", sluicev1.DecisionApprove, 1),
+				approval("a2", "github:ALICE", sluicev1.DecisionApprove, 2),
+			},
+			wantReason: sluicev1.ReasonAwaitingApprovals, wantApproved: []string{"github:alice"}, wantNeeded: 1,
+			wantIgnored: []IgnoreReason{IgnoredSuperseded},
+		},
+		{
+			name: "an author is recognised whatever the case of the login", cr: change(), rule: two,
+			approvals: []sluicev1.Approval{
+				approval("a1", "github:Dave", sluicev1.DecisionApprove, 1),
+				approval("a2", "k8s:bob", sluicev1.DecisionApprove, 2),
+			},
+			wantReason: sluicev1.ReasonAwaitingApprovals, wantApproved: []string{"k8s:bob"}, wantNeeded: 1,
+			wantIgnored: []IgnoreReason{IgnoredAuthor},
+		},
+		{
+			name: "Kubernetes user names stay case-sensitive", cr: change(), rule: two,
+			approvals: []sluicev1.Approval{
+				approval("a1", "k8s:Bob", sluicev1.DecisionApprove, 1),
+				approval("a2", "k8s:bob", sluicev1.DecisionApprove, 2),
+			},
+			wantReason: sluicev1.ReasonAwaitingApprovals, wantApproved: []string{"k8s:bob"}, wantNeeded: 1,
+			wantIgnored: []IgnoreReason{IgnoredNotAllowed},
+		},
+		{
 			name: "the same approver approving twice counts once", cr: change(), rule: two,
 			approvals: []sluicev1.Approval{
 				approval("a1", "github:alice", sluicev1.DecisionApprove, 1),

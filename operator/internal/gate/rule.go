@@ -142,7 +142,10 @@ func Strictest(sources ...Source) Rule {
 
 // normalizeList sorts and de-duplicates a list (a copy).
 func normalizeList(l []sluicev1.Identity) sluicev1.ApproverList {
-	out := slices.Clone(l)
+	out := make(sluicev1.ApproverList, len(l))
+	for i, id := range l {
+		out[i] = id.Canonical()
+	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }
