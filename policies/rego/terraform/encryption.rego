@@ -59,18 +59,29 @@ deny contains tf.result(rc, msg) if {
 sse_type := "aws_s3_bucket_server_side_encryption_configuration"
 
 # sse_configured holds when the configuration has an SSE resource whose bucket
-# expression references this bucket, or a planned SSE resource names it.
+# expression references this bucket, or a planned SSE resource names it. The
+# references and bucket names are gathered once per plan (sse_refs,
+# sse_buckets), so checking many new buckets stays linear in the plan size.
 sse_configured(rc) if {
+	some ref in {sprintf("%s.%s", [rc.type, rc.name]), sprintf("%s.%s.id", [rc.type, rc.name]), sprintf("%s.%s.bucket", [rc.type, rc.name])}
+	ref in sse_refs
+}
+
+sse_configured(rc) if {
+	name := tf.after(rc).bucket
+	is_string(name)
+	name in sse_buckets
+}
+
+# sse_refs are the bucket references of the SSE resources in the configuration.
+sse_refs contains ref if {
 	walk(object.get(input, "configuration", {}), [_, res])
 	is_object(res)
 	object.get(res, "type", "") == sse_type
 	some ref in object.get(res, ["expressions", "bucket", "references"], [])
-	ref in {sprintf("%s.%s", [rc.type, rc.name]), sprintf("%s.%s.id", [rc.type, rc.name]), sprintf("%s.%s.bucket", [rc.type, rc.name])}
 }
 
-sse_configured(rc) if {
+# sse_buckets are the bucket names of the planned SSE resources.
+sse_buckets contains tf.after(other).bucket if {
 	some other in tf.changes_of(sse_type)
-	name := tf.after(rc).bucket
-	is_string(name)
-	tf.after(other).bucket == name
 }

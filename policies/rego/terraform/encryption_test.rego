@@ -34,6 +34,16 @@ test_pass_bucket_with_sse_resource if {
 	count(enc.deny) == 0 with input as p
 }
 
+test_pass_bucket_named_by_planned_sse if {
+	p := plan([
+		rc("aws_s3_bucket", "a", {"bucket": "bucket-a"}, {}),
+		rc("aws_s3_bucket", "b", {"bucket": "bucket-b"}, {}),
+		rc("aws_s3_bucket_server_side_encryption_configuration", "a", {"bucket": "bucket-a"}, {}),
+	])
+	got := enc.deny with input as p
+	{r.resource | some r in got} == {"aws_s3_bucket.b"}
+}
+
 test_fail_unencrypted_volume if {
 	got := enc.deny with input as plan([rc("aws_ebs_volume", "v", {"encrypted": false}, {})])
 	count(got) == 1
