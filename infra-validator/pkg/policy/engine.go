@@ -447,6 +447,16 @@ func (e *Engine) Eval(ctx context.Context, kind Kind, docs []Document) ([]report
 	default:
 		return nil, fmt.Errorf("unknown input kind %q", kind)
 	}
+	inputs := make([]any, 0, len(docs))
+	for _, d := range docs {
+		inputs = append(inputs, d.Value)
+	}
+	// The secrets Redact needs are gathered while the policies run (on a
+	// core that is usually idle then; a large plan takes milliseconds to
+	// walk). The channel is buffered, so an early return leaks nothing.
+	secretsCh := make(chan []string, 1)
+	go func() { secretsCh <- secretsOf(inputs...) }()
+
 	var findings []report.Finding
 	for _, d := range docs {
 		fs, err := e.evalSet(ctx, perDoc, d.Value, d.Path, d.Value)
@@ -470,11 +480,10 @@ func (e *Engine) Eval(ctx context.Context, kind Kind, docs []Document) ([]report
 		}
 		findings = append(findings, fs...)
 	}
-	inputs := make([]any, 0, len(docs))
-	for _, d := range docs {
-		inputs = append(inputs, d.Value)
+	secrets := <-secretsCh
+	if len(findings) > 0 {
+		findings = redactWith(findings, secrets)
 	}
-	findings = Redact(findings, inputs...)
 	report.SortFindings(findings)
 	return findings, nil
 }

@@ -35,25 +35,37 @@ func Redact(findings []report.Finding, inputs ...any) []report.Finding {
 	if len(findings) == 0 {
 		return findings
 	}
+	return redactWith(findings, secretsOf(inputs...))
+}
+
+// secretsOf gathers the secret strings of the inputs, longest first, so a
+// secret is replaced whole before any of its lines.
+func secretsOf(inputs ...any) []string {
 	c := collector{set: map[string]bool{}, secretKey: map[string]bool{}}
 	for _, in := range inputs {
 		c.collect(in, "", false)
 	}
-	set := c.set
-	if len(set) == 0 {
-		return findings
+	if len(c.set) == 0 {
+		return nil
 	}
-	secrets := make([]string, 0, len(set))
-	for s := range set {
+	secrets := make([]string, 0, len(c.set))
+	for s := range c.set {
 		secrets = append(secrets, s)
 	}
-	// Longest first, so a secret is replaced whole before any of its lines.
 	sort.Slice(secrets, func(i, j int) bool {
 		if len(secrets[i]) != len(secrets[j]) {
 			return len(secrets[i]) > len(secrets[j])
 		}
 		return secrets[i] < secrets[j]
 	})
+	return secrets
+}
+
+// redactWith replaces the secrets (from secretsOf) in the findings.
+func redactWith(findings []report.Finding, secrets []string) []report.Finding {
+	if len(secrets) == 0 {
+		return findings
+	}
 	for i := range findings {
 		findings[i].Message = redactString(findings[i].Message, secrets)
 		findings[i].Resource = redactString(findings[i].Resource, secrets)
