@@ -1,0 +1,73 @@
+package chart_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+)
+
+// repoRoot is the repository root (where go.work is), from this package.
+const repoRoot = "../../.."
+
+var usageFlag = regexp.MustCompile(`(?m)^\s+-([a-z0-9][a-z0-9-]*)\b`)
+
+// buildCommands builds the commands (through the workspace, as `make
+// build` does) into one folder, with one go invocation for both.
+func buildCommands(t *testing.T, pkgs ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(os.PathSeparator)}, pkgs...)...)
+	cmd.Dir = repoRoot
+	// The workspace holds every module; a caller's GOWORK=off would hide
+	// the syncer from the operator module.
+	cmd.Env = append(os.Environ(), "GOWORK=")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build %v: %s", pkgs, out)
+	return dir
+}
+
+// usageFlags runs the binary with -help and returns the flags its usage
+// lists.
+func usageFlags(t *testing.T, binary string) map[string]bool {
+	t.Helper()
+	out, err := exec.Command(binary, "-help").CombinedOutput()
+	require.NoError(t, err, "%s -help: %s", binary, out)
+	flags := map[string]bool{}
+	for _, m := range usageFlag.FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	require.NotEmpty(t, flags, "no flags in the usage of %s", binary)
+	return flags
+}
+
+// TestChart_argumentsAreFlagsTheBinariesKnow: a flag the binary does not
+// define makes the pod exit at start, so every argument the chart passes,
+// with every optional feature turned on, must be one of the binary's flags.
+func TestChart_argumentsAreFlagsTheBinariesKnow(t *testing.T) {
+	r := renderChart(t, `
+operator: {watchNamespaces: [team-a]}
+syncer:
+  watchNamespaces: [team-a]
+  allowFileURLs: true
+  terraform: {path: /usr/local/bin/terraform, kubeconfigSecret: tf}
+  statusProvider: {name: github, baseURL: 'https://api.github.example', tokenSecret: gh}
+`)
+	require.Empty(t, r.denies())
+	bin := buildCommands(t, "./operator/cmd/operator", "./gitops-syncer/cmd/gitops-syncer")
+	for deployment, binary := range map[string]string{"sluice-operator": "operator", "sluice-syncer": "gitops-syncer"} {
+		t.Run(deployment, func(t *testing.T) {
+			known := usageFlags(t, filepath.Join(bin, binary))
+			for _, a := range find[*appsv1.Deployment](t, r, deployment).Spec.Template.Spec.Containers[0].Args {
+				name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+				assert.True(t, known[name], "%s passes --%s, which %s does not define", deployment, name, binary)
+			}
+		})
+	}
+}
