@@ -50,6 +50,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -173,6 +174,9 @@ type ruleRef struct {
 	exception *string
 }
 
+// maxParts bounds the parallel queries of one evaluation.
+const maxParts = 2
+
 // querySet is a query that evaluates a list of rules at once. It is
 // prepared on first use, so a run that never evaluates a kind never pays
 // for it.
@@ -184,6 +188,10 @@ type querySet struct {
 	once  sync.Once
 	query rego.PreparedEvalQuery
 	err   error
+
+	// parts, when set, hold the same rules split by namespace into queries
+	// evaluated side by side (splitByNamespace).
+	parts []*querySet
 }
 
 // prepared returns the prepared query, preparing it once.
@@ -396,7 +404,14 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 			}
 			return rules[i].name < rules[j].name
 		})
-		return &querySet{rules: rules, compiler: compiler, store: store}, nil
+		qs := &querySet{rules: rules, compiler: compiler, store: store}
+		// With more than one core, a set spanning several namespaces is
+		// evaluated as parallel queries: policy evaluation is most of the
+		// time a large plan takes.
+		for _, part := range splitByNamespace(rules, min(runtime.GOMAXPROCS(0), maxParts)) {
+			qs.parts = append(qs.parts, &querySet{rules: part, compiler: compiler, store: store})
+		}
+		return qs, nil
 	}
 	if e.terraform, err = prepare(tfRules); err != nil {
 		return nil, err
@@ -510,13 +525,74 @@ func (e *Engine) evalSet(ctx context.Context, qs *querySet, input any, file stri
 	if qs == nil || len(qs.rules) == 0 {
 		return nil, nil
 	}
-	query, err := qs.prepared(ctx)
-	if err != nil {
-		return nil, err
-	}
 	value, err := ast.InterfaceToValue(input)
 	if err != nil {
 		return nil, fmt.Errorf("convert input: %w", err)
+	}
+	if len(qs.parts) == 0 {
+		return e.evalQuery(ctx, qs, value, file, obj)
+	}
+	// The parts run side by side on the same input, which evaluation only
+	// reads; their findings are joined in part order and sorted by Eval.
+	type result struct {
+		findings []report.Finding
+		err      error
+	}
+	results := make([]result, len(qs.parts))
+	var wg sync.WaitGroup
+	for i, part := range qs.parts[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fs, err := e.evalQuery(ctx, part, value, file, obj)
+			results[i+1] = result{fs, err}
+		}()
+	}
+	fs, err := e.evalQuery(ctx, qs.parts[0], value, file, obj)
+	results[0] = result{fs, err}
+	wg.Wait()
+	var findings []report.Finding
+	for _, r := range results {
+		if r.err != nil {
+			return nil, r.err
+		}
+		findings = append(findings, r.findings...)
+	}
+	return findings, nil
+}
+
+// splitByNamespace divides rules (sorted by namespace) into at most n parts
+// of whole namespaces, dealt in turn; each part is one query, evaluated on
+// its own core. A namespace stays in one part because its rules often share
+// a helper rule that OPA evaluates once per query. Nil when there are fewer
+// than two namespaces or n < 2.
+func splitByNamespace(rules []ruleRef, n int) [][]ruleRef {
+	var namespaces []string
+	for i, r := range rules {
+		if i == 0 || r.namespace != rules[i-1].namespace {
+			namespaces = append(namespaces, r.namespace)
+		}
+	}
+	if n < 2 || len(namespaces) < 2 {
+		return nil
+	}
+	n = min(n, len(namespaces))
+	part := make(map[string]int, len(namespaces))
+	for i, ns := range namespaces {
+		part[ns] = i % n
+	}
+	parts := make([][]ruleRef, n)
+	for _, r := range rules {
+		parts[part[r.namespace]] = append(parts[part[r.namespace]], r)
+	}
+	return parts
+}
+
+// evalQuery evaluates one prepared query against a converted input.
+func (e *Engine) evalQuery(ctx context.Context, qs *querySet, value ast.Value, file string, obj any) ([]report.Finding, error) {
+	query, err := qs.prepared(ctx)
+	if err != nil {
+		return nil, err
 	}
 	rs, err := query.Eval(ctx, rego.EvalParsedInput(value))
 	if err != nil {
