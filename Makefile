@@ -37,11 +37,15 @@ $(CONTROLLER_GEN):
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and CRD YAML with controller-gen.
 	cd operator/api && $(CONTROLLER_GEN) object paths=./v1alpha1/...
 	cd operator/api && $(CONTROLLER_GEN) crd paths=./v1alpha1/... output:crd:artifacts:config=crds
+	@# charts/sluice ships copies (a chart installs from its folder alone); a drift test guards them.
+	rm -f charts/sluice/crds/*.yaml && cp operator/api/crds/*.yaml charts/sluice/crds/
+	cp operator/config/admission/policies.yaml charts/sluice/files/admission-policies.yaml
+	cp operator/config/rbac/users.yaml charts/sluice/files/user-roles.yaml
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files are stale.
-	@if [ -n "$$(git status --porcelain -- operator/api)" ]; then \
-	  echo "generated files are stale; run 'make generate' and commit:"; git status --porcelain -- operator/api; git --no-pager diff --stat -- operator/api; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- operator/api charts/sluice)" ]; then \
+	  echo "generated files are stale; run 'make generate' and commit:"; git status --porcelain -- operator/api charts/sluice; git --no-pager diff --stat -- operator/api charts/sluice; exit 1; fi
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver and etcd for tests (once; cached in bin/k8s).
