@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"os"
 	"path"
 	"path/filepath"
@@ -55,7 +56,7 @@ func asManifestError(err error, target **manifest.Error) bool { return errors.As
 // deterministic, so a pass interrupted anywhere resumes without creating
 // anything twice. It returns the name of a newly created ChangeRequest.
 func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, plan *changePlan) (string, error) {
-	logger := log.FromContext(ctx).WithValues("release", plan.release.Name, "revision", short(plan.revision))
+	logger := log.FromContext(ctx).WithValues("release", plan.release.Name, "revision", changespec.Short(plan.revision))
 	fsys, err := cache.FS(plan.revision)
 	if err != nil {
 		return "", err
@@ -143,7 +144,7 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 			r.Metrics.ChangeRequestsCreated.WithLabelValues(string(cr.Spec.Verdict.Result)).Inc()
 		}
 		r.event(plan.release, corev1.EventTypeNormal, eventChangeRequestCreated,
-			fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, short(plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
+			fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, changespec.Short(plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
 		logger.Info("Created ChangeRequest", "changeRequest", cr.Name, "verdict", cr.Spec.Verdict.Result)
 		if h := r.Hooks.AfterChangeRequestCreated; h != nil {
 			if err := h(cr); err != nil {
@@ -157,7 +158,7 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 		}
 		return cr.Name, r.recordSynced(ctx, plan, cr)
 	}
-	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, short(plan.revision))
+	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, changespec.Short(plan.revision))
 }
 
 // resumePoint finds where to continue: the ChangeRequest already made for
@@ -258,8 +259,8 @@ func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache
 		Release:         rel.Name,
 		Revision:        plan.revision,
 		Attempt:         attempt,
-		Authors:         identities(emails),
-		CommitMessage:   truncate(commit.Message, 4000),
+		Authors:         changespec.EmailIdentities(emails),
+		CommitMessage:   changespec.Truncate(commit.Message, 4000),
 		TargetNamespace: rel.Spec.TargetNamespace,
 		Delivery:        rel.Spec.Delivery,
 		Artifact:        sluicev1.ArtifactReference{URL: key.URL(r.ArtifactBaseURL), SHA256: sluicev1.Digest(art.SHA256)},
@@ -284,8 +285,8 @@ func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache
 		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "terraform.modules",
 			Message: plan.inputsErr.Error(), File: path.Join(string(rel.Spec.SourcePath), manifest.FileName)})
 	}
-	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = cleanFindings(findings, spec.Verdict.FindingsTruncated)
-	spec.Verdict.Result = verdictResult(spec.Verdict.Result, spec.Verdict.Findings)
+	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = changespec.CleanFindings(findings, spec.Verdict.FindingsTruncated)
+	spec.Verdict.Result = changespec.VerdictResult(spec.Verdict.Result, spec.Verdict.Findings)
 	if spec.Verdict.Risk == "" {
 		spec.Verdict.Risk = sluicev1.RiskHigh
 	}
@@ -317,51 +318,6 @@ func hasDeny(findings []sluicev1.Finding, source string) bool {
 		}
 	}
 	return false
-}
-
-// cleanFindings redacts URL credentials, trims fields to the API's limits
-// and keeps at most 500 findings, counting the rest.
-func cleanFindings(in []sluicev1.Finding, truncated int32) ([]sluicev1.Finding, int32) {
-	const max = 500
-	out := make([]sluicev1.Finding, 0, len(in))
-	for _, f := range in {
-		if len(out) == max {
-			truncated++
-			continue
-		}
-		f.Message = truncate(git.Redact(f.Message), 2000)
-		if f.Message == "" {
-			f.Message = "(no message)"
-		}
-		f.Source = truncate(f.Source, 60)
-		f.Policy = truncate(f.Policy, 250)
-		f.Resource = truncate(git.Redact(f.Resource), 500)
-		f.File = truncate(f.File, 500)
-		switch f.Severity {
-		case sluicev1.SeverityDeny, sluicev1.SeverityWarn, sluicev1.SeverityUnverifiable, sluicev1.SeverityInfo:
-		default:
-			f.Severity = sluicev1.SeverityDeny // unknown severities never pass silently
-		}
-		out = append(out, f)
-	}
-	return out, truncated
-}
-
-// verdictResult is the validator's result, made stricter by the findings.
-func verdictResult(current sluicev1.VerdictResult, findings []sluicev1.Finding) sluicev1.VerdictResult {
-	res := sluicev1.VerdictPass
-	for _, f := range findings {
-		switch f.Severity {
-		case sluicev1.SeverityDeny:
-			return sluicev1.VerdictFail
-		case sluicev1.SeverityWarn:
-			res = sluicev1.VerdictWarn
-		}
-	}
-	if current == sluicev1.VerdictFail || (current == sluicev1.VerdictWarn && res == sluicev1.VerdictPass) {
-		return current
-	}
-	return res
 }
 
 // writePlanSecrets stores the plan file in "<cr>-plan", then "-plan-1"…,

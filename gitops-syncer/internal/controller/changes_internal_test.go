@@ -3,6 +3,7 @@ package controller
 import (
 	"bytes"
 	"context"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -59,11 +60,11 @@ func TestWritePlanSecrets_splitsPastTheChunkSizeAndReassembles(t *testing.T) {
 func TestVerdictResult_findingsOnlyMakeItStricter(t *testing.T) {
 	deny := sluicev1.Finding{Severity: sluicev1.SeverityDeny, Message: "no"}
 	warn := sluicev1.Finding{Severity: sluicev1.SeverityWarn, Message: "hm"}
-	assert.Equal(t, sluicev1.VerdictFail, verdictResult(sluicev1.VerdictPass, []sluicev1.Finding{deny}))
-	assert.Equal(t, sluicev1.VerdictWarn, verdictResult(sluicev1.VerdictPass, []sluicev1.Finding{warn}))
-	assert.Equal(t, sluicev1.VerdictFail, verdictResult(sluicev1.VerdictFail, nil))
-	assert.Equal(t, sluicev1.VerdictWarn, verdictResult(sluicev1.VerdictWarn, nil))
-	assert.Equal(t, sluicev1.VerdictPass, verdictResult(sluicev1.VerdictPass, nil))
+	assert.Equal(t, sluicev1.VerdictFail, changespec.VerdictResult(sluicev1.VerdictPass, []sluicev1.Finding{deny}))
+	assert.Equal(t, sluicev1.VerdictWarn, changespec.VerdictResult(sluicev1.VerdictPass, []sluicev1.Finding{warn}))
+	assert.Equal(t, sluicev1.VerdictFail, changespec.VerdictResult(sluicev1.VerdictFail, nil))
+	assert.Equal(t, sluicev1.VerdictWarn, changespec.VerdictResult(sluicev1.VerdictWarn, nil))
+	assert.Equal(t, sluicev1.VerdictPass, changespec.VerdictResult(sluicev1.VerdictPass, nil))
 }
 
 func TestCleanFindings_redactsAndBounds(t *testing.T) {
@@ -71,7 +72,7 @@ func TestCleanFindings_redactsAndBounds(t *testing.T) {
 	for range 600 {
 		in = append(in, sluicev1.Finding{Severity: sluicev1.SeverityInfo, Message: "x"})
 	}
-	out, truncated := cleanFindings(in, 0)
+	out, truncated := changespec.CleanFindings(in, 0)
 	assert.Len(t, out, 500)
 	assert.EqualValues(t, 101, truncated)
 	assert.Equal(t, sluicev1.SeverityDeny, out[0].Severity, "unknown severities never pass silently")
@@ -80,12 +81,12 @@ func TestCleanFindings_redactsAndBounds(t *testing.T) {
 
 func TestIdentities_keepOnlyValidEmails(t *testing.T) {
 	assert.Equal(t, []sluicev1.Identity{"email:a@example.com", "email:b@example.com"},
-		identities([]string{"a@example.com", "", "b@example.com", "a@example.com", "bad email@x", ":x@y"}))
+		changespec.EmailIdentities([]string{"a@example.com", "", "b@example.com", "a@example.com", "bad email@x", ":x@y"}))
 }
 
 func TestTruncate_keepsValidUTF8(t *testing.T) {
-	assert.Equal(t, "abc", truncate("abc", 10))
-	assert.Equal(t, "ab…", truncate("abcdef", 2))
-	assert.Equal(t, "a…", truncate("aé", 2), "never cuts inside a rune")
-	assert.Equal(t, "a\uFFFDb", truncate("a\xffb", 10))
+	assert.Equal(t, "abc", changespec.Truncate("abc", 10))
+	assert.Equal(t, "ab…", changespec.Truncate("abcdef", 2))
+	assert.Equal(t, "a…", changespec.Truncate("aé", 2), "never cuts inside a rune")
+	assert.Equal(t, "a\uFFFDb", changespec.Truncate("a\xffb", 10))
 }

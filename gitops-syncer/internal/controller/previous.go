@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"io/fs"
 	"path"
 
@@ -68,7 +69,7 @@ func (r *RepositoryReconciler) previousFor(cache *git.Repo, plan *changePlan, di
 // manifest.
 func extractRevision(cache *git.Repo, rel *sluicev1.Release, env, rev, dir string) (*manifest.Service, error) {
 	if !cache.HasCommit(rev) {
-		return nil, fmt.Errorf("commit %s is not in the local git cache", short(rev))
+		return nil, fmt.Errorf("commit %s is not in the local git cache", changespec.Short(rev))
 	}
 	fsys, err := cache.FS(rev)
 	if err != nil {
@@ -79,20 +80,20 @@ func extractRevision(cache *git.Repo, rel *sluicev1.Release, env, rev, dir strin
 	data, err := fs.ReadFile(fsys, file)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s does not exist at %s", file, short(rev))
+			return nil, fmt.Errorf("%s does not exist at %s", file, changespec.Short(rev))
 		}
-		return nil, fmt.Errorf("read %s at %s: %w", file, short(rev), err)
+		return nil, fmt.Errorf("read %s at %s: %w", file, changespec.Short(rev), err)
 	}
 	svc, err := manifest.Parse(data, file)
 	if err != nil {
-		return nil, fmt.Errorf("at %s: %w", short(rev), err)
+		return nil, fmt.Errorf("at %s: %w", changespec.Short(rev), err)
 	}
 	svc.Dir = svcDir
 	if svc.Name != rel.Spec.Service {
-		return nil, fmt.Errorf("%s at %s names service %q, not %q", file, short(rev), svc.Name, rel.Spec.Service)
+		return nil, fmt.Errorf("%s at %s names service %q, not %q", file, changespec.Short(rev), svc.Name, rel.Spec.Service)
 	}
 	if _, ok := svc.Environment(env); !ok {
-		return nil, fmt.Errorf("%s at %s has no environment %q", file, short(rev), env)
+		return nil, fmt.Errorf("%s at %s has no environment %q", file, changespec.Short(rev), env)
 	}
 	paths := []string{svcDir}
 	for _, d := range []string{svc.ChartDir(), svc.TerraformDir()} {
@@ -102,10 +103,10 @@ func extractRevision(cache *git.Repo, rel *sluicev1.Release, env, rev, dir strin
 	}
 	art, err := artifact.Build(fsys, paths)
 	if err != nil {
-		return nil, fmt.Errorf("collect inputs at %s: %w", short(rev), err)
+		return nil, fmt.Errorf("collect inputs at %s: %w", changespec.Short(rev), err)
 	}
 	if err := artifact.Extract(art.TarGz, dir); err != nil {
-		return nil, fmt.Errorf("extract inputs at %s: %w", short(rev), err)
+		return nil, fmt.Errorf("extract inputs at %s: %w", changespec.Short(rev), err)
 	}
 	return svc, nil
 }

@@ -3,8 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"path"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,18 +74,10 @@ func desiredRelease(repo *sluicev1.Repository, svc *manifest.Service, envName st
 		Values:          values,
 		Terraform:       tf,
 		Delivery:        sluicev1.Delivery(env.Delivery),
-		Rule:            ruleOf(env.Approval),
+		Rule:            changespec.RuleOf(env.Approval),
 		Owners:          svc.Owners,
 	}
 	return rel, nil
-}
-
-func ruleOf(a manifest.Approval) sluicev1.ApprovalRule {
-	rule := sluicev1.ApprovalRule{Required: int32(a.Required), AllowAuthor: a.AllowAuthor, AutoApproveRisk: sluicev1.AutoApproveRisk(a.AutoApproveRisk)}
-	for _, id := range a.Approvers {
-		rule.Approvers = append(rule.Approvers, sluicev1.Identity(id))
-	}
-	return rule
 }
 
 // ensureRelease creates the Release or brings its spec and labels in line,
@@ -148,17 +140,6 @@ func (p *syncPass) ensureRelease(ctx context.Context, want *sluicev1.Release, ex
 	return patched, nil
 }
 
-// targetAllowed reports whether ns matches one of the Repository's
-// targetNamespaces globs.
-func targetAllowed(repo *sluicev1.Repository, ns string) bool {
-	for _, pattern := range repo.Spec.TargetNamespaces {
-		if ok, err := path.Match(pattern, ns); err == nil && ok {
-			return true
-		}
-	}
-	return false
-}
-
 // syncRelease brings one release up to date with the head commit: nothing
 // when its inputs hash as before (and no re-plan is asked), otherwise an
 // artifact, a validation and a ChangeRequest.
@@ -194,7 +175,7 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 		replan:    replanRequested(rel),
 		inputsErr: e.InputsErr,
 	}
-	if !targetAllowed(p.repo, want.Spec.TargetNamespace) {
+	if !changespec.TargetAllowed(p.repo, want.Spec.TargetNamespace) {
 		plan.extraFindings = append(plan.extraFindings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "targetNamespaces",
 			Message: fmt.Sprintf("target namespace %q is not in the Repository's targetNamespaces", want.Spec.TargetNamespace), File: path.Join(e.Dir, manifest.FileName)})
 	}
@@ -255,21 +236,5 @@ func (r *RepositoryReconciler) event(obj runtime.Object, eventType, reason, msg 
 	if r.Recorder == nil {
 		return
 	}
-	r.Recorder.Eventf(obj, nil, eventType, reason, "Sync", "%s", truncate(msg, 1024))
-}
-
-// identities turns commit emails into "email:" identities, dropping any
-// that the API's Identity pattern would refuse.
-func identities(emails []string) []sluicev1.Identity {
-	var out []sluicev1.Identity
-	seen := map[string]bool{}
-	for _, e := range emails {
-		e = strings.TrimSpace(e)
-		if e == "" || strings.ContainsAny(e, " \t\r\n") || strings.HasPrefix(e, ":") || len(e) > 300 || seen[e] {
-			continue
-		}
-		seen[e] = true
-		out = append(out, sluicev1.Identity("email:"+e))
-	}
-	return out
+	r.Recorder.Eventf(obj, nil, eventType, reason, "Sync", "%s", changespec.Truncate(msg, 1024))
 }

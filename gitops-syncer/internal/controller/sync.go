@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"os"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -102,7 +102,7 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, repo *sluicev1
 	requested := repo.Annotations[sluicev1.AnnotationReconcileRequestedAt]
 	if r.idle(key, repo, head, owned.Items) && requested == repo.Status.LastHandledReconcileAt {
 		if c := meta.FindStatusCondition(repo.Status.Conditions, sluicev1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-			setReady(repo, metav1.ConditionTrue, sluicev1.ReasonSucceeded, "up to date at "+short(head), false)
+			setReady(repo, metav1.ConditionTrue, sluicev1.ReasonSucceeded, "up to date at "+changespec.Short(head), false)
 		}
 		return ctrl.Result{RequeueAfter: interval(repo)}, nil
 	}
@@ -180,7 +180,7 @@ func (p *syncPass) run(ctx context.Context) error {
 			return fmt.Errorf("check history: %w", err)
 		}
 		if !ok {
-			msg := fmt.Sprintf("history rewritten: %s does not descend from the last synced commit %s; changes are computed by comparing trees, nothing is rolled back", short(p.head), short(last))
+			msg := fmt.Sprintf("history rewritten: %s does not descend from the last synced commit %s; changes are computed by comparing trees, nothing is rolled back", changespec.Short(p.head), changespec.Short(last))
 			p.notes = append(p.notes, msg)
 			p.r.event(p.repo, corev1.EventTypeWarning, sluicev1.ReasonHistoryRewritten, msg)
 			logger.Info("History rewritten", "head", p.head, "lastSynced", last)
@@ -203,7 +203,7 @@ func (p *syncPass) run(ctx context.Context) error {
 	entries, err := catalog.Discover(fsys, servicesPath, scratch)
 	if errors.Is(err, catalog.ErrNoServicesPath) {
 		// Never prune on a missing folder: it is far likelier a mistake.
-		p.problem(sluicev1.ReasonInvalidSpec, fmt.Sprintf("services folder %q not found at %s", servicesPath, short(p.head)))
+		p.problem(sluicev1.ReasonInvalidSpec, fmt.Sprintf("services folder %q not found at %s", servicesPath, changespec.Short(p.head)))
 		return nil
 	}
 	if err != nil {
@@ -289,8 +289,8 @@ func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 	repo := p.repo
 	if len(p.retry) > 0 {
 		msg := "some releases failed and are retried: " + strings.Join(p.retry, "; ")
-		setReady(repo, metav1.ConditionFalse, sluicev1.ReasonGitOperationFailed, truncate(msg, 1024), false)
-		return ctrl.Result{}, fmt.Errorf("sync %s: %d release(s) failed", short(p.head), len(p.retry))
+		setReady(repo, metav1.ConditionFalse, sluicev1.ReasonGitOperationFailed, changespec.Truncate(msg, 1024), false)
+		return ctrl.Result{}, fmt.Errorf("sync %s: %d release(s) failed", changespec.Short(p.head), len(p.retry))
 	}
 	// Everything that can be done at this commit is done.
 	repo.Status.LastSyncedCommit = p.head
@@ -306,17 +306,17 @@ func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 			parts = append(parts, strings.Join(p.problems[reason], "; "))
 		}
 		parts = append(parts, p.notes...)
-		msg := fmt.Sprintf("synced %s with problems: %s", short(p.head), strings.Join(parts, "; "))
+		msg := fmt.Sprintf("synced %s with problems: %s", changespec.Short(p.head), strings.Join(parts, "; "))
 		// ServiceRemoved alone is information, not a failure.
 		status := metav1.ConditionFalse
 		if len(reasons) == 1 && reasons[0] == sluicev1.ReasonServiceRemoved {
 			status = metav1.ConditionTrue
 		}
 		// Bad manifests and conflicts wait for a new commit: a human's.
-		setReady(repo, status, reasons[0], truncate(msg, 2048), status == metav1.ConditionFalse)
+		setReady(repo, status, reasons[0], changespec.Truncate(msg, 2048), status == metav1.ConditionFalse)
 		return ctrl.Result{RequeueAfter: interval(repo)}, nil
 	}
-	msg := fmt.Sprintf("synced %s", short(p.head))
+	msg := fmt.Sprintf("synced %s", changespec.Short(p.head))
 	if len(p.created) > 0 {
 		msg += fmt.Sprintf("; created ChangeRequests %s", strings.Join(p.created, ", "))
 	}
@@ -325,26 +325,6 @@ func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 		reason = sluicev1.ReasonHistoryRewritten
 		msg += "; " + strings.Join(p.notes, "; ")
 	}
-	setReady(repo, metav1.ConditionTrue, reason, truncate(msg, 2048), false)
+	setReady(repo, metav1.ConditionTrue, reason, changespec.Truncate(msg, 2048), false)
 	return ctrl.Result{RequeueAfter: interval(repo)}, nil
-}
-
-func short(sha string) string {
-	if len(sha) > 10 {
-		return sha[:10]
-	}
-	return sha
-}
-
-// truncate makes s valid UTF-8 and cuts it to at most n bytes on a rune
-// boundary, marking the cut.
-func truncate(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

@@ -22,13 +22,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"os"
 	"path"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -159,7 +158,7 @@ type built struct {
 // build creates the previews of pr at head: one per release whose inputs
 // differ between the base and head. It returns every preview at head.
 func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *provider.Event, pr *provider.PullRequest, head string) ([]built, error) {
-	log := h.Log.WithValues("repository", repo.Namespace+"/"+repo.Name, "pullRequest", pr.Number, "head", short(head))
+	log := h.Log.WithValues("repository", repo.Namespace+"/"+repo.Name, "pullRequest", pr.Number, "head", changespec.Short(head))
 	if ok, why := previewsAllowed(repo, pr); !ok {
 		log.Info("No previews for this pull request", "reason", why)
 		return nil, nil
@@ -197,7 +196,7 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 
 	fsys, err := cache.FS(head)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", short(head), err)
+		return nil, fmt.Errorf("read %s: %w", changespec.Short(head), err)
 	}
 	scratch, err := os.MkdirTemp(h.ScratchDir, "preview-")
 	if err != nil {
@@ -214,7 +213,7 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("find services at %s: %w", short(head), err)
+		return nil, fmt.Errorf("find services at %s: %w", changespec.Short(head), err)
 	}
 	commit, err := cache.Commit(head)
 	if err != nil {
@@ -225,7 +224,7 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 		authors = append(authors, sluicev1.Identity(pr.Author))
 	}
 	if emails, err := cache.Authors(head, base, 1000); err == nil {
-		authors = append(authors, emailIdentities(emails)...)
+		authors = append(authors, changespec.EmailIdentities(emails)...)
 	}
 
 	var out []built
@@ -304,7 +303,7 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 			return built{}, err
 		}
 	}
-	if !targetAllowed(repo, env.Namespace) {
+	if !changespec.TargetAllowed(repo, env.Namespace) {
 		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "targetNamespaces",
 			Message: fmt.Sprintf("target namespace %q is not in the Repository's targetNamespaces", env.Namespace), File: path.Join(e.Dir, manifest.FileName)})
 	}
@@ -319,13 +318,13 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 		Attempt:          1,
 		PreviousRevision: base,
 		Authors:          authors,
-		CommitMessage:    truncate(commit.Message, 4000),
+		CommitMessage:    changespec.Truncate(commit.Message, 4000),
 		PullRequest:      &sluicev1.PullRequestRef{Number: pr.Number, HeadSHA: head, Preview: true, Fork: pr.Fork},
 		TargetNamespace:  env.Namespace,
 		Delivery:         delivery,
 		Artifact:         sluicev1.ArtifactReference{URL: key.URL(h.ArtifactBaseURL), SHA256: sluicev1.Digest(art.SHA256)},
 		ContentDigest:    sluicev1.Digest(art.ContentDigest),
-		Rule:             ruleOf(env.Approval),
+		Rule:             changespec.RuleOf(env.Approval),
 	}
 	if res != nil {
 		spec.ManifestDigest, spec.PlanDigest, spec.PlanFileSHA256 = res.ManifestDigest, res.PlanDigest, res.PlanFileSHA256
@@ -335,8 +334,8 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 	} else {
 		spec.Verdict = sluicev1.Verdict{Result: sluicev1.VerdictFail, Risk: sluicev1.RiskHigh}
 	}
-	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = cleanFindings(findings, spec.Verdict.FindingsTruncated)
-	spec.Verdict.Result = verdictResult(spec.Verdict.Result, spec.Verdict.Findings)
+	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = changespec.CleanFindings(findings, spec.Verdict.FindingsTruncated)
+	spec.Verdict.Result = changespec.VerdictResult(spec.Verdict.Result, spec.Verdict.Findings)
 	if spec.Verdict.Risk == "" {
 		spec.Verdict.Risk = sluicev1.RiskHigh
 	}
@@ -440,103 +439,4 @@ func (h *Handler) postStatus(ctx context.Context, ev *provider.Event, sha string
 	if err != nil {
 		h.Log.Error(err, "Posting a commit status failed", "context", context)
 	}
-}
-
-// targetAllowed reports whether ns matches one of the Repository's
-// targetNamespaces globs.
-func targetAllowed(repo *sluicev1.Repository, ns string) bool {
-	for _, pattern := range repo.Spec.TargetNamespaces {
-		if ok, err := path.Match(pattern, ns); err == nil && ok {
-			return true
-		}
-	}
-	return false
-}
-
-func ruleOf(a manifest.Approval) sluicev1.ApprovalRule {
-	rule := sluicev1.ApprovalRule{Required: int32(a.Required), AllowAuthor: a.AllowAuthor, AutoApproveRisk: sluicev1.AutoApproveRisk(a.AutoApproveRisk)}
-	for _, id := range a.Approvers {
-		rule.Approvers = append(rule.Approvers, sluicev1.Identity(id))
-	}
-	return rule
-}
-
-// emailIdentities turns commit emails into "email:" identities, dropping
-// any the API's Identity pattern would refuse.
-func emailIdentities(emails []string) []sluicev1.Identity {
-	var out []sluicev1.Identity
-	seen := map[string]bool{}
-	for _, e := range emails {
-		e = strings.TrimSpace(e)
-		if e == "" || strings.ContainsAny(e, " \t\r\n") || strings.HasPrefix(e, ":") || len(e) > 300 || seen[e] {
-			continue
-		}
-		seen[e] = true
-		out = append(out, sluicev1.Identity("email:"+e))
-	}
-	return out
-}
-
-// cleanFindings redacts URL credentials, trims fields to the API's limits
-// and keeps at most 500 findings, counting the rest.
-func cleanFindings(in []sluicev1.Finding, truncated int32) ([]sluicev1.Finding, int32) {
-	const max = 500
-	out := make([]sluicev1.Finding, 0, len(in))
-	for _, f := range in {
-		if len(out) == max {
-			truncated++
-			continue
-		}
-		f.Message = truncate(git.Redact(f.Message), 2000)
-		if f.Message == "" {
-			f.Message = "(no message)"
-		}
-		f.Source = truncate(f.Source, 60)
-		f.Policy = truncate(f.Policy, 250)
-		f.Resource = truncate(git.Redact(f.Resource), 500)
-		f.File = truncate(f.File, 500)
-		switch f.Severity {
-		case sluicev1.SeverityDeny, sluicev1.SeverityWarn, sluicev1.SeverityUnverifiable, sluicev1.SeverityInfo:
-		default:
-			f.Severity = sluicev1.SeverityDeny
-		}
-		out = append(out, f)
-	}
-	return out, truncated
-}
-
-// verdictResult is the validator's result, made stricter by the findings.
-func verdictResult(current sluicev1.VerdictResult, findings []sluicev1.Finding) sluicev1.VerdictResult {
-	res := sluicev1.VerdictPass
-	for _, f := range findings {
-		switch f.Severity {
-		case sluicev1.SeverityDeny:
-			return sluicev1.VerdictFail
-		case sluicev1.SeverityWarn:
-			res = sluicev1.VerdictWarn
-		}
-	}
-	if current == sluicev1.VerdictFail || (current == sluicev1.VerdictWarn && res == sluicev1.VerdictPass) {
-		return current
-	}
-	return res
-}
-
-func short(sha string) string {
-	if len(sha) > 10 {
-		return sha[:10]
-	}
-	return sha
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + "…"
 }

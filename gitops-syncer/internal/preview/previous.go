@@ -3,6 +3,7 @@ package preview
 import (
 	"errors"
 	"fmt"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"io/fs"
 	"path"
 
@@ -32,17 +33,17 @@ func previousAt(cache *git.Repo, base, svcDir, svcName, env, dir string) *valida
 		return nil // a new service: every object is new
 	}
 	if err != nil {
-		prev.Err = fmt.Errorf("read %s at %s: %w", file, short(base), err)
+		prev.Err = fmt.Errorf("read %s at %s: %w", file, changespec.Short(base), err)
 		return prev
 	}
 	svc, err := manifest.Parse(data, file)
 	if err != nil {
-		prev.Err = fmt.Errorf("at %s: %w", short(base), err)
+		prev.Err = fmt.Errorf("at %s: %w", changespec.Short(base), err)
 		return prev
 	}
 	svc.Dir = svcDir
 	if svc.Name != svcName {
-		prev.Err = fmt.Errorf("%s at %s names service %q, not %q", file, short(base), svc.Name, svcName)
+		prev.Err = fmt.Errorf("%s at %s names service %q, not %q", file, changespec.Short(base), svc.Name, svcName)
 		return prev
 	}
 	if _, ok := svc.Environment(env); !ok {
@@ -56,11 +57,11 @@ func previousAt(cache *git.Repo, base, svcDir, svcName, env, dir string) *valida
 	}
 	art, err := artifact.Build(fsys, paths)
 	if err != nil {
-		prev.Err = fmt.Errorf("collect inputs at %s: %w", short(base), err)
+		prev.Err = fmt.Errorf("collect inputs at %s: %w", changespec.Short(base), err)
 		return prev
 	}
 	if err := artifact.Extract(art.TarGz, dir); err != nil {
-		prev.Err = fmt.Errorf("extract inputs at %s: %w", short(base), err)
+		prev.Err = fmt.Errorf("extract inputs at %s: %w", changespec.Short(base), err)
 		return prev
 	}
 	prev.RepoRoot, prev.Service = dir, svc

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -77,7 +78,7 @@ func (h *Handler) Review(ctx context.Context, repo *sluicev1.Repository, ev *pro
 		}
 	}
 	if len(previews) == 0 {
-		log.Info("No preview at the reviewed commit; nothing to approve", "commit", short(rev.CommitSHA))
+		log.Info("No preview at the reviewed commit; nothing to approve", "commit", changespec.Short(rev.CommitSHA))
 		return nil
 	}
 	var errs []error
@@ -98,7 +99,7 @@ func (h *Handler) Review(ctx context.Context, repo *sluicev1.Repository, ev *pro
 				Decision:       decision,
 				Approver:       sluicev1.Identity(rev.Reviewer),
 				Source:         sluicev1.SourcePullRequest,
-				Comment:        truncate(rev.Body, 1000),
+				Comment:        changespec.Truncate(rev.Body, 1000),
 				PullRequest:    rev.PullRequest.Number,
 				ReviewID:       rev.ID,
 			},

@@ -1,0 +1,119 @@
+// Package changespec holds the small conversions shared by the branch sync
+// (internal/controller) and pull-request previews (internal/preview) when
+// they turn a service manifest and a validation result into Release and
+// ChangeRequest fields, so both build changes exactly alike.
+package changespec
+
+import (
+	"path"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// MaxFindings is the most findings a ChangeRequest records (the API's limit).
+const MaxFindings = 500
+
+// RuleOf converts a manifest environment's approval block to the API rule.
+func RuleOf(a manifest.Approval) sluicev1.ApprovalRule {
+	rule := sluicev1.ApprovalRule{Required: int32(a.Required), AllowAuthor: a.AllowAuthor, AutoApproveRisk: sluicev1.AutoApproveRisk(a.AutoApproveRisk)}
+	for _, id := range a.Approvers {
+		rule.Approvers = append(rule.Approvers, sluicev1.Identity(id))
+	}
+	return rule
+}
+
+// TargetAllowed reports whether ns matches one of the Repository's
+// targetNamespaces globs.
+func TargetAllowed(repo *sluicev1.Repository, ns string) bool {
+	for _, pattern := range repo.Spec.TargetNamespaces {
+		if ok, err := path.Match(pattern, ns); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// EmailIdentities turns commit emails into "email:" identities, dropping
+// duplicates and any the API's Identity pattern would refuse.
+func EmailIdentities(emails []string) []sluicev1.Identity {
+	var out []sluicev1.Identity
+	seen := map[string]bool{}
+	for _, e := range emails {
+		e = strings.TrimSpace(e)
+		if e == "" || strings.ContainsAny(e, " \t\r\n") || strings.HasPrefix(e, ":") || len(e) > 300 || seen[e] {
+			continue
+		}
+		seen[e] = true
+		out = append(out, sluicev1.Identity("email:"+e))
+	}
+	return out
+}
+
+// CleanFindings redacts URL credentials, trims fields to the API's limits
+// and keeps at most MaxFindings findings, counting the rest.
+func CleanFindings(in []sluicev1.Finding, truncated int32) ([]sluicev1.Finding, int32) {
+	out := make([]sluicev1.Finding, 0, min(len(in), MaxFindings))
+	for _, f := range in {
+		if len(out) == MaxFindings {
+			truncated++
+			continue
+		}
+		f.Message = Truncate(git.Redact(f.Message), 2000)
+		if f.Message == "" {
+			f.Message = "(no message)"
+		}
+		f.Source = Truncate(f.Source, 60)
+		f.Policy = Truncate(f.Policy, 250)
+		f.Resource = Truncate(git.Redact(f.Resource), 500)
+		f.File = Truncate(f.File, 500)
+		switch f.Severity {
+		case sluicev1.SeverityDeny, sluicev1.SeverityWarn, sluicev1.SeverityUnverifiable, sluicev1.SeverityInfo:
+		default:
+			f.Severity = sluicev1.SeverityDeny // unknown severities never pass silently
+		}
+		out = append(out, f)
+	}
+	return out, truncated
+}
+
+// VerdictResult is the validator's result, made stricter by the findings.
+func VerdictResult(current sluicev1.VerdictResult, findings []sluicev1.Finding) sluicev1.VerdictResult {
+	res := sluicev1.VerdictPass
+	for _, f := range findings {
+		switch f.Severity {
+		case sluicev1.SeverityDeny:
+			return sluicev1.VerdictFail
+		case sluicev1.SeverityWarn:
+			res = sluicev1.VerdictWarn
+		}
+	}
+	if current == sluicev1.VerdictFail || (current == sluicev1.VerdictWarn && res == sluicev1.VerdictPass) {
+		return current
+	}
+	return res
+}
+
+// Short is the first 10 hex digits of a commit, as in object names.
+func Short(sha string) string {
+	if len(sha) > 10 {
+		return sha[:10]
+	}
+	return sha
+}
+
+// Truncate makes s valid UTF-8 and cuts it to at most n bytes on a rune
+// boundary, marking the cut.
+func Truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
