@@ -12,7 +12,8 @@ const (
 	ConditionProgressing = "Progressing"
 	// ConditionDegraded is True when a Release's last change failed.
 	ConditionDegraded = "Degraded"
-	// ConditionSynced is the syncer's view of a Release: True when its
+	// ConditionSynced is reserved for the syncer's view of a Release (not
+	// written yet; the operator preserves it): True when its
 	// inputs at the newest commit have a ChangeRequest.
 	ConditionSynced = "Synced"
 	// ConditionValidated is True when a change has no deny finding.

@@ -121,7 +121,7 @@ type ReleaseStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Progressing, Degraded (operator); Synced (syncer).
+	// Conditions: Ready, Progressing, Degraded, written by the operator.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
