@@ -5,10 +5,14 @@
 package changespec
 
 import (
+	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -117,3 +121,36 @@ func Truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// Workspace is a private scratch folder for validating one artifact: the
+// artifact extracted into Current, and an empty Previous for rendering the
+// release at an earlier revision.
+type Workspace struct {
+	Current, Previous string
+	root              string
+}
+
+// NewWorkspace makes a scratch folder under dir and extracts the artifact
+// into its Current folder, so what is validated is exactly what will be
+// applied. Call Remove when done.
+func NewWorkspace(dir, prefix string, tarGz []byte) (*Workspace, error) {
+	root, err := os.MkdirTemp(dir, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("create scratch folder: %w", err)
+	}
+	w := &Workspace{Current: filepath.Join(root, "current"), Previous: filepath.Join(root, "previous"), root: root}
+	for _, d := range []string{w.Current, w.Previous} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			w.Remove()
+			return nil, fmt.Errorf("create scratch folder: %w", err)
+		}
+	}
+	if err := artifact.Extract(tarGz, w.Current); err != nil {
+		w.Remove()
+		return nil, fmt.Errorf("extract artifact: %w", err)
+	}
+	return w, nil
+}
+
+// Remove deletes the scratch folder.
+func (w *Workspace) Remove() { _ = os.RemoveAll(w.root) }

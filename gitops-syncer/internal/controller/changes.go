@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
-	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"time"
 
@@ -204,20 +202,12 @@ func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repo
 	if r.Validator == nil {
 		return nil, errors.New("no validator configured")
 	}
-	dir, err := os.MkdirTemp(r.ScratchDir, "validate-")
+	ws, err := changespec.NewWorkspace(r.ScratchDir, "validate-", art.TarGz)
 	if err != nil {
-		return nil, fmt.Errorf("create scratch folder: %w", err)
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	current, previous := filepath.Join(dir, "current"), filepath.Join(dir, "previous")
-	for _, d := range []string{current, previous} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return nil, fmt.Errorf("create scratch folder: %w", err)
-		}
-	}
-	if err := artifact.Extract(art.TarGz, current); err != nil {
-		return nil, fmt.Errorf("extract artifact: %w", err)
-	}
+	defer ws.Remove()
+	current, previous := ws.Current, ws.Previous
 	start := time.Now()
 	res, err := r.Validator.Validate(ctx, validation.Request{
 		RepoRoot:         current,

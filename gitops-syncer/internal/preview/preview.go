@@ -25,7 +25,6 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"os"
 	"path"
-	"path/filepath"
 	"strconv"
 	"sync"
 
@@ -386,20 +385,12 @@ func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, cache
 	if h.Validator == nil {
 		return nil, errors.New("no validator configured")
 	}
-	dir, err := os.MkdirTemp(h.ScratchDir, "preview-validate-")
+	ws, err := changespec.NewWorkspace(h.ScratchDir, "preview-validate-", art.TarGz)
 	if err != nil {
-		return nil, fmt.Errorf("create scratch folder: %w", err)
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	current, previous := filepath.Join(dir, "current"), filepath.Join(dir, "previous")
-	for _, d := range []string{current, previous} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return nil, fmt.Errorf("create scratch folder: %w", err)
-		}
-	}
-	if err := artifact.Extract(art.TarGz, current); err != nil {
-		return nil, fmt.Errorf("extract artifact: %w", err)
-	}
+	defer ws.Remove()
+	current, previous := ws.Current, ws.Previous
 	res, err := h.Validator.Validate(ctx, validation.Request{RepoRoot: current, Service: e.Service, Environment: env, ControlNamespace: repo.Namespace, Release: release,
 		Previous: previousAt(cache, base, e.Dir, e.Service.Name, env, previous)})
 	if err != nil {
