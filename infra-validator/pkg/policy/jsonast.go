@@ -18,9 +18,9 @@ const maxJSONDepth = 10000
 // depends on this parser. A Document whose Value is an ast.Value is used
 // as is by Eval and Redact.
 func ParseJSON(data []byte) (v ast.Value, ok bool) {
-	p := jsonParser{data: data}
+	p := jsonParser{data: data, strs: map[string]*ast.Term{}, nums: map[string]*ast.Term{}}
 	p.space()
-	v, ok = p.value(0)
+	t, ok := p.value(0)
 	if !ok {
 		return nil, false
 	}
@@ -28,12 +28,44 @@ func ParseJSON(data []byte) (v ast.Value, ok bool) {
 	if p.i != len(p.data) {
 		return nil, false
 	}
-	return v, true
+	return t.Value, true
 }
+
+// Interning limits: strings up to maxInternLen bytes are shared, up to
+// maxInterned distinct ones per document. A plan repeats its keys and
+// many values (actions, types, modes, tags) thousands of times; sharing
+// their terms saves most of the allocations, and with them the garbage
+// collector's work. Terms of an input are never modified by evaluation.
+const (
+	maxInternLen = 64
+	maxInterned  = 1 << 14
+	slabSize     = 512
+)
 
 type jsonParser struct {
 	data []byte
 	i    int
+
+	// slab hands out terms from blocks of slabSize.
+	slab []ast.Term
+	// pairs and elems are stacks of the members of the objects and arrays
+	// being parsed, shared by all levels so a member list is not allocated
+	// per object.
+	pairs [][2]*ast.Term
+	elems []*ast.Term
+	// strs and nums intern string and number terms by their JSON text.
+	strs map[string]*ast.Term
+	nums map[string]*ast.Term
+}
+
+func (p *jsonParser) term(v ast.Value) *ast.Term {
+	if len(p.slab) == 0 {
+		p.slab = make([]ast.Term, slabSize)
+	}
+	t := &p.slab[0]
+	p.slab = p.slab[1:]
+	t.Value = v
+	return t
 }
 
 func (p *jsonParser) space() {
@@ -47,7 +79,13 @@ func (p *jsonParser) space() {
 	}
 }
 
-func (p *jsonParser) value(depth int) (ast.Value, bool) {
+var (
+	trueTerm  = ast.InternedTerm(true)
+	falseTerm = ast.InternedTerm(false)
+	nullTerm  = ast.NullTerm()
+)
+
+func (p *jsonParser) value(depth int) (*ast.Term, bool) {
 	if p.i >= len(p.data) || depth > maxJSONDepth {
 		return nil, false
 	}
@@ -57,39 +95,35 @@ func (p *jsonParser) value(depth int) (ast.Value, bool) {
 	case c == '[':
 		return p.array(depth + 1)
 	case c == '"':
-		s, ok := p.str()
-		if !ok {
-			return nil, false
-		}
-		return ast.String(s), true
+		return p.str()
 	case c == 't':
-		return p.literal("true", ast.Boolean(true))
+		return p.literal("true", trueTerm)
 	case c == 'f':
-		return p.literal("false", ast.Boolean(false))
+		return p.literal("false", falseTerm)
 	case c == 'n':
-		return p.literal("null", ast.Null{})
+		return p.literal("null", nullTerm)
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.number()
 	}
 	return nil, false
 }
 
-func (p *jsonParser) literal(word string, v ast.Value) (ast.Value, bool) {
+func (p *jsonParser) literal(word string, t *ast.Term) (*ast.Term, bool) {
 	if len(p.data)-p.i < len(word) || string(p.data[p.i:p.i+len(word)]) != word {
 		return nil, false
 	}
 	p.i += len(word)
-	return v, true
+	return t, true
 }
 
-func (p *jsonParser) object(depth int) (ast.Value, bool) {
+func (p *jsonParser) object(depth int) (*ast.Term, bool) {
 	p.i++ // {
-	var pairs [][2]*ast.Term
 	p.space()
 	if p.i < len(p.data) && p.data[p.i] == '}' {
 		p.i++
-		return ast.NewObject(), true
+		return p.term(ast.NewObject()), true
 	}
+	base := len(p.pairs)
 	for {
 		p.space()
 		if p.i >= len(p.data) || p.data[p.i] != '"' {
@@ -109,7 +143,7 @@ func (p *jsonParser) object(depth int) (ast.Value, bool) {
 		if !ok {
 			return nil, false
 		}
-		pairs = append(pairs, [2]*ast.Term{ast.StringTerm(k), ast.NewTerm(v)})
+		p.pairs = append(p.pairs, [2]*ast.Term{k, v})
 		p.space()
 		if p.i >= len(p.data) {
 			return nil, false
@@ -119,34 +153,66 @@ func (p *jsonParser) object(depth int) (ast.Value, bool) {
 			p.i++
 		case '}':
 			p.i++
-			// Insert keeps the last value of a repeated key, as decoding
-			// into a map does (NewObject assumes distinct keys).
-			obj := ast.NewObjectWithCapacity(len(pairs))
-			for _, kv := range pairs {
-				obj.Insert(kv[0], kv[1])
+			pairs := p.pairs[base:]
+			var obj ast.Object
+			if distinctKeys(pairs) {
+				// NewObject copies the pairs into one block.
+				obj = ast.NewObject(pairs...)
+			} else {
+				// Insert keeps the last value of a repeated key, as
+				// decoding into a map does.
+				obj = ast.NewObjectWithCapacity(len(pairs))
+				for _, kv := range pairs {
+					obj.Insert(kv[0], kv[1])
+				}
 			}
-			return obj, true
+			clear(pairs)
+			p.pairs = p.pairs[:base]
+			return p.term(obj), true
 		default:
 			return nil, false
 		}
 	}
 }
 
-func (p *jsonParser) array(depth int) (ast.Value, bool) {
+// distinctKeys reports whether the string keys of pairs are distinct.
+func distinctKeys(pairs [][2]*ast.Term) bool {
+	if len(pairs) > 16 {
+		seen := make(map[ast.String]struct{}, len(pairs))
+		for _, kv := range pairs {
+			k := kv[0].Value.(ast.String)
+			if _, dup := seen[k]; dup {
+				return false
+			}
+			seen[k] = struct{}{}
+		}
+		return true
+	}
+	for i := 1; i < len(pairs); i++ {
+		for j := 0; j < i; j++ {
+			if pairs[i][0] == pairs[j][0] || pairs[i][0].Value.(ast.String) == pairs[j][0].Value.(ast.String) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (p *jsonParser) array(depth int) (*ast.Term, bool) {
 	p.i++ // [
-	var terms []*ast.Term
 	p.space()
 	if p.i < len(p.data) && p.data[p.i] == ']' {
 		p.i++
-		return ast.NewArray(), true
+		return p.term(ast.NewArray()), true
 	}
+	base := len(p.elems)
 	for {
 		p.space()
 		v, ok := p.value(depth)
 		if !ok {
 			return nil, false
 		}
-		terms = append(terms, ast.NewTerm(v))
+		p.elems = append(p.elems, v)
 		p.space()
 		if p.i >= len(p.data) {
 			return nil, false
@@ -156,7 +222,11 @@ func (p *jsonParser) array(depth int) (ast.Value, bool) {
 			p.i++
 		case ']':
 			p.i++
-			return ast.NewArray(terms...), true
+			// NewArray keeps the slice it is given, so it gets its own.
+			terms := append([]*ast.Term(nil), p.elems[base:]...)
+			clear(p.elems[base:])
+			p.elems = p.elems[:base]
+			return p.term(ast.NewArray(terms...)), true
 		default:
 			return nil, false
 		}
@@ -166,7 +236,7 @@ func (p *jsonParser) array(depth int) (ast.Value, bool) {
 // str reads a string. Plain ASCII without escapes is taken as is; anything
 // else (escapes, control characters, non-ASCII) is left to encoding/json,
 // so unescaping and invalid UTF-8 are handled exactly as it does.
-func (p *jsonParser) str() (string, bool) {
+func (p *jsonParser) str() (*ast.Term, bool) {
 	start := p.i
 	p.i++ // "
 	plain := true
@@ -175,19 +245,26 @@ func (p *jsonParser) str() (string, bool) {
 		switch {
 		case c == '"':
 			p.i++
-			if plain {
-				return string(p.data[start+1 : p.i-1]), true
+			raw := p.data[start:p.i]
+			if t, ok := p.strs[string(raw)]; ok {
+				return t, true
 			}
 			var s string
-			if err := json.Unmarshal(p.data[start:p.i], &s); err != nil {
-				return "", false
+			if plain {
+				s = string(raw[1 : len(raw)-1])
+			} else if err := json.Unmarshal(raw, &s); err != nil {
+				return nil, false
 			}
-			return s, true
+			t := p.term(ast.String(s))
+			if len(raw) <= maxInternLen && len(p.strs) < maxInterned {
+				p.strs[string(raw)] = t
+			}
+			return t, true
 		case c == '\\':
 			plain = false
 			p.i += 2
 		case c < 0x20:
-			return "", false
+			return nil, false
 		default:
 			if c >= 0x80 {
 				plain = false
@@ -195,12 +272,12 @@ func (p *jsonParser) str() (string, bool) {
 			p.i++
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 // number reads a JSON number and converts it as ast.InterfaceToValue
 // converts a json.Number.
-func (p *jsonParser) number() (ast.Value, bool) {
+func (p *jsonParser) number() (*ast.Term, bool) {
 	start := p.i
 	d := p.data
 	if p.i < len(d) && d[p.i] == '-' {
@@ -237,9 +314,17 @@ func (p *jsonParser) number() (ast.Value, bool) {
 			p.i++
 		}
 	}
-	v, err := ast.InterfaceToValue(json.Number(d[start:p.i]))
+	raw := d[start:p.i]
+	if t, ok := p.nums[string(raw)]; ok {
+		return t, true
+	}
+	v, err := ast.InterfaceToValue(json.Number(raw))
 	if err != nil {
 		return nil, false
 	}
-	return v, true
+	t := p.term(v)
+	if len(p.nums) < maxInterned {
+		p.nums[string(raw)] = t
+	}
+	return t, true
 }

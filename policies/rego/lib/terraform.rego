@@ -28,18 +28,17 @@ changes_of(type) := object.get(by_type, type, [])
 
 # live_by_type groups the changes of managed resources that create or update
 # them (creates_or_updates, inlined) by type: the action test runs once per
-# resource instead of once per rule, and the rules that read the planned
-# value walk only these. A function call per resource costs several times
-# an inline expression in OPA, which matters on plans of thousands of
-# resources.
+# resource instead of once per rule. A function call per resource costs
+# several times an inline expression in OPA, which matters on plans of
+# thousands of resources.
 live_by_type := {t: live |
 	some t, rcs in by_type
-	live := [rc |
-		some rc in rcs
-		some action in object.get(rc, ["change", "actions"], [])
-		action in {"create", "update"}
-	]
+	live := [rc | some rc in rcs; rc.change.actions[_] in {"create", "update"}]
 }
+
+# live lists the changes of managed resources that create or update them,
+# grouped by type.
+live := [rc | some rcs in live_by_type; some rc in rcs]
 
 # live_of lists the created or updated managed resources of one type: the
 # elements of changes_of(type) for which creates_or_updates holds.
@@ -84,6 +83,13 @@ unknown(rc, _) if rc.change.after_unknown == true
 
 # walk visits the value itself too, so this also holds for a plain true.
 unknown(rc, key) if walk(rc.change.after_unknown[key], [_, true])
+
+# has_unknown holds when attribute key of an after_unknown object is true
+# or holds a true: the value, or a part of it, is known only after apply.
+# For rules that read rc.change.after_unknown inline, where tf.unknown would
+# cost a call per resource (OPA evaluates an argument ref before a "not", so
+# the lookup must happen inside the function).
+has_unknown(u, key) if walk(u[key], [_, true])
 
 # tags_before are the tags a resource had before the change (tags_all
 # includes provider default_tags).

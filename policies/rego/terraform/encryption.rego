@@ -15,34 +15,56 @@ flag_checks := {
 	"aws_efs_file_system": "encrypted",
 }
 
-deny contains tf.result(rc, msg) if {
+# The checks below run for every volume, database and instance in the plan,
+# so the unknown test is inline instead of a call of tf.unknown: a value is
+# unknown when the whole planned value is (after_unknown is true) or any
+# part of the attribute is.
+deny contains {"msg": msg, "resource": rc.address} if {
 	some type, attr in flag_checks
 	some rc in tf.live_of(type)
-	not rc.change.after[attr] == true
-	not tf.unknown(rc, attr)
+	object.get(rc.change.after, attr, null) != true
+	u := object.get(rc.change, "after_unknown", {})
+	u != true
+	not tf.has_unknown(u, attr)
 	msg := sprintf("%s: %s is not true, so the data is stored unencrypted", [rc.address, attr])
 }
 
-unverifiable contains tf.result(rc, msg) if {
+unverifiable contains {"msg": msg, "resource": rc.address} if {
 	some type, attr in flag_checks
 	some rc in tf.live_of(type)
-	tf.unknown(rc, attr)
+	walk(rc.change.after_unknown[attr], [_, true])
 	msg := sprintf("%s: %s is known only after apply, so encryption cannot be checked", [rc.address, attr])
 }
 
-deny contains tf.result(rc, msg) if {
+unverifiable contains {"msg": msg, "resource": rc.address} if {
+	some type, attr in flag_checks
+	some rc in tf.live_of(type)
+	rc.change.after_unknown == true
+	msg := sprintf("%s: %s is known only after apply, so encryption cannot be checked", [rc.address, attr])
+}
+
+deny contains {"msg": msg, "resource": rc.address} if {
 	some rc in tf.live_of("aws_instance")
 	some block in ["root_block_device", "ebs_block_device"]
 	some i, dev in rc.change.after[block]
 	object.get(dev, "encrypted", false) == false
-	not tf.unknown(rc, block)
+	u := object.get(rc.change, "after_unknown", {})
+	u != true
+	not tf.has_unknown(u, block)
 	msg := sprintf("%s: %s[%d] is not encrypted", [rc.address, block, i])
 }
 
-unverifiable contains tf.result(rc, msg) if {
+unverifiable contains {"msg": msg, "resource": rc.address} if {
 	some rc in tf.live_of("aws_instance")
 	some block in ["root_block_device", "ebs_block_device"]
-	tf.unknown(rc, block)
+	walk(rc.change.after_unknown[block], [_, true])
+	msg := sprintf("%s: %s is known only after apply, so encryption cannot be checked", [rc.address, block])
+}
+
+unverifiable contains {"msg": msg, "resource": rc.address} if {
+	some rc in tf.live_of("aws_instance")
+	rc.change.after_unknown == true
+	some block in ["root_block_device", "ebs_block_device"]
 	msg := sprintf("%s: %s is known only after apply, so encryption cannot be checked", [rc.address, block])
 }
 

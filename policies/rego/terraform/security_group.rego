@@ -8,75 +8,75 @@ import data.sluice.lib.terraform as tf
 
 open_cidrs := {"0.0.0.0/0", "::/0"}
 
-sg_types := ["aws_security_group", "aws_security_group_rule", "aws_vpc_security_group_ingress_rule"]
-
-deny contains tf.result(rc, msg) if {
-	some type in sg_types
-	some rc in tf.live_of(type)
-	some rule in ingress(rc)
-	some cidr in rule.cidrs
-	cidr in open_cidrs
+# Each resource is first tested for an open CIDR, with the expressions
+# inline (they run for every security group in the plan); only the rules
+# open to anywhere are normalised (open_ingress) and checked for ports.
+deny contains {"msg": msg, "resource": rc.address} if {
+	some pair in open_ingress
+	[rc, rule] := pair
 	some port in tf.config("admin_ports", [22, 3389])
 	covers(rule, port)
-	msg := sprintf("%s: ingress from %s to port %d", [rc.address, cidr, port])
+	msg := sprintf("%s: ingress from %s to port %d", [rc.address, rule.cidr, port])
 }
 
-unverifiable contains tf.result(rc, msg) if {
-	some type in sg_types
+# open_ingress holds [rc, rule] for each ingress rule open to anywhere,
+# rule as {cidr, from, to, protocol}.
+open_ingress contains [rc, rule] if {
+	some rc in tf.live_of("aws_security_group")
+	some r in rc.change.after.ingress
+	some key in ["cidr_blocks", "ipv6_cidr_blocks"]
+	some cidr in r[key]
+	cidr in open_cidrs
+	rule := {"cidr": cidr, "from": object.get(r, "from_port", null), "to": object.get(r, "to_port", null), "protocol": object.get(r, "protocol", "")}
+}
+
+open_ingress contains [rc, rule] if {
+	some rc in tf.live_of("aws_security_group_rule")
+	a := rc.change.after
+	a.type == "ingress"
+	some key in ["cidr_blocks", "ipv6_cidr_blocks"]
+	some cidr in a[key]
+	cidr in open_cidrs
+	rule := {"cidr": cidr, "from": object.get(a, "from_port", null), "to": object.get(a, "to_port", null), "protocol": object.get(a, "protocol", "")}
+}
+
+open_ingress contains [rc, rule] if {
+	some rc in tf.live_of("aws_vpc_security_group_ingress_rule")
+	a := rc.change.after
+	some key in ["cidr_ipv4", "cidr_ipv6"]
+	cidr := a[key]
+	cidr in open_cidrs
+	rule := {"cidr": cidr, "from": object.get(a, "from_port", null), "to": object.get(a, "to_port", null), "protocol": object.get(a, "ip_protocol", "")}
+}
+
+# A value unknown until apply: the whole planned value (after_unknown is
+# true), or any part of one of the attributes the check reads.
+unverifiable contains {"msg": msg, "resource": rc.address} if {
+	some type, attrs in unknown_attrs
 	some rc in tf.live_of(type)
-	some attr in unknown_attrs(rc)
-	tf.unknown(rc, attr)
+	rc.change.after_unknown == true
+	object.get(rc.change, ["after", "type"], "ingress") == "ingress"
+	some attr in attrs
 	msg := sprintf("%s: %s is known only after apply, so open admin ports cannot be ruled out", [rc.address, attr])
 }
 
-unknown_attrs(rc) := ["ingress"] if {
-	rc.type == "aws_security_group"
-} else := ["cidr_blocks", "ipv6_cidr_blocks", "from_port", "to_port", "protocol"] if {
-	rc.type == "aws_security_group_rule"
-	tf.after(rc).type == "ingress"
-} else := ["cidr_ipv4", "cidr_ipv6", "from_port", "to_port", "ip_protocol"] if {
-	rc.type == "aws_vpc_security_group_ingress_rule"
-} else := []
-
-# ingress lists the ingress rules of a change as {cidrs, from, to, protocol}.
-ingress(rc) := [rule |
-	some r in object.get(tf.after(rc), "ingress", [])
-	is_object(r)
-	rule := {
-		"cidrs": array.concat(list(r, "cidr_blocks"), list(r, "ipv6_cidr_blocks")),
-		"from": object.get(r, "from_port", null),
-		"to": object.get(r, "to_port", null),
-		"protocol": object.get(r, "protocol", ""),
-	}
-] if rc.type == "aws_security_group"
-
-ingress(rc) := [rule] if {
-	rc.type == "aws_security_group_rule"
-	a := tf.after(rc)
-	a.type == "ingress"
-	rule := {
-		"cidrs": array.concat(list(a, "cidr_blocks"), list(a, "ipv6_cidr_blocks")),
-		"from": object.get(a, "from_port", null),
-		"to": object.get(a, "to_port", null),
-		"protocol": object.get(a, "protocol", ""),
-	}
+unverifiable contains {"msg": msg, "resource": rc.address} if {
+	some type, attrs in unknown_attrs
+	some rc in tf.live_of(type)
+	u := rc.change.after_unknown
+	some attr in attrs
+	walk(u[attr], [_, true])
+	object.get(rc.change, ["after", "type"], "ingress") == "ingress"
+	msg := sprintf("%s: %s is known only after apply, so open admin ports cannot be ruled out", [rc.address, attr])
 }
 
-ingress(rc) := [rule] if {
-	rc.type == "aws_vpc_security_group_ingress_rule"
-	a := tf.after(rc)
-	rule := {
-		"cidrs": [c | some k in ["cidr_ipv4", "cidr_ipv6"]; c := a[k]; is_string(c)],
-		"from": object.get(a, "from_port", null),
-		"to": object.get(a, "to_port", null),
-		"protocol": object.get(a, "ip_protocol", ""),
-	}
+# unknown_attrs: resource type -> the attributes the check reads. A rule of
+# aws_security_group_rule counts unless its type is known and not ingress.
+unknown_attrs := {
+	"aws_security_group": ["ingress"],
+	"aws_security_group_rule": ["cidr_blocks", "ipv6_cidr_blocks", "from_port", "to_port", "protocol"],
+	"aws_vpc_security_group_ingress_rule": ["cidr_ipv4", "cidr_ipv6", "from_port", "to_port", "ip_protocol"],
 }
-
-list(obj, key) := l if {
-	l := obj[key]
-	is_array(l)
-} else := []
 
 # covers holds when a rule lets traffic reach port: all protocols, or a TCP
 # or UDP port range that includes it.
