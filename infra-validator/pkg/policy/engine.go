@@ -189,9 +189,9 @@ type querySet struct {
 	query rego.PreparedEvalQuery
 	err   error
 
-	// parts, when set, hold the same rules split by namespace into queries
-	// evaluated side by side (splitByNamespace).
-	parts []*querySet
+	// split, when set, evaluates the same rules as parallel parts by
+	// namespace (balance.go).
+	split *balancer
 }
 
 // prepared returns the prepared query, preparing it once.
@@ -408,9 +408,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		// With more than one core, a set spanning several namespaces is
 		// evaluated as parallel queries: policy evaluation is most of the
 		// time a large plan takes.
-		for _, part := range splitByNamespace(rules, min(runtime.GOMAXPROCS(0), maxParts)) {
-			qs.parts = append(qs.parts, &querySet{rules: part, compiler: compiler, store: store})
-		}
+		qs.split = newBalancer(qs, min(runtime.GOMAXPROCS(0), maxParts))
 		return qs, nil
 	}
 	if e.terraform, err = prepare(tfRules); err != nil {
@@ -529,36 +527,10 @@ func (e *Engine) evalSet(ctx context.Context, qs *querySet, input any, file stri
 	if err != nil {
 		return nil, fmt.Errorf("convert input: %w", err)
 	}
-	if len(qs.parts) == 0 {
+	if qs.split == nil {
 		return e.evalQuery(ctx, qs, value, file, obj)
 	}
-	// The parts run side by side on the same input, which evaluation only
-	// reads; their findings are joined in part order and sorted by Eval.
-	type result struct {
-		findings []report.Finding
-		err      error
-	}
-	results := make([]result, len(qs.parts))
-	var wg sync.WaitGroup
-	for i, part := range qs.parts[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fs, err := e.evalQuery(ctx, part, value, file, obj)
-			results[i+1] = result{fs, err}
-		}()
-	}
-	fs, err := e.evalQuery(ctx, qs.parts[0], value, file, obj)
-	results[0] = result{fs, err}
-	wg.Wait()
-	var findings []report.Finding
-	for _, r := range results {
-		if r.err != nil {
-			return nil, r.err
-		}
-		findings = append(findings, r.findings...)
-	}
-	return findings, nil
+	return qs.split.eval(ctx, e, value, file, obj)
 }
 
 // splitByNamespace divides rules (sorted by namespace) into at most n parts

@@ -122,7 +122,7 @@ func TestRedactASTMatchesAny(t *testing.T) {
 	if a[0].Message == msg {
 		t.Fatal("nothing was redacted")
 	}
-	c := collector{set: map[string]bool{}, secretKey: map[string]bool{}}
+	c := newCollector()
 	c.collect(parsed, "", false)
 	var got []string
 	for s := range c.set {

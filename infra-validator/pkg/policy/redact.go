@@ -41,7 +41,7 @@ func Redact(findings []report.Finding, inputs ...any) []report.Finding {
 // secretsOf gathers the secret strings of the inputs, longest first, so a
 // secret is replaced whole before any of its lines.
 func secretsOf(inputs ...any) []string {
-	c := collector{set: map[string]bool{}, secretKey: map[string]bool{}}
+	c := newCollector()
 	for _, in := range inputs {
 		c.collect(in, "", false)
 	}
@@ -99,10 +99,16 @@ func maybeSecretValue(s string) bool {
 }
 
 // collector gathers secret strings; secretKey memoises the key-name test,
-// since a large input repeats a few keys many times.
+// since a large input repeats a few keys many times, and secretValue the
+// value test of short values.
 type collector struct {
-	set       map[string]bool
-	secretKey map[string]bool
+	set         map[string]bool
+	secretKey   map[string]bool
+	secretValue map[string]bool
+}
+
+func newCollector() *collector {
+	return &collector{set: map[string]bool{}, secretKey: map[string]bool{}, secretValue: map[string]bool{}}
 }
 
 func (c *collector) isSecretKey(key string) bool {
@@ -145,14 +151,29 @@ func (c *collector) collectString(s, key string, secret bool) {
 	if len(s) < minSecretLen {
 		return
 	}
-	if secret || c.isSecretKey(key) || (maybeSecretValue(s) && secretValue.MatchString(s)) {
+	if secret || c.isSecretKey(key) || c.isSecretValue(s) {
 		addSecret(s, c.set)
 	}
 }
 
+// isSecretValue tests a value against secretValue, memoising short values,
+// which a large input repeats many times (actions, types, tag values).
+func (c *collector) isSecretValue(s string) bool {
+	if len(s) > maxInternLen {
+		return maybeSecretValue(s) && secretValue.MatchString(s)
+	}
+	v, ok := c.secretValue[s]
+	if !ok {
+		v = maybeSecretValue(s) && secretValue.MatchString(s)
+		c.secretValue[s] = v
+	}
+	return v
+}
+
 // Keys collectAST looks up, made once.
 var (
-	kindKey       = ast.StringTerm("kind")
+	// sensitivePair pairs each value with its marks; collectAST finds the
+	// marks in this order.
 	sensitivePair = [2][2]*ast.Term{
 		{ast.StringTerm("after"), ast.StringTerm("after_sensitive")},
 		{ast.StringTerm("before"), ast.StringTerm("before_sensitive")},
@@ -200,20 +221,30 @@ func addSecret(s string, set map[string]bool) {
 func (c *collector) collectAST(v ast.Value, key string, secret bool) {
 	switch t := v.(type) {
 	case ast.Object:
-		kind := ""
-		if k := t.Get(kindKey); k != nil {
-			if s, ok := k.Value.(ast.String); ok {
-				kind = string(s)
+		// One pass over the keys finds kind and the sensitivity marks,
+		// cheaper than looking each up by hash in every object of a plan.
+		var kind string
+		var marks [2]*ast.Term
+		t.Foreach(func(k, child *ast.Term) {
+			switch ks, _ := k.Value.(ast.String); ks {
+			case "kind":
+				if s, ok := child.Value.(ast.String); ok {
+					kind = string(s)
+				}
+			case "after_sensitive":
+				marks[0] = child
+			case "before_sensitive":
+				marks[1] = child
 			}
-		}
+		})
 		t.Foreach(func(k, child *ast.Term) {
 			ks, _ := k.Value.(ast.String)
 			childSecret := secret || (kind == "Secret" && (ks == "data" || ks == "stringData"))
 			c.collectAST(child.Value, string(ks), childSecret)
 		})
-		for _, pair := range sensitivePair {
-			if marks := t.Get(pair[1]); marks != nil {
-				c.sensitiveAST(termValue(t.Get(pair[0])), marks.Value)
+		for i, pair := range sensitivePair {
+			if marks[i] != nil {
+				c.sensitiveAST(termValue(t.Get(pair[0])), marks[i].Value)
 			}
 		}
 	case *ast.Array:

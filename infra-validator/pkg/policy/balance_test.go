@@ -1,0 +1,128 @@
+package policy
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestDealByCost checks longest-processing-time-first dealing: the costly
+// namespaces go to different parts and each part lists its rules in
+// namespace order.
+func TestDealByCost(t *testing.T) {
+	sets := map[string]*querySet{}
+	for _, ns := range []string{"a", "b", "c", "d"} {
+		sets[ns] = &querySet{rules: []ruleRef{{namespace: ns, name: "deny"}, {namespace: ns, name: "warn"}}}
+	}
+	cost := map[string]time.Duration{"a": 10, "b": 1, "c": 9, "d": 2}
+	parts := dealByCost(sets, []string{"a", "b", "c", "d"}, cost, 2)
+	var got [][]string
+	for _, p := range parts {
+		var names []string
+		for _, r := range p.rules {
+			names = append(names, r.namespace+"/"+r.name)
+		}
+		got = append(got, names)
+	}
+	want := [][]string{{"a/deny", "a/warn", "b/deny", "b/warn"}, {"c/deny", "c/warn", "d/deny", "d/warn"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("parts = %v, want %v", got, want)
+	}
+	// More parts than namespaces leaves none empty.
+	if n := len(dealByCost(sets, []string{"a", "b"}, cost, 3)); n != 2 {
+		t.Fatalf("%d parts for two namespaces", n)
+	}
+}
+
+// TestBalancer_learnsCostsWithoutChangingFindings evaluates a set with one
+// costly namespace and three cheap ones. After a measured evaluation the
+// costly namespace has a part of its own, and every evaluation, measured or
+// not, before and after, returns the same findings.
+func TestBalancer_learnsCostsWithoutChangingFindings(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	dir := t.TempDir()
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("heavy.rego", `package heavy
+deny contains msg if {
+	n := count([x | some i in numbers.range(1, 20000); x := i * input.factor])
+	msg := sprintf("heavy %d", [n])
+}
+`)
+	for _, ns := range []string{"light_a", "light_b", "light_c"} {
+		write(ns+".rego", "package "+ns+"\nwarn contains \""+ns+"\" if input.factor > 1\n")
+	}
+	e := newEngine(t, Options{PolicyDirs: []string{dir}, AllNamespaces: true, NoDefaults: true})
+	b := e.terraform.split
+	if b == nil {
+		t.Fatal("four namespaces on two cores were not split")
+	}
+	ctx := context.Background()
+	docs := []Document{{Path: "in.json", Value: map[string]any{"factor": 2}}}
+	first, err := e.Eval(ctx, KindTerraform, docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 4 {
+		t.Fatalf("findings = %v", first)
+	}
+
+	b.mu.Lock()
+	b.measureNext = true
+	b.mu.Unlock()
+	measured, err := e.Eval(ctx, KindTerraform, docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := e.Eval(ctx, KindTerraform, docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(first, measured) || !reflect.DeepEqual(first, after) {
+		t.Fatalf("findings changed:\n first    %v\n measured %v\n after    %v", first, measured, after)
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.measured {
+		t.Fatal("the costs were not measured")
+	}
+	for _, p := range b.parts {
+		for _, r := range p.rules {
+			if r.namespace == "heavy" && len(p.rules) != 1 {
+				t.Fatalf("heavy shares a part: %v", p.rules)
+			}
+		}
+	}
+}
+
+// TestBalancer_measuresOnlyImbalancedParts: cheap evaluations never trigger
+// a measurement, however uneven their parts.
+func TestBalancer_measuresOnlyImbalancedParts(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	dir := t.TempDir()
+	for _, ns := range []string{"a", "b", "c"} {
+		if err := os.WriteFile(filepath.Join(dir, ns+".rego"), []byte("package "+ns+"\ndeny contains \"x\" if input.x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newEngine(t, Options{PolicyDirs: []string{dir}, AllNamespaces: true, NoDefaults: true})
+	for range 3 * remeasureAfter {
+		if _, err := e.Eval(context.Background(), KindTerraform, []Document{{Path: "in.json", Value: map[string]any{"x": true}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := e.terraform.split
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.measured || b.measureNext {
+		t.Fatal("a sub-millisecond evaluation was measured")
+	}
+}
