@@ -68,3 +68,26 @@ test_fail_unknown_encryption_is_unverifiable if {
 	count(enc.unverifiable) == 1 with input as p
 	count(enc.deny) == 0 with input as p
 }
+
+# A change without after_unknown is checked like one with nothing unknown.
+test_fail_unencrypted_volume_without_after_unknown if {
+	p := plan([{
+		"address": "aws_ebs_volume.v", "mode": "managed", "type": "aws_ebs_volume", "name": "v",
+		"change": {"actions": ["update"], "before": {}, "after": {"encrypted": false}},
+	}])
+	count(enc.deny) == 1 with input as p
+}
+
+# A wholly unknown planned value is unverifiable for every checked block.
+test_fail_wholly_unknown_instance_is_unverifiable if {
+	p := plan([rc("aws_instance", "i", {}, true)])
+	count(enc.deny) == 0 with input as p
+	count(enc.unverifiable) == 2 with input as p
+}
+
+# A nested unknown (one device's flag) makes the block unverifiable.
+test_fail_nested_unknown_block_is_unverifiable if {
+	p := plan([rc("aws_instance", "i", {"ebs_block_device": [{}]}, {"ebs_block_device": [{"encrypted": true}]})])
+	count(enc.deny) == 0 with input as p
+	count(enc.unverifiable) == 1 with input as p
+}

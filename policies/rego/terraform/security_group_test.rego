@@ -44,3 +44,26 @@ test_fail_unknown_cidr_is_unverifiable if {
 	got := sg.unverifiable with input as plan("aws_vpc_security_group_ingress_rule", after, {"cidr_ipv4": true})
 	count(got) == 1
 }
+
+# An aws_security_group_rule whose type is not known yet may be an ingress
+# rule, so its unknown attributes are unverifiable; a known egress rule is
+# never checked.
+test_fail_rule_of_unknown_type_is_unverifiable if {
+	after := {"cidr_blocks": ["0.0.0.0/0"], "from_port": 22, "to_port": 22, "protocol": "tcp"}
+	got := sg.unverifiable with input as plan("aws_security_group_rule", after, {"type": true, "cidr_blocks": true})
+	count(got) == 1
+}
+
+test_pass_egress_rule_with_unknown_cidr if {
+	after := {"type": "egress", "from_port": 22, "to_port": 22, "protocol": "tcp"}
+	p := plan("aws_security_group_rule", after, {"cidr_blocks": true})
+	count(sg.unverifiable) == 0 with input as p
+	count(sg.deny) == 0 with input as p
+}
+
+# Every open rule of a group is reported, each with its port.
+test_fail_two_open_rules_of_one_group if {
+	after := {"ingress": [ingress(["0.0.0.0/0"], [], 22, 22, "tcp"), ingress([], ["::/0"], 3389, 3389, "tcp")]}
+	got := sg.deny with input as plan("aws_security_group", after, {})
+	{r.msg | some r in got} == {"aws_security_group.sg: ingress from 0.0.0.0/0 to port 22", "aws_security_group.sg: ingress from ::/0 to port 3389"}
+}
