@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -83,10 +85,26 @@ func TestParseJSONMatchesEncodingJSON(t *testing.T) {
 	for _, s := range []string{
 		`{"a":1,"a":2}`, `{"n":[0,-0,1.5e3,-12.25E-2,12345678901234567890123]}`, `"\u00e9\ud83d\ude00 \ud800 \n\"\\"`,
 		"\"\xff invalid\"", "\"é\"", `[true,false,null,{},[]]`, ` {"x" : [ 1 , 2 ] } `,
+		`{"a":1,"\u0061":2}`, `[{"k":"v"},{"k":"v","w":"v"},"v",{"k":["v","v"]}]`, manyKeys(20, "k3"), manyKeys(20, ""),
 		`{"a":1} x`, `{"a":}`, `[1,]`, `01`, `1.`, `-`, `1e`, `"\x01"`, "\"tab\there\"", `{"a" 1}`, ``, `nul`,
 	} {
 		checkParseJSON(t, []byte(s))
 	}
+}
+
+// manyKeys is an object of n keys k0..k(n-1), plus dup repeated at the end
+// when set: big enough for the map-based duplicate check.
+func manyKeys(n int, dup string) string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range n {
+		fmt.Fprintf(&b, "%q:%d,", fmt.Sprintf("k%d", i), i)
+	}
+	if dup != "" {
+		fmt.Fprintf(&b, "%q:\"dup\",", dup)
+	}
+	b.WriteString(`"last":true}`)
+	return b.String()
 }
 
 // FuzzParseJSON compares the direct parser with encoding/json.
