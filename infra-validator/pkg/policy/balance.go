@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -44,7 +45,6 @@ type balancer struct {
 	byNamespace map[string]*querySet // one query per namespace, for measuring
 	measureNext bool
 	sinceLast   int // evaluations since the last measurement
-	measured    bool
 }
 
 // newBalancer splits rules (sorted by namespace) into n parts dealt in turn;
@@ -59,6 +59,33 @@ func newBalancer(qs *querySet, n int) *balancer {
 		b.parts = append(b.parts, &querySet{rules: p, compiler: qs.compiler, store: qs.store})
 	}
 	return b
+}
+
+// splitByNamespace divides rules (sorted by namespace) into at most n parts
+// of whole namespaces, dealt in turn; each part is one query, evaluated on
+// its own core. A namespace stays in one part because its rules often share
+// a helper rule that OPA evaluates once per query. Nil when there are fewer
+// than two namespaces or n < 2.
+func splitByNamespace(rules []ruleRef, n int) [][]ruleRef {
+	var namespaces []string
+	for i, r := range rules {
+		if i == 0 || r.namespace != rules[i-1].namespace {
+			namespaces = append(namespaces, r.namespace)
+		}
+	}
+	if n < 2 || len(namespaces) < 2 {
+		return nil
+	}
+	n = min(n, len(namespaces))
+	part := make(map[string]int, len(namespaces))
+	for i, ns := range namespaces {
+		part[ns] = i % n
+	}
+	parts := make([][]ruleRef, n)
+	for _, r := range rules {
+		parts[part[r.namespace]] = append(parts[part[r.namespace]], r)
+	}
+	return parts
 }
 
 // eval evaluates every rule of the set against value, in parallel parts.
@@ -85,11 +112,7 @@ func (b *balancer) eval(ctx context.Context, e *Engine, value ast.Value, file st
 	if err != nil {
 		return nil, err
 	}
-	slowest, fastest := times[0], times[0]
-	for _, t := range times[1:] {
-		slowest, fastest = max(slowest, t), min(fastest, t)
-	}
-	if slowest >= minImbalanced && float64(slowest) > imbalance*float64(fastest) {
+	if imbalanced(times) {
 		b.mu.Lock()
 		if b.sinceLast >= remeasureAfter {
 			b.measureNext = true
@@ -97,6 +120,13 @@ func (b *balancer) eval(ctx context.Context, e *Engine, value ast.Value, file st
 		b.mu.Unlock()
 	}
 	return findings, nil
+}
+
+// imbalanced reports whether parts that took times finished far enough
+// apart, and late enough, for a measurement to pay off.
+func imbalanced(times []time.Duration) bool {
+	slowest, fastest := slices.Max(times), slices.Min(times)
+	return slowest >= minImbalanced && float64(slowest) > imbalance*float64(fastest)
 }
 
 // measure evaluates each namespace as its own query on b.n workers, timing
@@ -140,7 +170,6 @@ func (b *balancer) measure(ctx context.Context, e *Engine, value ast.Value, file
 	parts := dealByCost(b.byNamespace, namespaces, cost, b.n)
 	b.mu.Lock()
 	b.parts = parts
-	b.measured = true
 	b.mu.Unlock()
 	return findings, nil
 }

@@ -10,6 +10,40 @@ import (
 	"time"
 )
 
+// TestSplitByNamespace checks that parts hold whole namespaces, every rule
+// once, in order.
+func TestSplitByNamespace(t *testing.T) {
+	rules := []ruleRef{{namespace: "a", name: "deny"}, {namespace: "a", name: "warn"}, {namespace: "b", name: "deny"}, {namespace: "c", name: "deny"}}
+	parts := splitByNamespace(rules, 2)
+	want := [][]ruleRef{{rules[0], rules[1], rules[3]}, {rules[2]}}
+	if !reflect.DeepEqual(parts, want) {
+		t.Fatalf("parts = %v, want %v", parts, want)
+	}
+	if splitByNamespace(rules[:2], 2) != nil || splitByNamespace(rules, 1) != nil {
+		t.Fatal("one namespace or one core must not be split")
+	}
+}
+
+// TestImbalanced: a measurement is due only when the slowest part took at
+// least minImbalanced and more than imbalance times the fastest.
+func TestImbalanced(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		times []time.Duration
+		want  bool
+	}{
+		{[]time.Duration{30 * ms, 10 * ms}, true},
+		{[]time.Duration{10 * ms, 30 * ms}, true},
+		{[]time.Duration{30 * ms, 25 * ms}, false},
+		{[]time.Duration{4 * ms, 10 * time.Microsecond}, false},
+		{[]time.Duration{minImbalanced, 0}, true},
+	} {
+		if got := imbalanced(tc.times); got != tc.want {
+			t.Errorf("imbalanced(%v) = %v, want %v", tc.times, got, tc.want)
+		}
+	}
+}
+
 // TestDealByCost checks longest-processing-time-first dealing: the costly
 // namespaces go to different parts and each part lists its rules in
 // namespace order.
@@ -91,7 +125,7 @@ deny contains msg if {
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.measured {
+	if b.byNamespace == nil {
 		t.Fatal("the costs were not measured")
 	}
 	for _, p := range b.parts {
@@ -122,7 +156,7 @@ func TestBalancer_measuresOnlyImbalancedParts(t *testing.T) {
 	b := e.terraform.split
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.measured || b.measureNext {
+	if b.byNamespace != nil || b.measureNext {
 		t.Fatal("a sub-millisecond evaluation was measured")
 	}
 }

@@ -533,33 +533,6 @@ func (e *Engine) evalSet(ctx context.Context, qs *querySet, input any, file stri
 	return qs.split.eval(ctx, e, value, file, obj)
 }
 
-// splitByNamespace divides rules (sorted by namespace) into at most n parts
-// of whole namespaces, dealt in turn; each part is one query, evaluated on
-// its own core. A namespace stays in one part because its rules often share
-// a helper rule that OPA evaluates once per query. Nil when there are fewer
-// than two namespaces or n < 2.
-func splitByNamespace(rules []ruleRef, n int) [][]ruleRef {
-	var namespaces []string
-	for i, r := range rules {
-		if i == 0 || r.namespace != rules[i-1].namespace {
-			namespaces = append(namespaces, r.namespace)
-		}
-	}
-	if n < 2 || len(namespaces) < 2 {
-		return nil
-	}
-	n = min(n, len(namespaces))
-	part := make(map[string]int, len(namespaces))
-	for i, ns := range namespaces {
-		part[ns] = i % n
-	}
-	parts := make([][]ruleRef, n)
-	for _, r := range rules {
-		parts[part[r.namespace]] = append(parts[part[r.namespace]], r)
-	}
-	return parts
-}
-
 // evalQuery evaluates one prepared query against a converted input.
 func (e *Engine) evalQuery(ctx context.Context, qs *querySet, value ast.Value, file string, obj any) ([]report.Finding, error) {
 	query, err := qs.prepared(ctx)

@@ -151,17 +151,3 @@ func TestRedactASTMatchesAny(t *testing.T) {
 		t.Fatalf("secrets found: %q", got)
 	}
 }
-
-// TestSplitByNamespace checks that parts hold whole namespaces, every rule
-// once, in order.
-func TestSplitByNamespace(t *testing.T) {
-	rules := []ruleRef{{namespace: "a", name: "deny"}, {namespace: "a", name: "warn"}, {namespace: "b", name: "deny"}, {namespace: "c", name: "deny"}}
-	parts := splitByNamespace(rules, 2)
-	want := [][]ruleRef{{rules[0], rules[1], rules[3]}, {rules[2]}}
-	if !reflect.DeepEqual(parts, want) {
-		t.Fatalf("parts = %v, want %v", parts, want)
-	}
-	if splitByNamespace(rules[:2], 2) != nil || splitByNamespace(rules, 1) != nil {
-		t.Fatal("one namespace or one core must not be split")
-	}
-}
