@@ -27,7 +27,7 @@ open_ingress contains [rc, rule] if {
 	some key in ["cidr_blocks", "ipv6_cidr_blocks"]
 	some cidr in r[key]
 	cidr in open_cidrs
-	rule := {"cidr": cidr, "from": object.get(r, "from_port", null), "to": object.get(r, "to_port", null), "protocol": object.get(r, "protocol", "")}
+	rule := open_rule(r, cidr, "protocol")
 }
 
 open_ingress contains [rc, rule] if {
@@ -37,7 +37,7 @@ open_ingress contains [rc, rule] if {
 	some key in ["cidr_blocks", "ipv6_cidr_blocks"]
 	some cidr in a[key]
 	cidr in open_cidrs
-	rule := {"cidr": cidr, "from": object.get(a, "from_port", null), "to": object.get(a, "to_port", null), "protocol": object.get(a, "protocol", "")}
+	rule := open_rule(a, cidr, "protocol")
 }
 
 open_ingress contains [rc, rule] if {
@@ -46,7 +46,17 @@ open_ingress contains [rc, rule] if {
 	some key in ["cidr_ipv4", "cidr_ipv6"]
 	cidr := a[key]
 	cidr in open_cidrs
-	rule := {"cidr": cidr, "from": object.get(a, "from_port", null), "to": object.get(a, "to_port", null), "protocol": object.get(a, "ip_protocol", "")}
+	rule := open_rule(a, cidr, "ip_protocol")
+}
+
+# open_rule normalises an ingress rule open from cidr; protocol names the
+# attribute holding its protocol. A call is fine here: it runs only for
+# the rules open to anywhere.
+open_rule(r, cidr, protocol) := {
+	"cidr": cidr,
+	"from": object.get(r, "from_port", null),
+	"to": object.get(r, "to_port", null),
+	"protocol": object.get(r, protocol, ""),
 }
 
 # A value unknown until apply: the whole planned value (after_unknown is
