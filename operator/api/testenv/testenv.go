@@ -26,6 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -140,6 +142,22 @@ func (e *Env) AddUser(name string, groups ...string) (*rest.Config, error) {
 		return nil, err
 	}
 	return u.Config(), nil
+}
+
+// KubeconfigContext is the one context WriteKubeconfig writes.
+const KubeconfigContext = "envtest"
+
+// WriteKubeconfig writes a kubeconfig for cfg (its client certificate and
+// key, or its bearer token) to path, for programs that take a kubeconfig:
+// terraform's kubernetes backend, kubectl plugins. Its one context,
+// KubeconfigContext, is current and uses namespace ns ("" for none).
+func WriteKubeconfig(cfg *rest.Config, path, ns string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts[KubeconfigContext] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "user", Namespace: ns}
+	kc.CurrentContext = KubeconfigContext
+	return clientcmd.WriteToFile(*kc, path)
 }
 
 // ErrNoBinaries says the control-plane binaries have not been built.

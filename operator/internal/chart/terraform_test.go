@@ -9,26 +9,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
 )
-
-// writeKubeconfig writes a kubeconfig for cfg's bearer token.
-func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "sa"}
-	kc.CurrentContext = "sa"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, clientcmd.WriteToFile(*kc, path))
-	return path
-}
 
 // TestChart_syncerPlansTerraformWithOnlyItsOwnRights runs real terraform
 // plans against the kubernetes state backend in a control namespace as the
@@ -48,7 +33,8 @@ resource "terraform_data" "marker" {
   input = var.env
 }
 `), 0o644))
-	kubeconfig := writeKubeconfig(t, syncerCfg)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, testenv.WriteKubeconfig(syncerCfg, kubeconfig, ""))
 	for _, ws := range []string{"staging", "staging", "default"} {
 		res, err := terraform.Plan(ctx, terraform.PlanOptions{
 			ExecOptions: terraform.ExecOptions{Env: map[string]string{"KUBE_CONFIG_PATH": kubeconfig}},

@@ -23,8 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -516,13 +514,8 @@ func TestBadInput_givesClearErrors(t *testing.T) {
 // kubeconfig writes a kubeconfig for cfg whose context uses namespace ns.
 func kubeconfig(t *testing.T, cfg *rest.Config, ns string) string {
 	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["team"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "user", Namespace: ns}
-	kc.CurrentContext = "team"
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, clientcmd.WriteToFile(*kc, path))
+	require.NoError(t, testenv.WriteKubeconfig(cfg, path, ns))
 	return path
 }
 
@@ -531,7 +524,7 @@ func TestKubectlFlags_kubeconfigContextNamespaceAndAs(t *testing.T) {
 
 	// The namespace comes from the kubeconfig's context, as with kubectl.
 	path := kubeconfig(t, carolCfg, teamNS)
-	out, _, err := sluiceAs(t, nil, "--kubeconfig", path, "--context", "team", "get", cr.Name)
+	out, _, err := sluiceAs(t, nil, "--kubeconfig", path, "--context", testenv.KubeconfigContext, "get", cr.Name)
 	require.NoError(t, err)
 	require.Contains(t, out, cr.Name)
 
