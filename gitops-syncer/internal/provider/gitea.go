@@ -56,18 +56,7 @@ func ParseGitea(eventType, delivery string, body []byte) (*Event, error) {
 		if err != nil {
 			return nil, err
 		}
-		switch p.Action {
-		case "opened":
-			pr.Action = PROpened
-		case "synchronized":
-			pr.Action = PRUpdated
-		case "reopened":
-			pr.Action = PRReopened
-		case "closed":
-			pr.Action = PRClosed
-		default:
-			pr.Action = PROther
-		}
+		pr.Action = githubPRAction(p.Action, "synchronized")
 		ev.Kind, ev.PullRequest = KindPullRequest, pr
 	default:
 		if p.Action != "reviewed" {

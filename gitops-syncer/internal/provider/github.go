@@ -92,18 +92,7 @@ func ParseGitHub(eventType, delivery string, body []byte) (*Event, error) {
 		if err != nil {
 			return nil, err
 		}
-		switch p.Action {
-		case "opened":
-			pr.Action = PROpened
-		case "synchronize":
-			pr.Action = PRUpdated
-		case "reopened":
-			pr.Action = PRReopened
-		case "closed":
-			pr.Action = PRClosed
-		default:
-			pr.Action = PROther
-		}
+		pr.Action = githubPRAction(p.Action, "synchronize")
 		ev.Kind, ev.PullRequest = KindPullRequest, pr
 	case "pull_request_review":
 		pr, err := githubPR(GitHub, &p, "refs/pull/")
@@ -170,6 +159,23 @@ func parsePush(ref, before, after string, deleted bool) (*Push, error) {
 		return nil, payloadErr("push: before %q is not a commit", truncate(before, 80))
 	}
 	return push, nil
+}
+
+// githubPRAction normalises the action of a GitHub-shaped pull_request
+// event; the providers differ only in the word for new commits
+// (GitHub "synchronize", Gitea "synchronized").
+func githubPRAction(action, synchronize string) PRAction {
+	switch action {
+	case "opened":
+		return PROpened
+	case synchronize:
+		return PRUpdated
+	case "reopened":
+		return PRReopened
+	case "closed":
+		return PRClosed
+	}
+	return PROther
 }
 
 // githubPR reads the pull request of a GitHub-shaped payload (GitHub and
