@@ -176,25 +176,10 @@ func TestInputs_listsServiceChartAndLocalModulesRecursively(t *testing.T) {
 func copyRepo(t *testing.T) string {
 	t.Helper()
 	dst := t.TempDir()
-	err := filepath.Walk(repo, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(repo, p)
-		target := filepath.Join(dst, rel)
-		if fi.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, 0o644)
-	})
-	if err != nil {
+	if err := os.CopyFS(dst, os.DirFS(repo)); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(dst)
+	return dst
 }
 
 func TestLoad_rejectsSymlinksLeavingTheRepo(t *testing.T) {

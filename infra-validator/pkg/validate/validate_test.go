@@ -31,22 +31,7 @@ func newValidator(t testing.TB) *Validator {
 func copyRepo(t *testing.T) string {
 	t.Helper()
 	dst := t.TempDir()
-	err := filepath.Walk(repo, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(repo, p)
-		target := filepath.Join(dst, rel)
-		if info.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, 0o644)
-	})
-	if err != nil {
+	if err := os.CopyFS(dst, os.DirFS(repo)); err != nil {
 		t.Fatal(err)
 	}
 	return dst
