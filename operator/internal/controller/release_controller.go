@@ -53,7 +53,9 @@ type ReleaseReconciler struct {
 	// KeepChangeRequests per Release; 20 when zero.
 	KeepChangeRequests int
 	// ApprovalGracePeriod before an orphaned Approval is deleted; 10m when
-	// zero. It covers a ChangeRequest not yet in the cache.
+	// zero. It keeps an Approval given just before its ChangeRequest is
+	// created (a ChangeRequest only missing from the cache is caught by a
+	// live read).
 	ApprovalGracePeriod time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
@@ -452,7 +454,9 @@ func (r *ReleaseReconciler) grace() time.Duration {
 
 // reconcileApprovalGC deletes the release's Approvals whose digest matches
 // none of its remaining ChangeRequests, once they are older than the grace
-// period; younger ones are looked at again when it ends.
+// period; younger ones are looked at again when it ends. The cache may not
+// have seen a ChangeRequest created a moment ago, so the orphans are
+// confirmed against the API server before anything is deleted.
 func (r *ReleaseReconciler) reconcileApprovalGC(ctx context.Context, s *releaseScope) (ctrl.Result, error) {
 	var list sluicev1.ApprovalList
 	if err := r.Client.List(ctx, &list, client.InNamespace(s.rel.Namespace), client.MatchingFields{IndexRelease: s.rel.Name}); err != nil {
@@ -463,6 +467,7 @@ func (r *ReleaseReconciler) reconcileApprovalGC(ctx context.Context, s *releaseS
 		digests[s.changes[i].Spec.ApprovalDigest] = true
 	}
 	var result ctrl.Result
+	var orphans []*sluicev1.Approval
 	now := r.now()
 	for i := range list.Items {
 		a := &list.Items[i]
@@ -474,6 +479,19 @@ func (r *ReleaseReconciler) reconcileApprovalGC(ctx context.Context, s *releaseS
 				result.RequeueAfter = wait
 			}
 			continue
+		}
+		orphans = append(orphans, a)
+	}
+	if len(orphans) == 0 {
+		return result, nil
+	}
+	live, err := r.liveDigests(ctx, s.rel)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	for _, a := range orphans {
+		if live[a.Spec.ApprovalDigest] {
+			continue // its change is newer than the cache; the change's events bring the release back
 		}
 		if controllerutil.ContainsFinalizer(a, sluicev1.ApprovalFinalizer) {
 			orig := a.DeepCopy()
@@ -487,6 +505,24 @@ func (r *ReleaseReconciler) reconcileApprovalGC(ctx context.Context, s *releaseS
 		}
 	}
 	return result, nil
+}
+
+// liveDigests reads the approval digests of the release's ChangeRequests
+// from the API server, past the cache. ChangeRequests are matched by
+// spec.release, not by label, so one without the label still protects its
+// Approvals.
+func (r *ReleaseReconciler) liveDigests(ctx context.Context, rel *sluicev1.Release) (map[sluicev1.Digest]bool, error) {
+	var list sluicev1.ChangeRequestList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(rel.Namespace)); err != nil {
+		return nil, fmt.Errorf("list ChangeRequests of Release %s: %w", rel.Name, err)
+	}
+	live := map[sluicev1.Digest]bool{}
+	for i := range list.Items {
+		if list.Items[i].Spec.Release == rel.Name {
+			live[list.Items[i].Spec.ApprovalDigest] = true
+		}
+	}
+	return live, nil
 }
 
 // reconcileDelete runs the cleanup of the release's applier, then removes

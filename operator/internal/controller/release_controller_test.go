@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
@@ -156,4 +160,56 @@ func TestRelease_aLockHeldByAVanishedChangeIsFreed(t *testing.T) {
 	require.Eventually(t, func() bool { return f.getRelease(rel.Name).Status.CurrentChange == "" }, waitFor, 50*time.Millisecond)
 	cr := f.change(rel, autoApprove)
 	f.phase(cr, sluicev1.PhaseApplied)
+}
+
+// staleChangeCache reads from the API server like a cache that has not yet
+// seen hidden: it lists without field selectors (the API server has no
+// spec.release index) and filters by the spec.release the caller asked for.
+func staleChangeCache(t *testing.T, hidden string) client.Client {
+	t.Helper()
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	return interceptor.NewClient(c, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			lo := (&client.ListOptions{}).ApplyOptions(opts)
+			release, _ := lo.FieldSelector.RequiresExactMatch(IndexRelease)
+			if err := c.List(ctx, list, client.InNamespace(lo.Namespace)); err != nil {
+				return err
+			}
+			switch l := list.(type) {
+			case *sluicev1.ChangeRequestList:
+				l.Items = slices.DeleteFunc(l.Items, func(cr sluicev1.ChangeRequest) bool {
+					return cr.Name == hidden || cr.Spec.Release != release
+				})
+			case *sluicev1.ApprovalList:
+				l.Items = slices.DeleteFunc(l.Items, func(a sluicev1.Approval) bool { return a.Spec.Release != release })
+			}
+			return nil
+		},
+	})
+}
+
+func TestRelease_approvalGCKeepsTheApprovalOfAChangeTheCacheHasNotSeen(t *testing.T) {
+	f := newFixture(t)
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	fresh := f.change(rel, autoApprove)
+	kept := f.decide(fresh, "k8s:alice", sluicev1.DecisionApprove)
+	gone := f.change(rel, autoApprove)
+	orphan := f.decide(gone, "k8s:alice", sluicev1.DecisionApprove)
+	require.NoError(t, f.c.Delete(ctx(t), gone))
+
+	r := &ReleaseReconciler{
+		Client:              staleChangeCache(t, fresh.Name),
+		APIReader:           env.Client,
+		ApprovalGracePeriod: time.Millisecond,
+		Now:                 func() time.Time { return time.Now().Add(time.Hour) },
+	}
+	for range 2 {
+		_, err := r.Reconcile(ctx(t), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(rel)})
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.c.Get(ctx(t), client.ObjectKeyFromObject(kept), &sluicev1.Approval{}),
+		"the approval of a change that exists but is not in the cache is kept")
+	err := f.c.Get(ctx(t), client.ObjectKeyFromObject(orphan), &sluicev1.Approval{})
+	require.True(t, apierrors.IsNotFound(err), "the approval of a deleted change is collected: %v", err)
 }
