@@ -11,6 +11,7 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -19,8 +20,10 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	argoapp "github.com/argoproj/argo-cd/v2/pkg/apis/application"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -132,6 +135,29 @@ func (e *Env) Stop() error {
 		return nil
 	}
 	return e.Environment.Stop()
+}
+
+// WaitAllowed waits until the API server's authorizer allows what spec asks.
+// The RBAC authorizer reads Roles and bindings through informers, so a
+// binding just created takes a moment to count; tests that create one and
+// then act as its subject wait here first.
+func (e *Env) WaitAllowed(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		sar := &authorizationv1.SubjectAccessReview{Spec: spec}
+		if err := e.Client.Create(ctx, sar); err != nil {
+			return fmt.Errorf("subject access review: %w", err)
+		}
+		if sar.Status.Allowed {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s is still not allowed %+v: %s", spec.User, spec.ResourceAttributes, sar.Status.Reason)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // AddUser adds a user with the given groups and returns a rest.Config that

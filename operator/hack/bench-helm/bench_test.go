@@ -229,7 +229,12 @@ func BenchmarkHelmApplier(b *testing.B) {
 		}); err != nil {
 			b.Fatal(err)
 		}
-		waitAllowed(b, e, "system:serviceaccount:"+ctl+":deployer", target)
+		if err := e.WaitAllowed(context.Background(), authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + ctl + ":deployer",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: target, Verb: "list", Resource: "secrets"},
+		}); err != nil {
+			b.Fatal(err)
+		}
 		content := files(b, target)
 		tb, gz := tarGz(b, content)
 		name := fmt.Sprintf("%d.tar.gz", i)
@@ -329,27 +334,4 @@ func bareConfig(b *testing.B, rc *rest.Config, ns string) *action.Configuration 
 		Releases:         storage.Init(driver.NewSecrets(cs.CoreV1().Secrets(ns))),
 		Log:              func(string, ...any) {},
 	}
-}
-
-// waitAllowed waits until the API server's RBAC cache lets user list
-// Secrets in ns (a fresh RoleBinding takes a moment to be seen).
-func waitAllowed(b *testing.B, e *testenv.Env, user, ns string) {
-	cs, err := kubernetes.NewForConfig(e.Config)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for range 500 {
-		r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: ns, Verb: "list", Resource: "secrets"}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if r.Status.Allowed {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	b.Fatalf("%s never got rights in %s", user, ns)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -133,7 +134,20 @@ func grantEverything(ctx context.Context) error {
 			{Kind: rbacv1.ServiceAccountKind, Namespace: params.Operator.Namespace, Name: params.Operator.Name},
 		},
 	}
-	return env.Client.Create(ctx, binding)
+	if err := env.Client.Create(ctx, binding); err != nil {
+		return err
+	}
+	for _, s := range binding.Subjects {
+		user := s.Name
+		if s.Kind == rbacv1.ServiceAccountKind {
+			user = "system:serviceaccount:" + s.Namespace + ":" + s.Name
+		}
+		if err := env.WaitAllowed(ctx, authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: "create", Group: sluicev1.GroupVersion.Group, Resource: "changerequests"}}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // whoAmI asks the API server who cfg's user is.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -95,6 +96,10 @@ func TestConfig_actsAsTheServiceAccountWithItsRBACOnly(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "deploy", Namespace: "imp-target"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "deploy"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "deployer", Namespace: "imp-control"}},
+	}))
+	require.NoError(t, env.WaitAllowed(ctx, authorizationv1.SubjectAccessReviewSpec{
+		User:               "system:serviceaccount:imp-control:deployer",
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "imp-target", Verb: "create", Resource: "configmaps"},
 	}))
 
 	cfg, err := Config(env.Config, repo("imp-control", "imp-target"))

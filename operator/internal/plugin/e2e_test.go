@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +35,11 @@ func startOperator(t *testing.T, ns string) *testapplier.Applier {
 		ObjectMeta: metav1.ObjectMeta{Name: "sluice-operator-e2e"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: params.Operator.Namespace, Name: params.Operator.Name}},
+	}))
+	require.NoError(t, env.WaitAllowed(ctx, authorizationv1.SubjectAccessReviewSpec{
+		User: admission.ServiceAccountUsername(params.Operator),
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: "update", Group: sluicev1.GroupVersion.Group, Resource: "changerequests", Subresource: "status"},
 	}))
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{

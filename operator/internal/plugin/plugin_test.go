@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -123,6 +124,16 @@ func grant(ctx context.Context) error {
 	)
 	for _, o := range objs {
 		if err := env.Client.Create(ctx, o); err != nil {
+			return err
+		}
+	}
+	for _, spec := range []authorizationv1.SubjectAccessReviewSpec{
+		{User: "carol", Groups: []string{"sre"}, ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: "create", Group: sluicev1.GroupVersion.Group, Resource: "approvals"}},
+		{User: admission.ServiceAccountUsername(params.Syncer), ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: "create", Group: sluicev1.GroupVersion.Group, Resource: "changerequests"}},
+	} {
+		if err := env.WaitAllowed(ctx, spec); err != nil {
 			return err
 		}
 	}

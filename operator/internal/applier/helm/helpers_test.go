@@ -27,6 +27,7 @@ import (
 	"helm.sh/helm/v3/pkg/storage"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -124,6 +125,10 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "deployer"},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "deployer", Namespace: f.ctl}},
 		}))
+		require.NoError(t, env.WaitAllowed(ctx, authorizationv1.SubjectAccessReviewSpec{
+			User:               f.deployer(),
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: f.target, Verb: "list", Resource: "secrets"},
+		}))
 	}
 	f.repo = &sluicev1.Repository{
 		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: f.ctl},
@@ -146,6 +151,9 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	f.clients = cs
 	return f
 }
+
+// deployer is the user name of the fixture's ServiceAccount.
+func (f *fixture) deployer() string { return "system:serviceaccount:" + f.ctl + ":deployer" }
 
 func newApplier(t testing.TB) *Applier {
 	fetcher, err := artifact.NewFetcher(server.srv.URL + "/artifacts/")
