@@ -149,6 +149,34 @@ func TestRun_tenThousandResourcePlan(t *testing.T) {
 	if len(rep.Sections) != 1 || len(rep.Findings()) < 5000 {
 		t.Fatalf("findings: %d", len(rep.Findings()))
 	}
+	var risk report.Detail
+	for _, d := range rep.Sections[0].Details {
+		if d.Key == "risk" {
+			risk = d
+		}
+	}
+	if len(risk.Items) < 5000 {
+		t.Fatalf("the JSON report lists every risk reason: %d", len(risk.Items))
+	}
+
+	// The text report stays readable: the risk line names a few changes
+	// and counts the rest.
+	code, out, errOut = run(t, "terraform", p)
+	if code != ExitFailed {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	found := false
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "  risk: ") {
+			found = true
+			if len(line) > 400 || !strings.HasSuffix(line, fmt.Sprintf("and %d more", len(risk.Items)-5)) {
+				t.Fatalf("risk line is not short: %.200s… (%d bytes)", line, len(line))
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no risk line in the text report")
+	}
 }
 
 // TestRun_secretPlantedInConfigMapAppearsNowhere: not in any output format,

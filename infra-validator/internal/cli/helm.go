@@ -66,7 +66,7 @@ func chartSection(name, file string, check *validate.ChartCheck) report.Section 
 	if r := check.Render; r != nil {
 		s.Details = append(s.Details, report.Detail{Key: "objects", Value: fmt.Sprint(len(r.Objects))})
 		if len(r.RiskReasons) > 0 {
-			s.Details = append(s.Details, report.Detail{Key: "risk", Value: strings.Join(r.RiskReasons, "; ")})
+			s.Details = append(s.Details, report.ListDetail("risk", r.RiskReasons))
 		}
 		if r.ManifestDigest != "" {
 			s.Details = append(s.Details, report.Detail{Key: "manifestDigest", Value: r.ManifestDigest})

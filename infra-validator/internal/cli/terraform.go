@@ -114,7 +114,7 @@ func planSection(name, file string, check *validate.PlanCheck) report.Section {
 	s.Details = append(s.Details, report.Detail{Key: "plan", Value: check.Summary.String()})
 	if r := check.Report; r != nil {
 		if len(r.RiskReasons) > 0 {
-			s.Details = append(s.Details, report.Detail{Key: "risk", Value: strings.Join(r.RiskReasons, "; ")})
+			s.Details = append(s.Details, report.ListDetail("risk", r.RiskReasons))
 		}
 		s.Details = append(s.Details, report.Detail{Key: "planDigest", Value: r.PlanDigest})
 		if r.PlanFileSHA256 != "" {

@@ -52,8 +52,25 @@ type Section struct {
 
 // Detail is one labelled fact of a section.
 type Detail struct {
-	Key   string `json:"key"`
+	Key string `json:"key"`
+	// Value is what the text report prints: short enough to read at a
+	// glance.
 	Value string `json:"value"`
+	// Items, when set, is the whole list Value summarises.
+	Items []string `json:"items,omitempty"`
+}
+
+// shownItems is how many items of a list detail the summary names.
+const shownItems = 5
+
+// ListDetail is a detail for a list: the value names the first few items and
+// counts the rest; the items are all kept (the JSON report carries them).
+func ListDetail(key string, items []string) Detail {
+	value := strings.Join(items[:min(len(items), shownItems)], "; ")
+	if rest := len(items) - shownItems; rest > 0 {
+		value += fmt.Sprintf("; and %d more", rest)
+	}
+	return Detail{Key: key, Value: value, Items: items}
 }
 
 // Findings returns every finding of the report.

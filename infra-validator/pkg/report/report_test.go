@@ -147,3 +147,18 @@ func TestParseFormat(t *testing.T) {
 		t.Fatal("xml is not a format")
 	}
 }
+
+func TestListDetail_namesTheFirstItemsAndCountsTheRest(t *testing.T) {
+	short := ListDetail("risk", []string{"a: delete", "b: create"})
+	if short.Value != "a: delete; b: create" || len(short.Items) != 2 {
+		t.Fatalf("short list: %+v", short)
+	}
+	items := []string{"r1", "r2", "r3", "r4", "r5", "r6", "r7"}
+	long := ListDetail("risk", items)
+	if long.Value != "r1; r2; r3; r4; r5; and 2 more" {
+		t.Fatalf("long list value: %q", long.Value)
+	}
+	if strings.Join(long.Items, ",") != strings.Join(items, ",") {
+		t.Fatalf("every item is kept: %v", long.Items)
+	}
+}
