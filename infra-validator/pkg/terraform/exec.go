@@ -311,65 +311,12 @@ func Plan(ctx context.Context, opts PlanOptions) (*PlanResult, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.timeout())
 	defer cancel()
-
-	tmp, err := os.MkdirTemp("", "sluice-tf-")
-	if err != nil {
-		return nil, fmt.Errorf("terraform plan: temporary folder: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	home := filepath.Join(tmp, "home")
-	if err := os.Mkdir(home, 0o700); err != nil {
-		return nil, fmt.Errorf("terraform plan: %w", err)
-	}
-	if opts.DataDir == "" {
-		opts.DataDir = filepath.Join(tmp, "data")
-	}
-
-	var override []byte
-	switch opts.Backend {
-	case BackendOwn:
-	case BackendKubernetes:
-		if opts.Kubernetes == nil {
-			return nil, errors.New("terraform plan: the kubernetes backend needs a namespace and secret suffix")
-		}
-		override, err = KubernetesBackendOverride(opts.Kubernetes.Namespace, opts.Kubernetes.SecretSuffix)
-		if err != nil {
-			return nil, fmt.Errorf("terraform plan: %w", err)
-		}
-	case "", BackendNone:
-		override = localBackendOverride(filepath.Join(tmp, "state"))
-	default:
-		return nil, fmt.Errorf("terraform plan: unknown backend %q (own, kubernetes or none)", opts.Backend)
-	}
-	if override != nil {
-		path := filepath.Join(opts.Dir, BackendOverrideFile)
-		// O_EXCL: never replace a file the repository ships under this name.
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			return nil, fmt.Errorf("terraform plan: writing %s: %w", BackendOverrideFile, errors.Unwrap(err))
-		}
-		defer os.Remove(path)
-		_, werr := f.Write(override)
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			return nil, fmt.Errorf("terraform plan: writing %s: %w", BackendOverrideFile, werr)
-		}
-	}
-
-	tf, err := opts.terraform(ctx, opts.Dir, home)
+	st, err := openStack(ctx, "terraform plan", opts.ExecOptions, opts.Dir, opts.Backend, opts.Kubernetes, opts.Workspace)
 	if err != nil {
 		return nil, err
 	}
-	if err := opts.run(ctx, tf, "init", func() error { return tf.Init(ctx, tfexec.Backend(true), tfexec.Reconfigure(true)) }); err != nil {
-		return nil, err
-	}
-	if ws := opts.Workspace; ws != "" && ws != "default" {
-		if err := opts.run(ctx, tf, "workspace", func() error { return selectWorkspace(ctx, tf, ws) }); err != nil {
-			return nil, err
-		}
-	}
+	defer st.close()
+	tf, tmp := st.tf, st.tmp
 
 	planFile := filepath.Join(tmp, "plan.tfplan")
 	planOpts := []tfexec.PlanOption{tfexec.Out(planFile), tfexec.Destroy(opts.Destroy)}
@@ -385,6 +332,92 @@ func Plan(ctx context.Context, opts PlanOptions) (*PlanResult, error) {
 		return nil, err
 	}
 	return show(ctx, tf, opts.ExecOptions, planFile)
+}
+
+// stack is a stack folder initialised for one terraform call: the backend
+// override written (and removed by close), init run, the workspace chosen.
+type stack struct {
+	tf     *tfexec.Terraform
+	tmp    string // private temporary folder: HOME, data dir, local state
+	remove []string
+}
+
+func (s *stack) close() {
+	for _, p := range s.remove {
+		_ = os.Remove(p)
+	}
+	_ = os.RemoveAll(s.tmp)
+}
+
+// openStack prepares dir for op ("terraform plan", "terraform apply"):
+// a private HOME and data folder, the backend override for backend, init,
+// and the workspace ("" and "default" keep the default one).
+func openStack(ctx context.Context, op string, opts ExecOptions, dir string, backend Backend, k *KubernetesBackend, workspace string) (_ *stack, err error) {
+	tmp, err := os.MkdirTemp("", "sluice-tf-")
+	if err != nil {
+		return nil, fmt.Errorf("%s: temporary folder: %w", op, err)
+	}
+	st := &stack{tmp: tmp}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
+	home := filepath.Join(tmp, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if opts.DataDir == "" {
+		opts.DataDir = filepath.Join(tmp, "data")
+	}
+
+	var override []byte
+	switch backend {
+	case BackendOwn:
+	case BackendKubernetes:
+		if k == nil {
+			return nil, fmt.Errorf("%s: the kubernetes backend needs a namespace and secret suffix", op)
+		}
+		override, err = KubernetesBackendOverride(k.Namespace, k.SecretSuffix)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+	case "", BackendNone:
+		override = localBackendOverride(filepath.Join(tmp, "state"))
+	default:
+		return nil, fmt.Errorf("%s: unknown backend %q (own, kubernetes or none)", op, backend)
+	}
+	if override != nil {
+		path := filepath.Join(dir, BackendOverrideFile)
+		// O_EXCL: never replace a file the repository ships under this name.
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("%s: writing %s: %w", op, BackendOverrideFile, errors.Unwrap(err))
+		}
+		st.remove = append(st.remove, path)
+		_, werr := f.Write(override)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return nil, fmt.Errorf("%s: writing %s: %w", op, BackendOverrideFile, werr)
+		}
+	}
+
+	tf, err := opts.terraform(ctx, dir, home)
+	if err != nil {
+		return nil, err
+	}
+	if err := opts.run(ctx, tf, "init", func() error { return tf.Init(ctx, tfexec.Backend(true), tfexec.Reconfigure(true)) }); err != nil {
+		return nil, err
+	}
+	if workspace != "" && workspace != "default" {
+		if err := opts.run(ctx, tf, "workspace", func() error { return selectWorkspace(ctx, tf, workspace) }); err != nil {
+			return nil, err
+		}
+	}
+	st.tf = tf
+	return st, nil
 }
 
 func selectWorkspace(ctx context.Context, tf *tfexec.Terraform, ws string) error {
