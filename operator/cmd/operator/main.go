@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-gitops/sluice/operator/api/version"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	helmapplier "github.com/sluice-gitops/sluice/operator/internal/applier/helm"
+	tfapplier "github.com/sluice-gitops/sluice/operator/internal/applier/terraform"
 	"github.com/sluice-gitops/sluice/operator/internal/controller"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
 )
@@ -29,8 +30,10 @@ func main() {
 		testAppliers string
 		showVersion  bool
 		helmFlags    helmapplier.Flags
+		tfFlags      tfapplier.Flags
 	)
 	helmFlags.Bind(flag.CommandLine)
+	tfFlags.Bind(flag.CommandLine)
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics endpoint (\"0\" disables it).")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
@@ -59,13 +62,13 @@ func main() {
 	if namespaces != "" {
 		o.Namespaces = strings.Split(namespaces, ",")
 	}
-	if err := run(log, o, testAppliers, helmFlags); err != nil {
+	if err := run(log, o, testAppliers, helmFlags, tfFlags); err != nil {
 		log.Error(err, "Operator failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helmFlags helmapplier.Flags) error {
+func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helmFlags helmapplier.Flags, tfFlags tfapplier.Flags) error {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
@@ -93,6 +96,10 @@ func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helm
 			log.Info("Registering the record-only TEST applier; nothing will be installed", "delivery", delivery)
 			o.Appliers[delivery] = ta
 		}
+	}
+	// Terraform goes in front of whichever applier each delivery has.
+	if err := tfFlags.Register(o.Appliers, cfg, helmFlags.ArtifactBaseURL, ctrl.Log.WithName("terraform")); err != nil {
+		return err
 	}
 
 	mgr, err := controller.NewManager(ctx, cfg, o)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
 )
 
 func TestMain(m *testing.M) {
@@ -32,9 +33,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	server = newArtifacts()
+	server = artifacttest.NewServer()
 	code := m.Run()
-	server.srv.Close()
+	server.Close()
 	_ = env.Stop()
 	os.Exit(code)
 }
@@ -98,7 +99,7 @@ func TestApply_anUpgradeWithNewValuesIsRevisionTwo(t *testing.T) {
 func TestApply_anArtifactWithOtherContentThanItsDigestsFailsBeforeAnythingIsInstalled(t *testing.T) {
 	f := newFixture(t)
 	other := f.change("message: not what was approved\n", changeOpts{})
-	otherBytes := server.blobs[other.Spec.Artifact.URL[len(server.srv.URL)+len("/artifacts/"):]]
+	otherBytes := server.Get(other.Spec.Artifact.URL)
 	cr := f.change("message: approved\n", changeOpts{serve: otherBytes})
 
 	_, err := f.apply(cr)

@@ -1,25 +1,17 @@
 package helm
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path"
 	"path/filepath"
 	"sort"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
@@ -40,37 +32,8 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
 )
-
-// artifacts is the test's artifact server: it serves whatever a test put
-// under /artifacts/.
-type artifacts struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	blobs map[string][]byte
-}
-
-func newArtifacts() *artifacts {
-	a := &artifacts{blobs: map[string][]byte{}}
-	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.mu.Lock()
-		b, ok := a.blobs[strings.TrimPrefix(r.URL.Path, "/artifacts/")]
-		a.mu.Unlock()
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		_, _ = w.Write(b)
-	}))
-	return a
-}
-
-func (a *artifacts) put(name string, b []byte) string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.blobs[name] = b
-	return a.srv.URL + "/artifacts/" + name
-}
 
 var counter atomic.Int32
 
@@ -156,7 +119,7 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 func (f *fixture) deployer() string { return "system:serviceaccount:" + f.ctl + ":deployer" }
 
 func newApplier(t testing.TB) *Applier {
-	fetcher, err := artifact.NewFetcher(server.srv.URL + "/artifacts/")
+	fetcher, err := artifact.NewFetcher(server.BaseURL())
 	require.NoError(t, err)
 	fetcher.TempDir = t.TempDir()
 	a, err := New(Options{Config: env.Config, Fetcher: fetcher, Log: logr.Discard()})
@@ -207,36 +170,6 @@ func (f *fixture) tree(stagingValues string) map[string][]byte {
 	return files
 }
 
-// tarball builds the deterministic tar the syncer builds: sorted names,
-// fixed times and owners.
-func tarball(t testing.TB, files map[string][]byte) []byte {
-	t.Helper()
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, n := range names {
-		require.NoError(t, tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(files[n])), ModTime: time.Unix(0, 0)}))
-		_, err := tw.Write(files[n])
-		require.NoError(t, err)
-	}
-	require.NoError(t, tw.Close())
-	return buf.Bytes()
-}
-
-func gzipped(t testing.TB, b []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	_, err := zw.Write(b)
-	require.NoError(t, err)
-	require.NoError(t, zw.Close())
-	return buf.Bytes()
-}
-
 // validatorDigest is the manifestDigest the validator records for the
 // files: helmcheck.Render, offline (lookup finds nothing).
 func validatorDigest(t testing.TB, files map[string][]byte, chartDir string, valueFiles []string, name, ns string) sluicev1.Digest {
@@ -274,8 +207,8 @@ func (f *fixture) change(stagingValues string, o changeOpts) *sluicev1.ChangeReq
 	f.t.Helper()
 	f.commitNo++
 	files := f.tree(stagingValues)
-	tb := tarball(f.t, files)
-	gz := gzipped(f.t, tb)
+	tb := artifacttest.Tarball(files)
+	gz := artifacttest.Gzip(tb)
 	approvedFiles := files
 	if o.approvedValues != nil {
 		approvedFiles = f.tree(*o.approvedValues)
@@ -287,7 +220,7 @@ func (f *fixture) change(stagingValues string, o changeOpts) *sluicev1.ChangeReq
 	if o.serve != nil {
 		served = o.serve
 	}
-	url := server.put(f.ctl+"/"+commit+".tar.gz", served)
+	url := server.Put(f.ctl+"/"+commit+".tar.gz", served)
 	cr := &sluicev1.ChangeRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(f.release.Name, commit, 1), Namespace: f.ctl},
 		Spec: sluicev1.ChangeRequestSpec{
@@ -359,6 +292,6 @@ func requireFailure(t testing.TB, err error, reason string) *applier.Failure {
 	return fail
 }
 
-var server *artifacts
+var server *artifacttest.Server
 
 var env *testenv.Env

@@ -113,7 +113,7 @@ func startOperator(t *testing.T, f *fixture, name string) *childOperator {
 	dir := t.TempDir()
 	cc := childConfig{
 		Host: env.Config.Host, CAData: env.Config.CAData, CertData: env.Config.CertData, KeyData: env.Config.KeyData,
-		BearerToken: env.Config.BearerToken, ArtifactBase: server.srv.URL + "/artifacts/", Namespace: f.ctl,
+		BearerToken: env.Config.BearerToken, ArtifactBase: server.BaseURL(), Namespace: f.ctl,
 	}
 	b, err := json.Marshal(cc)
 	require.NoError(t, err)

@@ -1,0 +1,327 @@
+// Package terraform applies the approved Terraform plan file of a change
+// (DESIGN.md §5): never a fresh plan, always the very file whose sha256 was
+// approved, against the state the syncer planned with (Terraform's
+// kubernetes backend: Secrets in the control namespace, suffix = the
+// Release).
+//
+// One Apply runs these steps, and stops at the first that fails:
+//
+//  1. the change records a plan file digest and its Release a stack;
+//  2. a short-lived token for the Repository's ServiceAccount is requested
+//     (TokenRequest): terraform and the plan reads use it, so they have that
+//     ServiceAccount's rights and never the operator's;
+//  3. as the ServiceAccount, the plan Secrets "<change>-plan", "-plan-1"…
+//     are read from the control namespace;
+//  4. the artifact is downloaded, verified (archive, content and approval
+//     digests) and extracted;
+//  5. terraform init with the plan's backend, then terraform apply of the
+//     plan file after its sha256 is checked (infra-validator's
+//     terraform.Apply), with a kubeconfig holding only the token.
+//
+// A plan the state has moved past fails the change with StalePlan and
+// applies nothing; a re-plan (the Release's gitops.sluice.dev/replan
+// annotation) makes a new change for a new approval.
+//
+// Chain puts this applier in front of the delivery applier: a change with
+// a plan gets its Terraform applied first, then its manifests.
+package terraform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact"
+)
+
+// Name is the applier's name in messages.
+const Name = "terraform"
+
+// DefaultTokenTTL is how long the ServiceAccount token given to terraform
+// is valid (the API server's minimum is 10 minutes).
+const DefaultTokenTTL = time.Hour
+
+// Options configure the Terraform applier.
+type Options struct {
+	// Config is the operator's own connection: it requests the
+	// ServiceAccount tokens and says where the API server is. Its
+	// credentials never reach terraform.
+	Config *rest.Config
+	// Fetcher downloads and verifies artifacts.
+	Fetcher *artifact.Fetcher
+	// ExecPath is the terraform binary; "" looks up "terraform" in PATH.
+	ExecPath string
+	// Env is added to terraform's environment (cloud credentials, provider
+	// mirror settings). KUBE_CONFIG_PATH is the applier's own.
+	Env map[string]string
+	// Timeout bounds one terraform apply; zero means the validator's
+	// terraform.DefaultTimeout.
+	Timeout time.Duration
+	// TokenTTL is the lifetime of the token terraform gets; zero means
+	// DefaultTokenTTL.
+	TokenTTL time.Duration
+	// Log receives progress at V(1).
+	Log logr.Logger
+}
+
+// Applier applies approved Terraform plan files.
+type Applier struct {
+	opts    Options
+	clients kubernetes.Interface
+	// applied remembers the plans this process applied (change UID and plan
+	// digest), so a retry after a later step failed does not apply again;
+	// terraform itself refuses the plan once the state moved on.
+	applied sync.Map
+}
+
+var _ applier.Applier = (*Applier)(nil)
+
+// New checks the options and returns the applier.
+func New(opts Options) (*Applier, error) {
+	if opts.Config == nil {
+		return nil, errors.New("terraform applier: no rest config")
+	}
+	if opts.Fetcher == nil {
+		return nil, errors.New("terraform applier: no artifact fetcher")
+	}
+	if opts.TokenTTL == 0 {
+		opts.TokenTTL = DefaultTokenTTL
+	}
+	if opts.TokenTTL < 10*time.Minute {
+		return nil, fmt.Errorf("terraform applier: token lifetime %s is below the API server's minimum of 10m", opts.TokenTTL)
+	}
+	for k := range opts.Env {
+		if k == "KUBE_CONFIG_PATH" {
+			return nil, errors.New("terraform applier: KUBE_CONFIG_PATH is set by the applier (a token of the Repository's ServiceAccount)")
+		}
+	}
+	cs, err := kubernetes.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("terraform applier: %w", err)
+	}
+	return &Applier{opts: opts, clients: cs}, nil
+}
+
+// Name implements applier.Applier.
+func (a *Applier) Name() string { return Name }
+
+// HasPlan reports whether a change carries a Terraform plan to apply.
+func HasPlan(cr *sluicev1.ChangeRequest) bool { return cr.Spec.PlanFileSHA256 != "" }
+
+// +kubebuilder:rbac:groups="",resources=serviceaccounts/token,verbs=create
+
+// Apply implements applier.Applier: it applies the change's plan file.
+func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Result, error) {
+	cr, rel, repo := req.Change, req.Release, req.Repository
+	if cr == nil || rel == nil || repo == nil {
+		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the request has no change, release or repository")
+	}
+	if !sluicev1.ValidDigest(string(cr.Spec.PlanFileSHA256)) {
+		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change records no valid planFileSHA256, so no plan file can be checked against it")
+	}
+	if rel.Spec.Terraform == nil || rel.Spec.Terraform.Dir == "" {
+		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change has a plan, but its Release names no Terraform stack")
+	}
+	key := string(cr.UID) + "/" + string(cr.Spec.PlanFileSHA256)
+	if _, done := a.applied.Load(key); done {
+		return applier.Result{Message: "terraform plan already applied"}, nil
+	}
+	log := a.opts.Log.WithValues("change", cr.Namespace+"/"+cr.Name, "stack", string(rel.Spec.Terraform.Dir))
+
+	sa := repo.Spec.ServiceAccountName
+	if sa == "" {
+		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "Repository %s names no serviceAccountName to apply as", repo.Name)
+	}
+	token, err := a.token(ctx, repo.Namespace, sa)
+	if err != nil {
+		return applier.Result{}, err
+	}
+	asSA := rest.AnonymousClientConfig(a.opts.Config)
+	asSA.BearerToken = token
+	plan, err := readPlan(ctx, asSA, cr, repo.Namespace+":"+sa)
+	if err != nil {
+		return applier.Result{}, err
+	}
+
+	content, err := a.opts.Fetcher.FetchChange(ctx, cr)
+	if err != nil {
+		return applier.Result{}, err
+	}
+	defer func() { _ = content.Close() }()
+	dir, err := stackDir(content.Dir, string(rel.Spec.Terraform.Dir))
+	if err != nil {
+		return applier.Result{}, err
+	}
+
+	tmp, err := os.MkdirTemp("", "sluice-tf-apply-")
+	if err != nil {
+		return applier.Result{}, fmt.Errorf("terraform applier: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	kubeconfig := filepath.Join(tmp, "kubeconfig")
+	if err := writeKubeconfig(asSA, cr.Namespace, kubeconfig); err != nil {
+		return applier.Result{}, err
+	}
+	env := map[string]string{}
+	for k, v := range a.opts.Env {
+		env[k] = v
+	}
+	env["KUBE_CONFIG_PATH"] = kubeconfig
+
+	log.V(1).Info("Applying the approved plan file", "planFileSHA256", cr.Spec.PlanFileSHA256)
+	start := time.Now()
+	err = tf.Apply(ctx, tf.ApplyOptions{
+		ExecOptions:    tf.ExecOptions{ExecPath: a.opts.ExecPath, Env: env, Timeout: a.opts.Timeout},
+		Dir:            dir,
+		PlanFile:       plan,
+		PlanFileSHA256: string(cr.Spec.PlanFileSHA256),
+		Workspace:      rel.Spec.Terraform.Workspace,
+		Backend:        tf.BackendKubernetes,
+		Kubernetes:     &tf.KubernetesBackend{Namespace: cr.Namespace, SecretSuffix: rel.Name},
+	})
+	if err != nil {
+		return applier.Result{}, explain(err, repo.Namespace+":"+sa)
+	}
+	a.applied.Store(key, struct{}{})
+	log.V(1).Info("Plan applied", "duration", time.Since(start).Round(time.Millisecond).String())
+	return applier.Result{Message: "terraform applied plan " + short(string(cr.Spec.PlanFileSHA256))}, nil
+}
+
+// token requests a short-lived token for the ServiceAccount namespace/name.
+func (a *Applier) token(ctx context.Context, namespace, name string) (string, error) {
+	tr, err := a.clients.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(a.opts.TokenTTL / time.Second))},
+	}, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", applier.Permanent(sluicev1.ReasonApplyFailed, "ServiceAccount %s/%s does not exist (the Repository's serviceAccountName)", namespace, name)
+	case err != nil:
+		return "", fmt.Errorf("request a token for ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// readPlan reads and joins the plan Secrets of cr as the ServiceAccount.
+func readPlan(ctx context.Context, cfg *rest.Config, cr *sluicev1.ChangeRequest, who string) ([]byte, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var plan []byte
+	for i := 0; ; i++ {
+		name := sluicev1.PlanSecretName(cr.Name, i)
+		s, err := cs.CoreV1().Secrets(cr.Namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) && i > 0:
+			return plan, nil
+		case apierrors.IsNotFound(err):
+			return nil, applier.Permanent(sluicev1.ReasonDigestMismatch, "the plan Secret %s is missing, so the approved plan cannot be applied", name)
+		case apierrors.IsForbidden(err):
+			return nil, applier.Permanent(sluicev1.ReasonApplyFailed,
+				"%s may not read the plan Secret %s in namespace %s (give it a Role there for secrets and coordination.k8s.io leases: Terraform's state lives there too)", who, name, cr.Namespace)
+		case err != nil:
+			return nil, fmt.Errorf("read plan Secret %s: %w", name, err)
+		}
+		if s.Type != corev1.SecretTypeOpaque || len(s.Data[sluicev1.PlanSecretKey]) == 0 {
+			return nil, applier.Permanent(sluicev1.ReasonDigestMismatch, "the plan Secret %s holds no plan file", name)
+		}
+		plan = append(plan, s.Data[sluicev1.PlanSecretKey]...)
+	}
+}
+
+// stackDir is the stack folder inside the extracted artifact; the path
+// must stay inside it.
+func stackDir(root, dir string) (string, error) {
+	p := filepath.Join(root, filepath.FromSlash(dir))
+	if rel, err := filepath.Rel(root, p); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(dir) {
+		return "", applier.Permanent(sluicev1.ReasonInvalidSpec, "the Terraform stack %q leaves the artifact", dir)
+	}
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.IsDir() {
+		return "", applier.Permanent(sluicev1.ReasonInvalidSpec, "the artifact has no Terraform stack folder %q", dir)
+	}
+	return p, nil
+}
+
+// writeKubeconfig writes a kubeconfig for cfg (server, CA, bearer token)
+// with namespace as the default, readable by this user only.
+func writeKubeconfig(cfg *rest.Config, namespace, path string) error {
+	ca := cfg.CAData
+	if len(ca) == 0 && cfg.CAFile != "" {
+		b, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return fmt.Errorf("terraform applier: read the API server's CA: %w", err)
+		}
+		ca = b
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["sluice"] = &clientcmdapi.Cluster{
+		Server: cfg.Host, CertificateAuthorityData: ca, TLSServerName: cfg.ServerName, InsecureSkipTLSVerify: cfg.Insecure,
+	}
+	kc.AuthInfos["sluice"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["sluice"] = &clientcmdapi.Context{Cluster: "sluice", AuthInfo: "sluice", Namespace: namespace}
+	kc.CurrentContext = "sluice"
+	b, err := clientcmd.Write(*kc)
+	if err != nil {
+		return fmt.Errorf("terraform applier: kubeconfig: %w", err)
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// explain turns a terraform.Apply error into an applier error: permanent
+// when retrying cannot help, returned as is (retried) otherwise.
+func explain(err error, who string) error {
+	var runErr *tf.RunError
+	switch {
+	case errors.Is(err, tf.ErrStalePlan):
+		return &applier.Failure{Reason: sluicev1.ReasonStalePlan,
+			Message: "the Terraform state changed after this plan was made, so terraform applied nothing; ask for a re-plan (annotate the Release " + sluicev1.AnnotationReplan + ") and approve the new change",
+			Err:     err}
+	case errors.Is(err, tf.ErrPlanFileMismatch):
+		return &applier.Failure{Reason: sluicev1.ReasonDigestMismatch, Message: "the stored plan file is not the approved one", Err: err}
+	case errors.As(err, &runErr) && runErr.Kind == tf.ErrorConfiguration:
+		return &applier.Failure{Reason: sluicev1.ReasonApplyFailed, Message: "terraform " + runErr.Step + " failed (as " + who + ")", Err: err}
+	case errors.As(err, &runErr) && runErr.Step == "apply" && !lockOnly(runErr):
+		// Resources may be half-created: the plan is spent either way,
+		// a retry could only find it stale.
+		return &applier.Failure{Reason: sluicev1.ReasonApplyFailed, Message: "terraform apply failed part-way; the state holds what was done, and a re-plan shows the rest (as " + who + ")", Err: err}
+	case errors.As(err, &runErr):
+		return err // the backend or the network: retried
+	default:
+		// The binary is missing, an option is wrong, a folder cannot be
+		// made: nothing that a retry of this change fixes on its own, but
+		// an operator fix does, so it is retried with backoff and the
+		// message shows on the change.
+		return err
+	}
+}
+
+// lockOnly reports whether terraform failed only to take the state lock
+// (nothing was applied, a retry is right).
+func lockOnly(e *tf.RunError) bool {
+	return strings.Contains(strings.ToLower(e.Stderr), "error acquiring the state lock")
+}
+
+func short(d string) string {
+	d = strings.TrimPrefix(d, "sha256:")
+	return d[:min(len(d), 12)]
+}

@@ -1,0 +1,441 @@
+package terraform
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
+)
+
+var (
+	env     *testenv.Env
+	server  *artifacttest.Server
+	counter atomic.Int32
+)
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	if _, err := exec.LookPath("terraform"); err != nil {
+		return 0, fmt.Errorf("these tests need terraform on PATH: %w", err)
+	}
+	var err error
+	if env, err = testenv.Start(testenv.Options{}); err != nil {
+		return 0, err
+	}
+	defer func() { _ = env.Stop() }()
+	server = artifacttest.NewServer()
+	defer server.Close()
+	return m.Run(), nil
+}
+
+// stackTF is a stack of the built-in terraform_data resource (it needs no
+// provider download), with one variable.
+const stackTF = `variable "size" {
+  type = string
+}
+
+resource "terraform_data" "db" {
+  input = "db-${var.size}"
+}
+
+output "db" {
+  value = terraform_data.db.output
+}
+`
+
+// fixture is a control namespace with the ServiceAccount "deployer" (with
+// a Role for the state and plan Secrets and the state lock Leases there)
+// and the Release "db-staging" of a Terraform-only service.
+type fixture struct {
+	t       *testing.T
+	ctl     string
+	repo    *sluicev1.Repository
+	release *sluicev1.Release
+	applier *Applier
+	kubecfg string // admin kubeconfig, for planning as the syncer does
+}
+
+type fixtureOptions struct {
+	noRBAC bool
+	// secretVerbs replaces the Role's verbs on Secrets.
+	secretVerbs []string
+}
+
+func newFixture(t *testing.T, o fixtureOptions) *fixture {
+	t.Helper()
+	f := &fixture{t: t, ctl: fmt.Sprintf("tf-ctl-%d", counter.Add(1))}
+	ctx := context.Background()
+	c := env.Client
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ctl}}))
+	require.NoError(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: f.ctl}}))
+	if !o.noRBAC {
+		secretVerbs := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+		if o.secretVerbs != nil {
+			secretVerbs = o.secretVerbs
+		}
+		require.NoError(t, c.Create(ctx, &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "terraform-state", Namespace: f.ctl},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: secretVerbs},
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			},
+		}))
+		require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "terraform-state", Namespace: f.ctl},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "terraform-state"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "deployer", Namespace: f.ctl}},
+		}))
+		require.NoError(t, env.WaitAllowed(ctx, authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + f.ctl + ":deployer",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: f.ctl, Verb: "create", Group: "coordination.k8s.io", Resource: "leases"},
+		}))
+	}
+	f.repo = &sluicev1.Repository{
+		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: f.ctl},
+		Spec:       sluicev1.RepositorySpec{URL: "https://git.example.com/infra.git", ServiceAccountName: "deployer", TargetNamespaces: []string{"db-*"}},
+	}
+	f.release = &sluicev1.Release{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-staging", Namespace: f.ctl},
+		Spec: sluicev1.ReleaseSpec{
+			Repository: "infra", Service: "db", Environment: "staging", SourcePath: "services/db",
+			TargetNamespace: "db-staging", Delivery: sluicev1.DeliveryHelm,
+			Terraform: &sluicev1.TerraformSource{Dir: "services/db/terraform", Vars: map[string]string{"size": "small"}},
+		},
+	}
+	f.applier = newApplier(t)
+	f.kubecfg = filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, testenv.WriteKubeconfig(env.Config, f.kubecfg, f.ctl))
+	return f
+}
+
+func newApplier(t *testing.T) *Applier {
+	t.Helper()
+	fetcher, err := artifact.NewFetcher(server.BaseURL())
+	require.NoError(t, err)
+	fetcher.TempDir = t.TempDir()
+	a, err := New(Options{Config: env.Config, Fetcher: fetcher, Log: logr.Discard()})
+	require.NoError(t, err)
+	return a
+}
+
+// change plans the stack with size, as the syncer does (kubernetes backend
+// in the control namespace, suffix = the release), stores the plan file in
+// the change's plan Secret, serves the artifact and returns the change.
+func (f *fixture) change(size string) *sluicev1.ChangeRequest {
+	f.t.Helper()
+	files := map[string][]byte{
+		"services/db/service.yaml":      []byte("name: db\n"),
+		"services/db/terraform/main.tf": []byte(stackTF),
+	}
+	dir := f.t.TempDir()
+	for n, b := range files {
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		require.NoError(f.t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(f.t, os.WriteFile(p, b, 0o644))
+	}
+	res, err := tf.Plan(context.Background(), tf.PlanOptions{
+		ExecOptions: tf.ExecOptions{Env: map[string]string{"KUBE_CONFIG_PATH": f.kubecfg}},
+		Dir:         filepath.Join(dir, "services/db/terraform"),
+		Vars:        map[string]string{"size": size},
+		Backend:     tf.BackendKubernetes,
+		Kubernetes:  &tf.KubernetesBackend{Namespace: f.ctl, SecretSuffix: f.release.Name},
+	})
+	require.NoError(f.t, err)
+
+	tb := artifacttest.Tarball(files)
+	gz := artifacttest.Gzip(tb)
+	commit := randomSHA()
+	cr := &sluicev1.ChangeRequest{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: sluicev1.ChangeRequestName(f.release.Name, commit, 1), Namespace: f.ctl, UID: types.UID(randomSHA()),
+		},
+		Spec: sluicev1.ChangeRequestSpec{
+			Release: f.release.Name, Revision: commit, Attempt: 1, TargetNamespace: "db-staging", Delivery: sluicev1.DeliveryHelm,
+			Artifact:       sluicev1.ArtifactReference{URL: server.Put(f.ctl+"/"+commit+".tar.gz", gz), SHA256: sluicev1.SHA256Digest(gz)},
+			ContentDigest:  sluicev1.SHA256Digest(tb),
+			PlanDigest:     sluicev1.Digest(res.Report.PlanDigest),
+			PlanFileSHA256: sluicev1.Digest(res.Report.PlanFileSHA256),
+			Verdict:        sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow},
+		},
+	}
+	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+	f.storePlan(cr, res.PlanFile)
+	return cr
+}
+
+// storePlan writes the plan Secret(s) of cr the way the syncer does.
+func (f *fixture) storePlan(cr *sluicev1.ChangeRequest, plan []byte) {
+	f.t.Helper()
+	for i := 0; i == 0 || i*sluicev1.PlanChunkSize < len(plan); i++ {
+		chunk := plan[i*sluicev1.PlanChunkSize : min((i+1)*sluicev1.PlanChunkSize, len(plan))]
+		require.NoError(f.t, env.Client.Create(context.Background(), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: sluicev1.PlanSecretName(cr.Name, i), Namespace: f.ctl},
+			Type:       corev1.SecretTypeOpaque,
+			Data:       map[string][]byte{sluicev1.PlanSecretKey: chunk},
+		}))
+	}
+}
+
+func (f *fixture) request(cr *sluicev1.ChangeRequest) applier.Request {
+	return applier.Request{Change: cr, Release: f.release, Repository: f.repo}
+}
+
+// stateOutput reads output "db" from the release's state Secret
+// (Terraform's kubernetes backend: gzipped JSON under "tfstate"); "" when
+// there is no state yet.
+func (f *fixture) stateOutput() string {
+	f.t.Helper()
+	var s corev1.Secret
+	err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: "tfstate-default-" + f.release.Name}, &s)
+	if apierrors.IsNotFound(err) {
+		return ""
+	}
+	require.NoError(f.t, err)
+	zr, err := gzip.NewReader(bytes.NewReader(s.Data["tfstate"]))
+	require.NoError(f.t, err)
+	raw, err := io.ReadAll(zr)
+	require.NoError(f.t, err)
+	var st struct {
+		Outputs map[string]struct{ Value any } `json:"outputs"`
+	}
+	require.NoError(f.t, json.Unmarshal(raw, &st))
+	v, _ := st.Outputs["db"].Value.(string)
+	return v
+}
+
+func randomSHA() string {
+	b := make([]byte, 20)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func requireFailure(t *testing.T, err error, reason string) *applier.Failure {
+	t.Helper()
+	fail, ok := applier.AsFailure(err)
+	require.True(t, ok, "want a permanent failure with reason %s, got %v", reason, err)
+	require.Equal(t, reason, fail.Reason, fail.Error())
+	return fail
+}
+
+func TestApply_appliesTheApprovedPlanFileAsTheServiceAccount(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	ctx := context.Background()
+	first := f.change("small")
+	// A second change planned from the same (empty) state.
+	second := f.change("large")
+
+	res, err := f.applier.Apply(ctx, f.request(first))
+	require.NoError(t, err)
+	require.Contains(t, res.Message, "terraform applied plan")
+	require.Equal(t, "db-small", f.stateOutput(), "the state holds what the approved plan said")
+
+	// A retry in the same process (a later step failed) applies nothing
+	// again.
+	res, err = f.applier.Apply(ctx, f.request(first))
+	require.NoError(t, err)
+	require.Equal(t, "terraform plan already applied", res.Message)
+
+	// The other plan was made before the state moved: stale, nothing applied.
+	_, err = f.applier.Apply(ctx, f.request(second))
+	fail := requireFailure(t, err, sluicev1.ReasonStalePlan)
+	require.Contains(t, fail.Message, sluicev1.AnnotationReplan)
+	require.Equal(t, "db-small", f.stateOutput())
+
+	// A fresh operator (restarted) is stopped by terraform itself: the
+	// first plan is stale now too, and applies nothing twice.
+	_, err = newApplier(t).Apply(ctx, f.request(first))
+	requireFailure(t, err, sluicev1.ReasonStalePlan)
+
+	// A re-plan from the new state goes through.
+	third := f.change("large")
+	_, err = f.applier.Apply(ctx, f.request(third))
+	require.NoError(t, err)
+	require.Equal(t, "db-large", f.stateOutput())
+}
+
+func TestApply_refusesAPlanOtherThanTheApprovedOne(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	ctx := context.Background()
+	approved := f.change("small")
+	other := f.change("huge")
+
+	// The plan Secret of the approved change holds another plan file.
+	var s corev1.Secret
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ctl, Name: sluicev1.PlanSecretName(other.Name, 0)}, &s))
+	var mine corev1.Secret
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ctl, Name: sluicev1.PlanSecretName(approved.Name, 0)}, &mine))
+	mine.Data = s.Data
+	require.NoError(t, env.Client.Update(ctx, &mine))
+	_, err := f.applier.Apply(ctx, f.request(approved))
+	requireFailure(t, err, sluicev1.ReasonDigestMismatch)
+
+	// No plan Secret at all.
+	require.NoError(t, env.Client.Delete(ctx, &mine))
+	_, err = f.applier.Apply(ctx, f.request(approved))
+	requireFailure(t, err, sluicev1.ReasonDigestMismatch)
+
+	// An artifact whose content is not what was approved.
+	tampered := other.DeepCopy()
+	tampered.Spec.ContentDigest = sluicev1.SHA256Digest([]byte("something else"))
+	_, err = f.applier.Apply(ctx, f.request(tampered))
+	requireFailure(t, err, sluicev1.ReasonDigestMismatch)
+	require.Empty(t, f.stateOutput(), "nothing was applied")
+}
+
+func TestApply_aServiceAccountWithoutRightsFailsWithAReadableReason(t *testing.T) {
+	f := newFixture(t, fixtureOptions{noRBAC: true})
+	cr := f.change("small")
+	_, err := f.applier.Apply(context.Background(), f.request(cr))
+	fail := requireFailure(t, err, sluicev1.ReasonApplyFailed)
+	require.Contains(t, fail.Message, f.ctl+":deployer may not read the plan Secret")
+	require.Contains(t, fail.Message, "give it a Role there")
+	require.Empty(t, f.stateOutput())
+
+	f.repo.Spec.ServiceAccountName = "nobody"
+	_, err = f.applier.Apply(context.Background(), f.request(cr))
+	fail = requireFailure(t, err, sluicev1.ReasonApplyFailed)
+	require.Contains(t, fail.Message, "ServiceAccount "+f.ctl+"/nobody does not exist")
+}
+
+// TestApply_terraformHasTheServiceAccountsRightsOnly: the ServiceAccount
+// may read Secrets but not write them, and terraform, which writes the
+// state as a Secret, is refused: it never runs with the operator's rights.
+func TestApply_terraformHasTheServiceAccountsRightsOnly(t *testing.T) {
+	f := newFixture(t, fixtureOptions{secretVerbs: []string{"get", "list", "watch"}})
+	cr := f.change("small")
+	_, err := f.applier.Apply(context.Background(), f.request(cr))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "forbidden")
+	require.Contains(t, err.Error(), f.ctl+":deployer")
+	require.Empty(t, f.stateOutput(), "no state was written")
+}
+
+func TestApply_refusesAChangeItCannotCheck(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	cr := f.change("small")
+	cases := map[string]func(*sluicev1.ChangeRequest, *sluicev1.Release){
+		"no plan digest":               func(c *sluicev1.ChangeRequest, _ *sluicev1.Release) { c.Spec.PlanFileSHA256 = "" },
+		"a release without a stack":    func(_ *sluicev1.ChangeRequest, r *sluicev1.Release) { r.Spec.Terraform = nil },
+		"a stack outside the artifact": func(_ *sluicev1.ChangeRequest, r *sluicev1.Release) { r.Spec.Terraform.Dir = "../../etc" },
+		"a stack the artifact lacks":   func(_ *sluicev1.ChangeRequest, r *sluicev1.Release) { r.Spec.Terraform.Dir = "services/other" },
+	}
+	for name, edit := range cases {
+		t.Run(name, func(t *testing.T) {
+			c, r := cr.DeepCopy(), f.release.DeepCopy()
+			edit(c, r)
+			_, err := f.applier.Apply(context.Background(), applier.Request{Change: c, Release: r, Repository: f.repo})
+			requireFailure(t, err, sluicev1.ReasonInvalidSpec)
+		})
+	}
+	require.Empty(t, f.stateOutput())
+}
+
+// recorder is the next applier of a chain in the tests: it records calls
+// and what the state held when it was called.
+type recorder struct {
+	f      *fixture
+	calls  int
+	state  string
+	result error
+}
+
+func (r *recorder) Name() string { return "helm" }
+
+func (r *recorder) Apply(context.Context, applier.Request) (applier.Result, error) {
+	r.calls++
+	r.state = r.f.stateOutput()
+	return applier.Result{Message: "manifests applied"}, r.result
+}
+
+func TestChain_appliesTerraformFirstThenTheManifests(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	ctx := context.Background()
+	next := &recorder{f: f}
+	c := Chain(f.applier, next)
+	require.Equal(t, "helm", c.Name())
+
+	// A service with a chart: Terraform, then the manifests, which see the
+	// applied state.
+	f.release.Spec.Chart = sluicev1.ChartSource{Path: "charts/service"}
+	cr := f.change("small")
+	cr.Spec.ManifestDigest = sluicev1.SHA256Digest([]byte("manifests"))
+	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+	res, err := c.Apply(ctx, f.request(cr))
+	require.NoError(t, err)
+	require.Equal(t, 1, next.calls)
+	require.Equal(t, "db-small", next.state, "the manifests go after the infrastructure")
+	require.Contains(t, res.Message, "terraform applied plan")
+	require.Contains(t, res.Message, "manifests applied")
+
+	// The manifests fail with a retryable error: the retry does not apply
+	// the plan again (it would be stale), it goes on to the manifests.
+	second := f.change("large")
+	second.Spec.ManifestDigest = sluicev1.SHA256Digest([]byte("manifests 2"))
+	second.Spec.ApprovalDigest = second.ExpectedApprovalDigest()
+	next.result = errors.New("the API server is away")
+	_, err = c.Apply(ctx, f.request(second))
+	require.Error(t, err)
+	next.result = nil
+	_, err = c.Apply(ctx, f.request(second))
+	require.NoError(t, err)
+	require.Equal(t, 3, next.calls)
+	require.Equal(t, "db-large", f.stateOutput())
+
+	// A Terraform-only service: the manifests step is skipped.
+	f.release.Spec.Chart = sluicev1.ChartSource{}
+	third := f.change("huge")
+	_, err = c.Apply(ctx, f.request(third))
+	require.NoError(t, err)
+	require.Equal(t, 3, next.calls)
+	require.Equal(t, "db-huge", f.stateOutput())
+
+	// A failing plan stops the chain before the manifests.
+	stale := f.change("tiny")
+	_, err = c.Apply(ctx, f.request(f.change("small")))
+	require.NoError(t, err)
+	_, err = c.Apply(ctx, f.request(stale))
+	requireFailure(t, err, sluicev1.ReasonStalePlan)
+	require.Equal(t, 3, next.calls)
+
+	// A change without a plan goes straight to the manifests.
+	helmOnly := stale.DeepCopy()
+	helmOnly.Spec.PlanFileSHA256, helmOnly.Spec.PlanDigest = "", ""
+	_, err = c.Apply(ctx, f.request(helmOnly))
+	require.NoError(t, err)
+	require.Equal(t, 4, next.calls)
+}

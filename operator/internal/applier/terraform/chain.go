@@ -1,0 +1,64 @@
+package terraform
+
+import (
+	"context"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+)
+
+// Chain returns the applier for a delivery mode when Terraform is applied
+// too: a change with a plan gets it applied by tf first (infrastructure
+// before the workloads that use it), then the change goes to next, unless
+// the release has no chart and the change no manifests (a Terraform-only
+// service). A change without a plan goes straight to next.
+//
+// Its name is next's; cleanup on Release deletion is next's (the Terraform
+// state is left in place: a destroy is a change of its own, DESIGN.md §4).
+func Chain(tf *Applier, next applier.Applier) applier.Applier {
+	c := &chain{tf: tf, next: next}
+	if cl, ok := next.(applier.Cleaner); ok {
+		return &cleaningChain{chain: c, cleaner: cl}
+	}
+	return c
+}
+
+type chain struct {
+	tf   *Applier
+	next applier.Applier
+}
+
+func (c *chain) Name() string { return c.next.Name() }
+
+func (c *chain) Apply(ctx context.Context, req applier.Request) (applier.Result, error) {
+	if req.Change == nil || !HasPlan(req.Change) {
+		return c.next.Apply(ctx, req)
+	}
+	tfRes, err := c.tf.Apply(ctx, req)
+	if err != nil {
+		return applier.Result{}, err
+	}
+	if req.Change.Spec.ManifestDigest == "" && req.Release != nil && !hasChart(req.Release) {
+		return tfRes, nil
+	}
+	res, err := c.next.Apply(ctx, req)
+	if err != nil {
+		return applier.Result{}, err
+	}
+	res.Message = tfRes.Message + "; " + res.Message
+	return res, nil
+}
+
+func hasChart(rel *sluicev1.Release) bool {
+	return rel.Spec.Chart.Path != "" || rel.Spec.Chart.Repo != ""
+}
+
+// cleaningChain is a chain whose next applier cleans up after a Release.
+type cleaningChain struct {
+	*chain
+	cleaner applier.Cleaner
+}
+
+func (c *cleaningChain) Cleanup(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository) error {
+	return c.cleaner.Cleanup(ctx, rel, repo)
+}
