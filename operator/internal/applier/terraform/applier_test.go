@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -369,6 +370,7 @@ func TestApply_refusesAChangeItCannotCheck(t *testing.T) {
 // and what the state held when it was called.
 type recorder struct {
 	f      *fixture
+	mu     sync.Mutex
 	calls  int
 	state  string
 	result error
@@ -377,9 +379,19 @@ type recorder struct {
 func (r *recorder) Name() string { return "helm" }
 
 func (r *recorder) Apply(context.Context, applier.Request) (applier.Result, error) {
+	state := r.f.stateOutput()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.calls++
-	r.state = r.f.stateOutput()
+	r.state = state
 	return applier.Result{Message: "manifests applied"}, r.result
+}
+
+// seen returns the calls so far and the state the last one saw.
+func (r *recorder) seen() (int, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls, r.state
 }
 
 func TestChain_appliesTerraformFirstThenTheManifests(t *testing.T) {

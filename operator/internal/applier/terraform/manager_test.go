@@ -1,0 +1,109 @@
+package terraform
+
+// An end-to-end test through the operator's manager (gate, apply lock,
+// reconcilers), with the appliers registered as cmd/operator registers
+// them: the Terraform applier in front of the delivery applier.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/controller"
+)
+
+// startManager runs the operator's manager for f.ctl until the test ends,
+// with next as the helm delivery's applier behind Terraform.
+func startManager(t *testing.T, f *fixture, next applier.Applier) {
+	t.Helper()
+	reg := applier.Registry{sluicev1.DeliveryHelm: next}
+	tfFlags := Flags{Apply: true}
+	require.NoError(t, tfFlags.Register(reg, env.Config, server.BaseURL(), logr.Discard()))
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := controller.NewManager(ctx, env.Config, controller.ManagerOptions{
+		Options:     controller.Options{Appliers: reg, LockRetryInterval: time.Second, SkipNameValidation: true},
+		MetricsAddr: "0", ProbeAddr: "0", PprofAddr: "0",
+		Namespaces: []string{f.ctl},
+	})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// submit creates the Repository and Release once, then an auto-approvable
+// ChangeRequest, in the API server.
+func (f *fixture) submit(t *testing.T, cr *sluicev1.ChangeRequest) *sluicev1.ChangeRequest {
+	t.Helper()
+	ctx := context.Background()
+	if f.repo.ResourceVersion == "" {
+		repo := f.repo.DeepCopy()
+		require.NoError(t, env.Client.Create(ctx, repo))
+		f.repo = repo
+		rel := f.release.DeepCopy()
+		rel.Spec.Rule = sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
+		require.NoError(t, env.Client.Create(ctx, rel))
+		f.release = rel
+	}
+	cr = cr.DeepCopy()
+	cr.UID = ""
+	cr.Labels = map[string]string{sluicev1.LabelRelease: f.release.Name}
+	cr.Spec.Rule = sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
+	require.NoError(t, env.Client.Create(ctx, cr))
+	return cr
+}
+
+func waitPhase(t *testing.T, cr *sluicev1.ChangeRequest, want sluicev1.ChangeRequestPhase) *sluicev1.ChangeRequest {
+	t.Helper()
+	got := &sluicev1.ChangeRequest{}
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		require.NoError(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(cr), got))
+		if got.Status.Phase == want {
+			return got
+		}
+		if got.Status.Phase.IsTerminal() {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("ChangeRequest %s: want phase %s, have %s: %+v", cr.Name, want, got.Status.Phase, got.Status.Conditions)
+	return nil
+}
+
+func TestOperator_appliesThePlanThenTheManifestsAndFailsAStalePlan(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	f.release.Spec.Chart = sluicev1.ChartSource{Path: "charts/service"}
+	next := &recorder{f: f}
+	startManager(t, f, next)
+
+	withManifests := func(cr *sluicev1.ChangeRequest) *sluicev1.ChangeRequest {
+		cr.Spec.ManifestDigest = sluicev1.SHA256Digest([]byte("manifests of " + cr.Name))
+		cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+		return cr
+	}
+	first := withManifests(f.change("small"))
+	stale := withManifests(f.change("large")) // planned from the same state
+
+	got := waitPhase(t, f.submit(t, first), sluicev1.PhaseApplied)
+	require.Equal(t, "db-small", f.stateOutput())
+	calls, state := next.seen()
+	require.Equal(t, 1, calls)
+	require.Equal(t, "db-small", state, "the manifests went after the infrastructure")
+	require.Contains(t, got.Status.Apply.Message, "terraform applied plan")
+
+	got = waitPhase(t, f.submit(t, stale), sluicev1.PhaseFailed)
+	require.Contains(t, got.Status.Apply.Message, sluicev1.ReasonStalePlan)
+	require.Equal(t, "db-small", f.stateOutput(), "a stale plan applies nothing")
+	calls, _ = next.seen()
+	require.Equal(t, 1, calls, "nor its manifests")
+}
