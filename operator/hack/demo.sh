@@ -2,9 +2,11 @@
 # make demo: a change goes from git push to applied, on this machine only.
 #
 # Starts an embedded control plane (real kube-apiserver + etcd), makes a local
-# git repository from services/ and charts/, runs the gitops-syncer and the
-# operator against it, and walks one push through the approval gate to a Helm
-# install, then a second push through auto-approval to Helm revision 2.
+# git repository from services/ and charts/ (cart with a small Terraform
+# stack), runs the gitops-syncer and the operator against it, and walks one
+# push through the approval gate to a Terraform apply of the approved plan
+# file and a Helm install, then a second push through auto-approval to Helm
+# revision 2.
 # Everything lives in demo/ (git-ignored) and is stopped on exit.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,6 +38,24 @@ step "Creating the infra repository (services/ and charts/ of this checkout) and
 git init -q --bare -b main "$demo/infra.git"
 git clone -q "$demo/infra.git" "$demo/work" 2>/dev/null
 cp -r services charts "$demo/work/"
+# cart gets a Terraform stack too (terraform_data needs no provider download),
+# so the demo shows an approved plan file applied before the chart.
+mkdir -p "$demo/work/services/cart/terraform"
+cat >"$demo/work/services/cart/terraform/main.tf" <<'TF'
+variable "env" {
+  type = string
+}
+
+resource "terraform_data" "orders_queue" {
+  input = "cart-${var.env}-orders"
+}
+
+output "orders_queue" {
+  value = terraform_data.orders_queue.output
+}
+TF
+sed -i -e 's/^values: \[values.yaml\]$/values: [values.yaml]\nterraform: {dir: terraform}/' \
+  -e 's/^    values: \[values-\(staging\|prod\)\.yaml\]$/&\n    terraform: {vars: {env: \1}}/' "$demo/work/services/cart/service.yaml"
 git -C "$demo/work" -c user.name=Dev -c user.email=dev@example.com add -A
 git -C "$demo/work" -c user.name=Dev -c user.email=dev@example.com commit -qm "Add cart and checkout"
 git -C "$demo/work" push -q origin HEAD:main
@@ -92,6 +112,27 @@ metadata: {name: alice-approves, namespace: $ns}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sluice-demo-approver}
 subjects: [{kind: User, name: alice}]
 YAML
+cat >>"$demo/setup.yaml" <<YAML
+---
+# The Terraform applier runs terraform as infra-deployer: the plan Secrets,
+# the state (Secrets) and its lock (Leases) live in the control namespace.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: terraform-state, namespace: $ns}
+rules:
+  - apiGroups: [""]
+    resources: ["secrets"]
+    verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: infra-deployer-terraform-state, namespace: $ns}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: terraform-state}
+subjects: [{kind: ServiceAccount, name: infra-deployer, namespace: $ns}]
+YAML
 for t in cart-staging cart-prod; do
 cat >>"$demo/setup.yaml" <<YAML
 ---
@@ -140,7 +181,7 @@ echo "(checkout-* are Rejected on purpose: the Repository allows only cart-* tar
 
 step "Both cart changes are new objects (risk medium): each needs one approval"
 sluice describe "cart-staging-$short" | grep -E '^(Verdict|Effective rule|Gate|Still needed):'
-step "alice (group sre) approves both in her own name; the Helm applier installs them as infra-deployer"
+step "alice (group sre) approves both in her own name; terraform applies each approved plan file, then Helm installs the chart, both as infra-deployer"
 for r in cart-staging cart-prod; do
   "$bin/kubectl-sluice" --kubeconfig "$kc-alice" -n "$ns" approve "$r-$short" --comment "reviewed in the demo"
 done
