@@ -160,6 +160,27 @@ func (e *Env) WaitAllowed(ctx context.Context, spec authorizationv1.SubjectAcces
 	}
 }
 
+// WaitChangePhase polls the ChangeRequest key until its phase is want. It
+// gives up early when the change ends in another terminal phase, and after
+// timeout; the error then carries the phase and conditions it had.
+func (e *Env) WaitChangePhase(ctx context.Context, key client.ObjectKey, want sluicev1.ChangeRequestPhase, timeout time.Duration) (*sluicev1.ChangeRequest, error) {
+	got := &sluicev1.ChangeRequest{}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if err := e.Client.Get(ctx, key, got); err != nil {
+			return nil, err
+		}
+		if got.Status.Phase == want {
+			return got, nil
+		}
+		if got.Status.Phase.IsTerminal() {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("ChangeRequest %s: want phase %s, have %s: %+v", key.Name, want, got.Status.Phase, got.Status.Conditions)
+}
+
 // AddUser adds a user with the given groups and returns a rest.Config that
 // authenticates as that user (RBAC applies).
 func (e *Env) AddUser(name string, groups ...string) (*rest.Config, error) {

@@ -1,9 +1,6 @@
 package benchhelm
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
 	"io/fs"
@@ -12,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +38,7 @@ import (
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	helmapplier "github.com/sluice-gitops/sluice/operator/internal/applier/helm"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
 )
 
 // The control plane starts on the first benchmark only, so `go test` of the
@@ -108,32 +105,6 @@ environments:
 		b.Fatal(err)
 	}
 	return out
-}
-
-func tarGz(b *testing.B, files map[string][]byte) (tarball, targz []byte) {
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, n := range names {
-		if err := tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(files[n])), ModTime: time.Unix(0, 0)}); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := tw.Write(files[n]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		b.Fatal(err)
-	}
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	_, _ = zw.Write(buf.Bytes())
-	_ = zw.Close()
-	return buf.Bytes(), gz.Bytes()
 }
 
 // offlineDigest is the manifestDigest the validator records (helmcheck).
@@ -236,7 +207,8 @@ func BenchmarkHelmApplier(b *testing.B) {
 			b.Fatal(err)
 		}
 		content := files(b, target)
-		tb, gz := tarGz(b, content)
+		tb := artifacttest.Tarball(content)
+		gz := artifacttest.Gzip(tb)
 		name := fmt.Sprintf("%d.tar.gz", i)
 		mu.Lock()
 		blobs[name] = gz

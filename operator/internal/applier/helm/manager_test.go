@@ -185,20 +185,9 @@ func (f *fixture) submit(t *testing.T, cr *sluicev1.ChangeRequest) *sluicev1.Cha
 // waitPhase waits for a terminal or given phase of a ChangeRequest.
 func waitPhase(t *testing.T, cr *sluicev1.ChangeRequest, want sluicev1.ChangeRequestPhase) *sluicev1.ChangeRequest {
 	t.Helper()
-	got := &sluicev1.ChangeRequest{}
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		require.NoError(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(cr), got))
-		if got.Status.Phase == want {
-			return got
-		}
-		if got.Status.Phase.IsTerminal() {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("ChangeRequest %s: want phase %s, have %s: %+v", cr.Name, want, got.Status.Phase, got.Status.Conditions)
-	return nil
+	got, err := env.WaitChangePhase(context.Background(), client.ObjectKeyFromObject(cr), want, 90*time.Second)
+	require.NoError(t, err)
+	return got
 }
 
 func TestOperator_appliesUpgradesRefusesAndUninstallsThroughTheManager(t *testing.T) {
