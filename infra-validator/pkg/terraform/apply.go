@@ -2,13 +2,16 @@ package terraform
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/hashicorp/terraform-exec/tfexec"
+	tfjson "github.com/hashicorp/terraform-json"
 )
 
 // DefaultLockTimeout is how long an apply waits for the state lock (a plan
@@ -46,43 +49,57 @@ type ApplyOptions struct {
 	LockTimeout string
 }
 
+// ApplyResult says what Apply did.
+type ApplyResult struct {
+	// InPlace is set when terraform found the plan stale but the
+	// infrastructure already matches the configuration the plan was made
+	// from (the plan was applied before, say by an operator that then
+	// restarted before recording it): nothing was applied.
+	InPlace bool
+}
+
 // Apply applies an approved plan file through terraform-exec: it checks the
 // file against PlanFileSHA256, initialises the stack with the plan's
-// backend, selects the workspace and runs `terraform apply PLANFILE`. It
-// never makes a plan of its own. A plan the state has moved past returns
-// ErrStalePlan (terraform applied nothing); any other terraform failure is
-// a *RunError with terraform's diagnostics. Terraform runs as a child
-// process with the environment described on ExecOptions.Env.
-func Apply(ctx context.Context, opts ApplyOptions) error {
+// backend, selects the workspace and runs `terraform apply PLANFILE`.
+//
+// It never applies a plan of its own. When terraform refuses the plan as
+// stale, Apply plans the approved configuration once more with the plan's
+// own variables, only to look: no changes means the approved configuration
+// is what is deployed (ApplyResult.InPlace); changes, or any failure to
+// tell, return ErrStalePlan (terraform applied nothing). Any other
+// terraform failure is a *RunError with terraform's diagnostics. Terraform
+// runs as a child process with the environment described on
+// ExecOptions.Env.
+func Apply(ctx context.Context, opts ApplyOptions) (ApplyResult, error) {
 	if opts.Dir == "" {
-		return errors.New("terraform apply: no stack folder given")
+		return ApplyResult{}, errors.New("terraform apply: no stack folder given")
 	}
 	if fi, err := os.Stat(opts.Dir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("terraform apply: stack folder %s does not exist", filepath.Base(opts.Dir))
+		return ApplyResult{}, fmt.Errorf("terraform apply: stack folder %s does not exist", filepath.Base(opts.Dir))
 	}
 	if opts.Workspace != "" && !wsName.MatchString(opts.Workspace) {
-		return fmt.Errorf("terraform apply: workspace %q must match ^[A-Za-z0-9_-]+$", opts.Workspace)
+		return ApplyResult{}, fmt.Errorf("terraform apply: workspace %q must match ^[A-Za-z0-9_-]+$", opts.Workspace)
 	}
 	switch opts.Backend {
 	case BackendKubernetes, BackendOwn:
 	case "", BackendNone:
-		return errors.New("terraform apply: a plan made without a backend (none) was made against an empty state and is never applied")
+		return ApplyResult{}, errors.New("terraform apply: a plan made without a backend (none) was made against an empty state and is never applied")
 	default:
-		return fmt.Errorf("terraform apply: unknown backend %q (own or kubernetes)", opts.Backend)
+		return ApplyResult{}, fmt.Errorf("terraform apply: unknown backend %q (own or kubernetes)", opts.Backend)
 	}
 	if got := PlanFileSHA256(opts.PlanFile); len(opts.PlanFile) == 0 || got != opts.PlanFileSHA256 {
-		return fmt.Errorf("%w: it hashes to %s, %q was approved", ErrPlanFileMismatch, got, opts.PlanFileSHA256)
+		return ApplyResult{}, fmt.Errorf("%w: it hashes to %s, %q was approved", ErrPlanFileMismatch, got, opts.PlanFileSHA256)
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.timeout())
 	defer cancel()
 	st, err := openStack(ctx, "terraform apply", opts.ExecOptions, opts.Dir, opts.Backend, opts.Kubernetes, opts.Workspace)
 	if err != nil {
-		return err
+		return ApplyResult{}, err
 	}
 	defer st.close()
 	planFile := filepath.Join(st.tmp, "approved.tfplan")
 	if err := os.WriteFile(planFile, opts.PlanFile, 0o600); err != nil {
-		return fmt.Errorf("terraform apply: %w", err)
+		return ApplyResult{}, fmt.Errorf("terraform apply: %w", err)
 	}
 	lock := opts.LockTimeout
 	if lock == "" {
@@ -93,9 +110,67 @@ func Apply(ctx context.Context, opts ApplyOptions) error {
 	})
 	var runErr *RunError
 	if errors.As(err, &runErr) && isStale(runErr) {
-		return fmt.Errorf("%w (%s)", ErrStalePlan, runErr.Error())
+		if inPlace(ctx, st, opts, planFile, lock) {
+			return ApplyResult{InPlace: true}, nil
+		}
+		return ApplyResult{}, fmt.Errorf("%w (%s)", ErrStalePlan, runErr.Error())
 	}
-	return err
+	return ApplyResult{}, err
+}
+
+// inPlace reports whether a fresh plan of the stack, with the variables the
+// stale plan file was made with, has no changes: the approved
+// configuration is already deployed. Any doubt (a variable it cannot pass
+// on, a failing plan) is false.
+func inPlace(ctx context.Context, st *stack, opts ApplyOptions, planFile, lock string) bool {
+	var plan *tfjson.Plan
+	err := opts.run(ctx, st.tf, "show", func() error {
+		var err error
+		plan, err = st.tf.ShowPlanFile(ctx, planFile)
+		return err
+	})
+	if err != nil || plan == nil {
+		return false
+	}
+	planOpts := []tfexec.PlanOption{tfexec.LockTimeout(lock), tfexec.Destroy(planIsDestroy(plan))}
+	names := make([]string, 0, len(plan.Variables))
+	for k := range plan.Variables {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		v := plan.Variables[k]
+		if v == nil || v.Value == nil {
+			return false
+		}
+		switch val := v.Value.(type) {
+		case string:
+			planOpts = append(planOpts, tfexec.Var(k+"="+val))
+		default:
+			b, err := json.Marshal(val)
+			if err != nil {
+				return false
+			}
+			planOpts = append(planOpts, tfexec.Var(k+"="+string(b)))
+		}
+	}
+	var changes bool
+	err = opts.run(ctx, st.tf, "plan", func() error {
+		var err error
+		changes, err = st.tf.Plan(ctx, planOpts...)
+		return err
+	})
+	return err == nil && !changes
+}
+
+// planIsDestroy reports whether the plan was made in destroy mode.
+func planIsDestroy(p *tfjson.Plan) bool {
+	for _, rc := range p.ResourceChanges {
+		if rc.Change == nil || !rc.Change.Actions.Delete() {
+			return false
+		}
+	}
+	return len(p.ResourceChanges) > 0
 }
 
 // isStale recognises terraform's refusal of a plan whose prior state is no

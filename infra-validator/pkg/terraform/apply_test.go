@@ -75,8 +75,8 @@ func TestApply_appliesTheApprovedPlanFileAndNeverAStaleOne(t *testing.T) {
 	// A second plan of the same state, made before the first is applied.
 	second := plan(t, PlanOptions{Dir: dir, Backend: BackendOwn, Vars: map[string]string{"greeting": "other"}})
 
-	if err := Apply(context.Background(), applyOpts(t, dir, first)); err != nil {
-		t.Fatalf("apply: %v", err)
+	if res, err := Apply(context.Background(), applyOpts(t, dir, first)); err != nil || res.InPlace {
+		t.Fatalf("apply: %+v %v", res, err)
 	}
 	if got := stateOutput(t, dir); got != "v1-hello" {
 		t.Fatalf("state output %q after apply, want the planned v1-hello", got)
@@ -85,22 +85,26 @@ func TestApply_appliesTheApprovedPlanFileAndNeverAStaleOne(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The same file again, and the other plan of the old state: both stale,
-	// nothing applied.
-	for name, res := range map[string]*PlanResult{"the applied plan": first, "a plan of the old state": second} {
-		err := Apply(context.Background(), applyOpts(t, dir, res))
-		if !errors.Is(err, ErrStalePlan) {
-			t.Fatalf("%s: want ErrStalePlan, got %v", name, err)
-		}
-		if got := stateOutput(t, dir); got != "v1-hello" {
-			t.Fatalf("%s changed the state: %q", name, got)
-		}
+	// The same file again (as after a restart that lost the record): stale
+	// for terraform, but the approved configuration is what is deployed.
+	res, err := Apply(context.Background(), applyOpts(t, dir, first))
+	if err != nil || !res.InPlace {
+		t.Fatalf("the applied plan again: want InPlace, got %+v %v", res, err)
+	}
+	// The other plan of the old state wants other values: stale, nothing
+	// applied.
+	_, err = Apply(context.Background(), applyOpts(t, dir, second))
+	if !errors.Is(err, ErrStalePlan) {
+		t.Fatalf("a plan of the old state: want ErrStalePlan, got %v", err)
+	}
+	if got := stateOutput(t, dir); got != "v1-hello" {
+		t.Fatalf("a stale plan changed the state: %q", got)
 	}
 
 	// After a fresh plan, a change goes through.
 	localStack(t, dir, "v2")
 	third := plan(t, PlanOptions{Dir: dir, Backend: BackendOwn, Vars: vars})
-	if err := Apply(context.Background(), applyOpts(t, dir, third)); err != nil {
+	if _, err := Apply(context.Background(), applyOpts(t, dir, third)); err != nil {
 		t.Fatalf("apply v2: %v", err)
 	}
 	if got := stateOutput(t, dir); got != "v2-hello" {
@@ -114,12 +118,12 @@ func TestApply_refusesAPlanFileOtherThanTheApprovedOne(t *testing.T) {
 	res := plan(t, PlanOptions{Dir: dir, Backend: BackendOwn, Vars: map[string]string{"greeting": "hi"}})
 	o := applyOpts(t, dir, res)
 	o.PlanFile = append(append([]byte(nil), res.PlanFile...), 0)
-	if err := Apply(context.Background(), o); !errors.Is(err, ErrPlanFileMismatch) {
+	if _, err := Apply(context.Background(), o); !errors.Is(err, ErrPlanFileMismatch) {
 		t.Fatalf("a changed plan file: want ErrPlanFileMismatch, got %v", err)
 	}
 	o = applyOpts(t, dir, res)
 	o.PlanFileSHA256 = ""
-	if err := Apply(context.Background(), o); !errors.Is(err, ErrPlanFileMismatch) {
+	if _, err := Apply(context.Background(), o); !errors.Is(err, ErrPlanFileMismatch) {
 		t.Fatalf("no approved digest: want ErrPlanFileMismatch, got %v", err)
 	}
 	if got := stateOutput(t, dir); got != "" {
@@ -149,7 +153,7 @@ func TestApply_refusesBadOptions(t *testing.T) {
 			o := ok
 			o.ExecPath = terraformPath(t)
 			tc.edit(&o)
-			err := Apply(context.Background(), o)
+			_, err := Apply(context.Background(), o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want an error containing %q, got %v", tc.want, err)
 			}

@@ -18,9 +18,13 @@
 //     plan file after its sha256 is checked (infra-validator's
 //     terraform.Apply), with a kubeconfig holding only the token.
 //
-// A plan the state has moved past fails the change with StalePlan and
-// applies nothing; a re-plan (the Release's gitops.sluice.dev/replan
-// annotation) makes a new change for a new approval.
+// A plan the state has moved past applies nothing: when a fresh look (a
+// plan of the approved configuration with the plan's variables) finds
+// nothing to change, the approved configuration is already in place (an
+// operator restarted after terraform finished) and the change counts as
+// applied; otherwise it fails with StalePlan, and a re-plan (the Release's
+// gitops.sluice.dev/replan annotation) makes a new change for a new
+// approval.
 //
 // Chain puts this applier in front of the delivery applier: a change with
 // a plan gets its Terraform applied first, then its manifests.
@@ -189,7 +193,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 
 	log.V(1).Info("Applying the approved plan file", "planFileSHA256", cr.Spec.PlanFileSHA256)
 	start := time.Now()
-	err = tf.Apply(ctx, tf.ApplyOptions{
+	res, err := tf.Apply(ctx, tf.ApplyOptions{
 		ExecOptions:    tf.ExecOptions{ExecPath: a.opts.ExecPath, Env: env, Timeout: a.opts.Timeout},
 		Dir:            dir,
 		PlanFile:       plan,
@@ -202,6 +206,10 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		return applier.Result{}, explain(err, repo.Namespace+":"+sa)
 	}
 	a.applied.Store(key, struct{}{})
+	if res.InPlace {
+		log.V(1).Info("The approved configuration is already in place", "duration", time.Since(start).Round(time.Millisecond).String())
+		return applier.Result{Message: "terraform: the approved configuration of plan " + short(string(cr.Spec.PlanFileSHA256)) + " is already in place (applied before), nothing applied"}, nil
+	}
 	log.V(1).Info("Plan applied", "duration", time.Since(start).Round(time.Millisecond).String())
 	return applier.Result{Message: "terraform applied plan " + short(string(cr.Spec.PlanFileSHA256))}, nil
 }
