@@ -4,20 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"path"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
@@ -380,6 +383,10 @@ func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePla
 			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
 		}
 	}
+	if err := r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonSucceeded,
+		fmt.Sprintf("%s holds the inputs at %s", cr.Name, changespec.Short(plan.revision))); err != nil {
+		return err
+	}
 	if plan.replan != "" && rel.Annotations[annotationReplanHandled] != plan.replan {
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotationReplanHandled, plan.replan)
 		if err := r.Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
@@ -387,4 +394,45 @@ func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePla
 		}
 	}
 	return nil
+}
+
+// setSynced sets the Release's Synced condition. The operator writes the
+// other conditions of the same list, so the write carries the
+// resourceVersion it read (a conflict reads again); nothing is written when
+// the cached Release already says the same.
+func (r *RepositoryReconciler) setSynced(ctx context.Context, rel *sluicev1.Release, status metav1.ConditionStatus, reason, msg string) error {
+	want := metav1.Condition{Type: sluicev1.ConditionSynced, Status: status, Reason: reason, Message: truncate(msg, 1024), ObservedGeneration: rel.Generation}
+	if c := meta.FindStatusCondition(rel.Status.Conditions, want.Type); c != nil &&
+		c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration {
+		return nil
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &sluicev1.Release{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(rel), cur); err != nil {
+			return err
+		}
+		if cur.UID != rel.UID {
+			return nil
+		}
+		orig := cur.DeepCopy()
+		if !meta.SetStatusCondition(&cur.Status.Conditions, want) {
+			return nil
+		}
+		return r.Status().Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(ControllerName))
+	})
+	if err != nil {
+		return fmt.Errorf("set Synced of release %s: %w", rel.Name, client.IgnoreNotFound(err))
+	}
+	return nil
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"path"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -12,8 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -181,6 +183,11 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 	}
 	cr, err := p.r.planChange(ctx, p.repo, p.cache, plan)
 	if err != nil {
+		// Say so on the Release too; the error itself goes back for a retry.
+		if serr := p.r.setSynced(ctx, rel, metav1.ConditionFalse, sluicev1.ReasonSyncFailed,
+			fmt.Sprintf("no ChangeRequest for %s yet (retried): %s", changespec.Short(p.head), git.Redact(err.Error()))); serr != nil {
+			log.FromContext(ctx).Error(serr, "Recording the failed sync on the Release failed", "release", rel.Name)
+		}
 		return err
 	}
 	p.trees[want.Name] = tree
@@ -209,6 +216,11 @@ func (p *syncPass) syncInvalid(ctx context.Context, e *catalog.Entry, rel *sluic
 		invalid: manifestFindings(e.Err, path.Join(e.Dir, manifest.FileName))}
 	cr, err := p.r.planChange(ctx, p.repo, p.cache, plan)
 	if err != nil {
+		// Say so on the Release too; the error itself goes back for a retry.
+		if serr := p.r.setSynced(ctx, rel, metav1.ConditionFalse, sluicev1.ReasonSyncFailed,
+			fmt.Sprintf("no ChangeRequest for %s yet (retried): %s", changespec.Short(p.head), git.Redact(err.Error()))); serr != nil {
+			log.FromContext(ctx).Error(serr, "Recording the failed sync on the Release failed", "release", rel.Name)
+		}
 		return err
 	}
 	p.trees[rel.Name] = tree

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -68,6 +69,18 @@ func TestSync_pushCreatesChangeRequestsForChangedReleasesOnly(t *testing.T) {
 	assert.Equal(t, first, rel.Status.LastSyncedCommit)
 	assert.Equal(t, alphaCR.Name, rel.Status.LatestChange)
 	assert.True(t, strings.HasPrefix(rel.Status.LastSyncedTree, "sha256:"))
+	synced := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionSynced)
+	require.NotNil(t, synced, "the syncer writes Synced")
+	assert.Equal(t, metav1.ConditionTrue, synced.Status)
+	assert.Equal(t, sluicev1.ReasonSucceeded, synced.Reason)
+	assert.Contains(t, synced.Message, alphaCR.Name)
+	assert.Equal(t, rel.Generation, synced.ObservedGeneration)
+
+	// The operator's conditions share the list: the syncer keeps them.
+	rel.Status.Conditions = append(rel.Status.Conditions, metav1.Condition{
+		Type: sluicev1.ConditionReady, Status: metav1.ConditionFalse, Reason: sluicev1.ReasonAwaitingApprovals, Message: "as the operator writes it", LastTransitionTime: metav1.Now(),
+	})
+	require.NoError(t, k8s.Status().Update(context.Background(), rel))
 
 	// The artifact downloads with the recorded sha256, and its content digest
 	// is the recorded one.
@@ -101,6 +114,13 @@ func TestSync_pushCreatesChangeRequestsForChangedReleasesOnly(t *testing.T) {
 	assert.Equal(t, []sluicev1.Identity{"email:bob@example.com"}, alpha2.Spec.Authors)
 	assert.NotEqual(t, alphaCR.Spec.ContentDigest, alpha2.Spec.ContentDigest)
 	assert.EqualValues(t, 1, s.Git.Stats().Fetches-fetches, "one incremental fetch")
+	rel = getRelease(t, ns, "alpha-staging")
+	synced = meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionSynced)
+	require.NotNil(t, synced)
+	assert.Contains(t, synced.Message, alpha2.Name, "Synced follows the newest change")
+	ready := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionReady)
+	require.NotNil(t, ready, "the operator's condition is kept")
+	assert.Equal(t, "as the operator writes it", ready.Message)
 
 	// A change to the shared chart: every release using it.
 	fixture.WriteFile("charts/service/templates/configmap.yaml", mustRead(t, filepath.Join(chartDir, "templates", "configmap.yaml"))+"# shared change\n")

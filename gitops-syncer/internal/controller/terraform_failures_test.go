@@ -138,6 +138,13 @@ current-context: c
 	assert.Equal(t, metav1.ConditionTrue, reconciling.Status)
 	assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, sluicev1.ConditionStalled), "not for a human")
 	assert.Empty(t, got.Status.LastSyncedCommit, "the commit is tried again")
+	rel := getRelease(t, ns, "stack-staging")
+	synced := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionSynced)
+	require.NotNil(t, synced, "the Release says it is not synced")
+	assert.Equal(t, metav1.ConditionFalse, synced.Status)
+	assert.Equal(t, sluicev1.ReasonSyncFailed, synced.Reason)
+	assert.Contains(t, synced.Message, "connection refused")
+	assert.NotContains(t, synced.Message, token)
 	assert.Empty(t, changeRequests(t, ns), "nothing is rejected for a failing back end")
 	// It is retried with backoff, and never becomes a ChangeRequest.
 	require.Eventually(t, func() bool { return unreachable.calls.Load() >= 3 }, timeout, tick, "validation is retried")

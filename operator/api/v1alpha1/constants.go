@@ -12,9 +12,10 @@ const (
 	ConditionProgressing = "Progressing"
 	// ConditionDegraded is True when a Release's last change failed.
 	ConditionDegraded = "Degraded"
-	// ConditionSynced is reserved for the syncer's view of a Release (not
-	// written yet; the operator preserves it): True when its
-	// inputs at the newest commit have a ChangeRequest.
+	// ConditionSynced is the syncer's view of a Release (the operator
+	// preserves it): True when its inputs at the newest commit have a
+	// ChangeRequest, False (reason SyncFailed) while making one fails and is
+	// retried.
 	ConditionSynced = "Synced"
 	// ConditionValidated is True when a change has no deny finding.
 	ConditionValidated = "Validated"
@@ -40,6 +41,9 @@ const (
 	ReasonHostKeyMismatch = "HostKeyMismatch"
 	// ReasonGitOperationFailed: a fetch or ls-remote failed.
 	ReasonGitOperationFailed = "GitOperationFailed"
+	// ReasonSyncFailed: making a Release's ChangeRequest failed (the
+	// validator, the state backend, the API server); it is retried.
+	ReasonSyncFailed = "SyncFailed"
 	// ReasonRefNotFound: the tracked branch or tag does not exist.
 	ReasonRefNotFound = "RefNotFound"
 	// ReasonURLNotAllowed: the repository URL is refused by policy.
