@@ -17,6 +17,7 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/api/version"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	argoapplier "github.com/sluice-gitops/sluice/operator/internal/applier/argocd"
 	helmapplier "github.com/sluice-gitops/sluice/operator/internal/applier/helm"
 	tfapplier "github.com/sluice-gitops/sluice/operator/internal/applier/terraform"
 	"github.com/sluice-gitops/sluice/operator/internal/controller"
@@ -31,8 +32,10 @@ func main() {
 		showVersion  bool
 		helmFlags    helmapplier.Flags
 		tfFlags      tfapplier.Flags
+		argoFlags    argoapplier.Flags
 	)
 	helmFlags.Bind(flag.CommandLine)
+	argoFlags.Bind(flag.CommandLine)
 	tfFlags.Bind(flag.CommandLine)
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics endpoint (\"0\" disables it).")
@@ -62,13 +65,13 @@ func main() {
 	if namespaces != "" {
 		o.Namespaces = strings.Split(namespaces, ",")
 	}
-	if err := run(log, o, testAppliers, helmFlags, tfFlags); err != nil {
+	if err := run(log, o, testAppliers, helmFlags, argoFlags, tfFlags); err != nil {
 		log.Error(err, "Operator failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helmFlags helmapplier.Flags, tfFlags tfapplier.Flags) error {
+func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helmFlags helmapplier.Flags, argoFlags argoapplier.Flags, tfFlags tfapplier.Flags) error {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
@@ -80,6 +83,9 @@ func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helm
 	// here, e.g. o.Appliers[sluicev1.DeliveryHelm] = <the Helm applier>.
 	o.Appliers = applier.Registry{}
 	if err := helmFlags.Register(o.Appliers, cfg, ctrl.Log.WithName("helm")); err != nil {
+		return err
+	}
+	if err := argoFlags.Register(o.Appliers, cfg, ctrl.Log.WithName("argocd")); err != nil {
 		return err
 	}
 	if testAppliers != "" {
