@@ -82,6 +82,10 @@ type changeScope struct {
 	// phases are the phases entered during this pass, in order; each gets
 	// an Event once the status is written.
 	phases []phaseChange
+	// written are metrics of what this pass decided, recorded once the
+	// status that records the decision is written: a pass whose write
+	// fails is repeated, and must not count twice.
+	written []func()
 }
 
 // phaseChange is one phase entered, with the reason and message of the
@@ -193,6 +197,9 @@ func (r *ChangeRequestReconciler) patchStatus(ctx context.Context, s *changeScop
 	patch := client.MergeFromWithOptions(s.original, client.MergeFromWithOptimisticLock{})
 	if err := r.Client.Status().Patch(ctx, s.cr, patch, client.FieldOwner(FieldOwner)); err != nil {
 		return fmt.Errorf("patch status of ChangeRequest %s/%s: %w", s.cr.Namespace, s.cr.Name, err)
+	}
+	for _, record := range s.written {
+		record()
 	}
 	for _, p := range s.phases {
 		r.Metrics.Transition(p.phase)
@@ -314,7 +321,8 @@ func (r *ChangeRequestReconciler) reconcileGate(ctx context.Context, s *changeSc
 	if s.cr.Status.Phase != sluicev1.PhaseApproved {
 		now := metav1.NewTime(r.now())
 		s.cr.Status.ApprovedAt = &now
-		r.Metrics.ApprovalWait(now.Sub(s.cr.CreationTimestamp.Time))
+		wait := now.Sub(s.cr.CreationTimestamp.Time)
+		s.written = append(s.written, func() { r.Metrics.ApprovalWait(wait) })
 	}
 	s.setPhase(sluicev1.PhaseApproved, d.Reason, d.Message)
 	return ctrl.Result{}, false, nil
@@ -511,7 +519,8 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 	finished := metav1.NewTime(r.now())
 	switch f, permanent := applier.AsFailure(err); {
 	case err == nil:
-		r.Metrics.Apply(app.Name(), metrics.ResultApplied, took, finished.Sub(s.cr.CreationTimestamp.Time))
+		lead := finished.Sub(s.cr.CreationTimestamp.Time)
+		s.written = append(s.written, func() { r.Metrics.Apply(app.Name(), metrics.ResultApplied, took, lead) })
 		s.cr.Status.Apply.Message = truncate(res.Message)
 		s.cr.Status.Apply.HelmRevision = res.HelmRevision
 		s.cr.Status.Apply.FinishedAt = &finished
@@ -519,7 +528,7 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 		s.setPhase(sluicev1.PhaseApplied, sluicev1.ReasonSucceeded, "applied by the "+app.Name()+" applier")
 		return ctrl.Result{}, true, nil
 	case permanent:
-		r.Metrics.Apply(app.Name(), metrics.ResultFailed, took, 0)
+		s.written = append(s.written, func() { r.Metrics.Apply(app.Name(), metrics.ResultFailed, took, 0) })
 		reason := f.Reason
 		if reason == "" {
 			reason = sluicev1.ReasonApplyFailed

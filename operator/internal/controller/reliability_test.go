@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -133,37 +134,67 @@ func TestReconcile_aNoOpReconcileMakesZeroWrites(t *testing.T) {
 }
 
 func TestMetrics_countPhasesAppliesAndApprovalWait(t *testing.T) {
-	f := newFixture(t)
-	ta := &testapplier.Applier{Client: env.Client}
-	op := startOperator(t, f.ns, operatorConfig{applier: ta})
-	reg := prometheus.NewRegistry()
-	require.NoError(t, op.changes.Metrics.Register(reg))
-	rel := f.release("checkout", "staging", autoApprove, nil)
-	cr := f.change(rel, autoApprove)
-	f.phase(cr, sluicev1.PhaseApplied)
+	for _, tc := range []struct {
+		name     string
+		conflict bool
+	}{
+		{"every write succeeds", false},
+		{"the write of each decision fails once first", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			ta := &testapplier.Applier{Client: env.Client}
+			cfg := operatorConfig{applier: ta}
+			if tc.conflict {
+				// The first write of each phase is refused, so the pass that
+				// decided it runs again: the metrics must still count once.
+				seen := map[sluicev1.ChangeRequestPhase]bool{}
+				var mu sync.Mutex
+				cfg.failStatus = func(obj client.Object) error {
+					cr, ok := obj.(*sluicev1.ChangeRequest)
+					if !ok {
+						return nil
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if seen[cr.Status.Phase] {
+						return nil
+					}
+					seen[cr.Status.Phase] = true
+					return apierrors.NewConflict(schema.GroupResource{Group: sluicev1.GroupVersion.Group, Resource: "changerequests"}, obj.GetName(), errors.New("injected"))
+				}
+			}
+			op := startOperator(t, f.ns, cfg)
+			reg := prometheus.NewRegistry()
+			require.NoError(t, op.changes.Metrics.Register(reg))
+			rel := f.release("checkout", "staging", autoApprove, nil)
+			cr := f.change(rel, autoApprove)
+			f.phase(cr, sluicev1.PhaseApplied)
 
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	values := map[string]float64{}
-	for _, mf := range families {
-		for _, m := range mf.GetMetric() {
-			key := mf.GetName()
-			for _, l := range m.GetLabel() {
-				key += "," + l.GetName() + "=" + l.GetValue()
+			families, err := reg.Gather()
+			require.NoError(t, err)
+			values := map[string]float64{}
+			for _, mf := range families {
+				for _, m := range mf.GetMetric() {
+					key := mf.GetName()
+					for _, l := range m.GetLabel() {
+						key += "," + l.GetName() + "=" + l.GetValue()
+					}
+					switch {
+					case m.Counter != nil:
+						values[key] = m.GetCounter().GetValue()
+					case m.Gauge != nil:
+						values[key] = m.GetGauge().GetValue()
+					case m.Histogram != nil:
+						values[key] = float64(m.GetHistogram().GetSampleCount())
+					}
+				}
 			}
-			switch {
-			case m.Counter != nil:
-				values[key] = m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				values[key] = m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				values[key] = float64(m.GetHistogram().GetSampleCount())
-			}
-		}
+			require.Equal(t, 1.0, values["sluice_changes_applied_total,applier=test"], "%v", values)
+			require.Equal(t, 1.0, values["sluice_apply_duration_seconds,applier=test,result=applied"], "%v", values)
+			require.Equal(t, 1.0, values["sluice_approval_wait_seconds"], "%v", values)
+			require.Equal(t, 1.0, values["sluice_changerequest_transitions_total,phase=Applied"], "%v", values)
+			require.Equal(t, 1.0, values["sluice_changerequests,namespace="+f.ns+",phase=Applied"], "%v", values)
+		})
 	}
-	require.Equal(t, 1.0, values["sluice_changes_applied_total,applier=test"], "%v", values)
-	require.Equal(t, 1.0, values["sluice_apply_duration_seconds,applier=test,result=applied"], "%v", values)
-	require.Equal(t, 1.0, values["sluice_approval_wait_seconds"], "%v", values)
-	require.Equal(t, 1.0, values["sluice_changerequest_transitions_total,phase=Applied"], "%v", values)
-	require.Equal(t, 1.0, values["sluice_changerequests,namespace="+f.ns+",phase=Applied"], "%v", values)
 }
