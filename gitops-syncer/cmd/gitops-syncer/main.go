@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook/install"
+	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	"github.com/sluice-gitops/sluice/operator/api/version"
 )
 
@@ -67,6 +69,14 @@ func main() {
 		}
 	}
 	ctx := ctrl.SetupSignalHandler()
+	// Trace ids always; spans leave the process only when an OTLP endpoint
+	// is configured (OTEL_EXPORTER_OTLP_ENDPOINT).
+	stopTracing, err := tracing.Setup(ctx, "gitops-syncer", version.Version)
+	if err != nil {
+		logger.Error(err, "Setting up tracing failed")
+		os.Exit(1)
+	}
+	defer func() { _ = stopTracing(context.WithoutCancel(ctx)) }()
 	v, err := validation.NewLibrary(ctx, validation.LibraryOptions{TerraformPath: tfPath, TerraformEnv: tfEnv, KubeVersion: kubeVersion})
 	if err != nil {
 		logger.Error(err, "Loading the validator failed")

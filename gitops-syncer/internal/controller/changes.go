@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -126,6 +127,14 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 			return "", err
 		}
 		cr := r.newChangeRequest(repo, cache, plan, art, key, result, commit, int32(attempt))
+		if tp := tracing.Inject(ctx); tp != "" {
+			// The operator continues this sync's trace for the gate and
+			// the apply.
+			if cr.Annotations == nil {
+				cr.Annotations = map[string]string{}
+			}
+			cr.Annotations[tracing.Annotation] = tp
+		}
 		if err := controllerutil.SetControllerReference(plan.release, cr, r.Scheme()); err != nil {
 			return "", fmt.Errorf("own change request: %w", err)
 		}

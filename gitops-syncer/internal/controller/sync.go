@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"os"
 	"sort"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,7 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
+	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -107,17 +111,31 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, repo *sluicev1
 		return ctrl.Result{RequeueAfter: interval(repo)}, nil
 	}
 
+	// A sync with work to do is one span, continuing the trace of the
+	// webhook delivery that asked for it; its ChangeRequests carry it on.
+	ctx, span := tracer.Start(tracing.Extract(ctx, r.Trigger.Take(key)), "sluice.sync", trace.WithAttributes(
+		attribute.String("sluice.repository", key.String()), attribute.String("vcs.ref.head.revision", head)))
+	defer span.End()
 	cache, err := r.Git.Fetch(ctx, remote, ref, head)
 	if err != nil {
+		span.SetStatus(codes.Error, "fetch failed")
 		return gitFailure(repo, err)
 	}
 	repo.Status.LastFetchedCommit = head
 	pass := &syncPass{r: r, repo: repo, cache: cache, head: head, owned: owned.Items}
 	if err := pass.run(ctx); err != nil {
+		span.SetStatus(codes.Error, "sync failed")
 		return ctrl.Result{}, err
 	}
-	return pass.finish(ctx)
+	res, err := pass.finish(ctx)
+	if err != nil {
+		span.SetStatus(codes.Error, "some releases failed")
+	}
+	span.SetAttributes(attribute.Int("sluice.changerequests.created", len(pass.created)))
+	return res, err
 }
+
+var tracer = tracing.Tracer("gitops-syncer")
 
 // idle reports whether nothing changed since the last full pass: same head,
 // every release it produced still there at the same inputs, and no re-plan

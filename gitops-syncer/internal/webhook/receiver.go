@@ -45,11 +45,15 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -67,6 +71,12 @@ const (
 // controller.Trigger).
 type Trigger interface {
 	Request(namespace, name string) bool
+}
+
+// TracedTrigger is a Trigger that hands the delivery's trace on to the
+// sync it causes (controller.Trigger is one).
+type TracedTrigger interface {
+	RequestTraced(namespace, name, traceparent string) bool
 }
 
 // PullRequestHandler builds previews and records reviews (the preview
@@ -122,6 +132,8 @@ type job struct {
 	at    time.Time
 	// dedupKey is forgotten again when the job fails before any effect.
 	dedupKey string
+	// parent is the traceparent the delivery came with, if any.
+	parent string
 }
 
 func (r *Receiver) init() {
@@ -312,13 +324,16 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	select {
-	case r.queue <- job{repo: key, event: ev, at: r.Now(), dedupKey: dedupKey}:
+	case r.queue <- job{repo: key, event: ev, at: r.Now(), dedupKey: dedupKey,
+		parent: tracing.Inject(tracing.ExtractHeaders(req.Context(), propagation.HeaderCarrier(req.Header)))}:
 		reply(http.StatusAccepted, resultAccepted, "accepted")
 	default:
 		r.seen.forget(dedupKey)
 		reply(http.StatusServiceUnavailable, resultUnavailable, "busy, try again later")
 	}
 }
+
+var tracer = tracing.Tracer("gitops-syncer/webhook")
 
 // repositoryFor finds the Repository whose status.webhookPath is path.
 func (r *Receiver) repositoryFor(ctx context.Context, path string) (*sluicev1.Repository, error) {
@@ -401,7 +416,13 @@ func (r *Receiver) ignoreReason(repo *sluicev1.Repository, ev *provider.Event) s
 
 // handle does the work of one verified delivery.
 func (r *Receiver) handle(ctx context.Context, j job) {
-	log := r.Log.WithValues("repository", j.repo.String(), "provider", j.event.Provider, "event", j.event.Type, "delivery", j.event.DeliveryID)
+	// One span per delivery, continuing the sender's trace when it sent
+	// one; a push hands it on to the sync it causes.
+	ctx, span := tracer.Start(tracing.Extract(ctx, j.parent), "sluice.webhook", trace.WithAttributes(
+		attribute.String("sluice.repository", j.repo.String()), attribute.String("sluice.webhook.provider", string(j.event.Provider)),
+		attribute.String("sluice.webhook.event", j.event.Type), attribute.String("sluice.webhook.delivery", j.event.DeliveryID)))
+	defer span.End()
+	log := r.Log.WithValues("repository", j.repo.String(), "provider", j.event.Provider, "event", j.event.Type, "delivery", j.event.DeliveryID, "traceID", tracing.TraceID(ctx))
 	repo := &sluicev1.Repository{}
 	if err := r.Reader.Get(ctx, j.repo, repo); err != nil {
 		log.Error(err, "Reading the Repository for a webhook failed")
@@ -413,7 +434,13 @@ func (r *Receiver) handle(ctx context.Context, j job) {
 		if r.Pushes != nil {
 			r.Pushes.Pushed(j.repo, j.event.Push.After, j.at)
 		}
-		if !r.Trigger.Request(j.repo.Namespace, j.repo.Name) {
+		requested := false
+		if tt, ok := r.Trigger.(TracedTrigger); ok {
+			requested = tt.RequestTraced(j.repo.Namespace, j.repo.Name, tracing.Inject(ctx))
+		} else {
+			requested = r.Trigger.Request(j.repo.Namespace, j.repo.Name)
+		}
+		if !requested {
 			log.Info("Reconcile queue full; the poll will pick the push up")
 		}
 		return

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/api/version"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
@@ -77,6 +79,13 @@ func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helm
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
+	// Trace ids always; spans leave the process only when an OTLP endpoint
+	// is configured (OTEL_EXPORTER_OTLP_ENDPOINT).
+	stopTracing, err := tracing.Setup(ctx, "operator", version.Version)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer func() { _ = stopTracing(context.WithoutCancel(ctx)) }()
 
 	// The appliers, one per delivery mode (Applier and, optionally,
 	// Cleaner from internal/applier). Each applier package is registered

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/gate"
@@ -322,6 +326,10 @@ func (r *ChangeRequestReconciler) reconcileGate(ctx context.Context, s *changeSc
 		now := metav1.NewTime(r.now())
 		s.cr.Status.ApprovedAt = &now
 		wait := now.Sub(s.cr.CreationTimestamp.Time)
+		_, span := tracer.Start(tracing.Extract(ctx, s.cr.Annotations[tracing.Annotation]), "sluice.approved", trace.WithAttributes(
+			attribute.String("sluice.changerequest", s.cr.Namespace+"/"+s.cr.Name), attribute.String("sluice.gate.reason", d.Reason),
+			attribute.StringSlice("sluice.gate.approvers", identities(d.ApprovedBy))))
+		span.End()
 		s.written = append(s.written, func() { r.Metrics.ApprovalWait(wait) })
 	}
 	s.setPhase(sluicev1.PhaseApproved, d.Reason, d.Message)
@@ -514,7 +522,17 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 	}
 	s.cr.Status.Apply.Applier = app.Name()
 	start := r.now()
-	res, err := app.Apply(ctx, applier.Request{Change: s.cr.DeepCopy(), Release: rel, Repository: repo})
+	// The apply continues the trace of the sync (and the webhook delivery)
+	// that made the change.
+	actx, span := tracer.Start(tracing.Extract(ctx, s.cr.Annotations[tracing.Annotation]), "sluice.apply", trace.WithAttributes(
+		attribute.String("sluice.changerequest", s.cr.Namespace+"/"+s.cr.Name), attribute.String("sluice.release", rel.Name),
+		attribute.String("sluice.applier", app.Name()), attribute.String("vcs.ref.head.revision", s.cr.Spec.Revision)))
+	log.FromContext(ctx).V(1).Info("Applying", "applier", app.Name(), "traceID", tracing.TraceID(actx))
+	res, err := app.Apply(actx, applier.Request{Change: s.cr.DeepCopy(), Release: rel, Repository: repo})
+	if err != nil {
+		span.SetStatus(codes.Error, truncate(err.Error()))
+	}
+	span.End()
 	took := r.now().Sub(start)
 	finished := metav1.NewTime(r.now())
 	switch f, permanent := applier.AsFailure(err); {
@@ -650,4 +668,14 @@ func truncate(s string) string {
 		return s
 	}
 	return s[:maxMessage-3] + "..."
+}
+
+var tracer = tracing.Tracer("operator")
+
+func identities[T ~string](ids []T) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = string(id)
+	}
+	return out
 }

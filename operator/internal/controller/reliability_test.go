@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
 )
@@ -197,4 +198,30 @@ func TestMetrics_countPhasesAppliesAndApprovalWait(t *testing.T) {
 			require.Equal(t, 1.0, values["sluice_changerequests,namespace="+f.ns+",phase=Applied"], "%v", values)
 		})
 	}
+}
+
+// TestTracing_theApplyContinuesTheTraceOfTheSyncThatMadeTheChange: the
+// syncer's traceparent annotation is the parent of the approval and apply
+// spans.
+func TestTracing_theApplyContinuesTheTraceOfTheSyncThatMadeTheChange(t *testing.T) {
+	f := newFixture(t)
+	ta := &testapplier.Applier{Client: env.Client}
+	startOperator(t, f.ns, operatorConfig{applier: ta})
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	const traceID, syncSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	cr := f.change(rel, autoApprove, func(c *sluicev1.ChangeRequest) {
+		c.Annotations = map[string]string{tracing.Annotation: "00-" + traceID + "-" + syncSpan + "-01"}
+	})
+	f.phase(cr, sluicev1.PhaseApplied)
+
+	found := map[string]bool{}
+	for _, s := range spans.GetSpans() {
+		if s.SpanContext.TraceID().String() != traceID {
+			continue
+		}
+		require.Equal(t, syncSpan, s.Parent.SpanID().String(), "%s continues the sync's span", s.Name)
+		found[s.Name] = true
+	}
+	require.True(t, found["sluice.approved"], "the approval is in the trace: %v", found)
+	require.True(t, found["sluice.apply"], "the apply is in the trace: %v", found)
 }

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,7 +39,12 @@ import (
 // env is the one control plane of this package's tests.
 var env *testenv.Env
 
+// spans records every span the operator ends in this test binary.
+var spans = tracetest.NewInMemoryExporter()
+
 func TestMain(m *testing.M) {
+	// As tracing.Setup installs it, with the spans kept in memory.
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)))
 	var logOut io.Writer = io.Discard
 	if os.Getenv("SLUICE_TEST_LOGS") != "" {
 		logOut = os.Stderr

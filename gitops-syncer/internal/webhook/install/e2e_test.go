@@ -13,8 +13,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -108,6 +110,40 @@ func TestPushWebhook_syncsAtOnceAndIgnoresOtherBranchesAndReplays(t *testing.T) 
 	w.changeRequest(sluicev1.ChangeRequestName("cart-prod", c1, 1))
 	// The push-to-ChangeRequest latency was measured once for this push.
 	require.Eventually(t, func() bool { return observed() == before+1 }, 2*time.Minute, 10*time.Millisecond)
+}
+
+// TestPushWebhook_carriesTheSendersTraceIntoTheChangeRequest: a delivery
+// with a W3C traceparent header starts the webhook span under it, the sync
+// continues it, and the ChangeRequest carries it on for the operator.
+func TestPushWebhook_carriesTheSendersTraceIntoTheChangeRequest(t *testing.T) {
+	w := newWorld(t)
+	const traceID, senderSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	c1 := w.merge(map[string]string{prodValues: "replicaCount: 5\n"})
+	require.Equal(t, http.StatusAccepted, w.sendWith("push", w.pushBody(c1), map[string]string{"traceparent": "00-" + traceID + "-" + senderSpan + "-01"}))
+	cr := w.changeRequest(sluicev1.ChangeRequestName("cart-prod", c1, 1))
+	tp := cr.Annotations[tracing.Annotation]
+	require.Regexp(t, "^00-"+traceID+"-[0-9a-f]{16}-01$", tp, "the ChangeRequest continues the sender's trace")
+
+	// The sync span ends with the sync pass, a moment after the
+	// ChangeRequest is created.
+	var webhook, sync tracetest.SpanStub
+	require.Eventually(t, func() bool {
+		for _, s := range spans.GetSpans() {
+			if s.SpanContext.TraceID().String() != traceID {
+				continue
+			}
+			switch s.Name {
+			case "sluice.webhook":
+				webhook = s
+			case "sluice.sync":
+				sync = s
+			}
+		}
+		return webhook.Name != "" && sync.Name != ""
+	}, time.Minute, 20*time.Millisecond, "the webhook and sync spans ended")
+	require.Equal(t, senderSpan, webhook.Parent.SpanID().String(), "the webhook span's parent is the sender's span")
+	require.Equal(t, webhook.SpanContext.SpanID(), sync.Parent.SpanID(), "the sync continues the webhook span")
+	require.Contains(t, tp, sync.SpanContext.SpanID().String(), "the annotation names the sync span")
 }
 
 // TestHeadline_terraformPlanDigestCarriesOverToo repeats the promise for a

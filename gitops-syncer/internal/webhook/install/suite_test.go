@@ -22,6 +22,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -47,8 +50,13 @@ var (
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
+// spans records every span the syncer ends in this test binary.
+var spans = tracetest.NewInMemoryExporter()
+
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	// As tracing.Setup installs it, with the spans kept in memory.
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)))
 	var err error
 	env, err = testenv.Start(testenv.Options{})
 	if err != nil {
@@ -158,8 +166,16 @@ func newWorld(t testing.TB, services ...string) *world {
 
 // send posts a signed GitHub delivery and returns the status code.
 func (w *world) send(event string, body []byte) int {
+	return w.sendWith(event, body, nil)
+}
+
+// sendWith is send with extra headers.
+func (w *world) sendWith(event string, body []byte, headers map[string]string) int {
 	req, err := http.NewRequest(http.MethodPost, w.hookURL, bytes.NewReader(body))
 	require.NoError(w.t, err)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	name, value := provider.Sign(provider.GitHub, body, w.secret)
 	req.Header.Set(name, value)
 	req.Header.Set("X-GitHub-Event", event)
