@@ -2,8 +2,6 @@ package argocd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"sync"
@@ -25,6 +23,7 @@ import (
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 )
 
 // Argo CD cannot run here (it is a set of controllers and a repo server
@@ -175,7 +174,7 @@ func newFixture(t *testing.T, rbac bool) *fixture {
 		Spec:       sluicev1.RepositorySpec{URL: "https://git.example.com/platform/infra.git", ServiceAccountName: "deployer", TargetNamespaces: []string{"web-*"}},
 	}
 	f.release = &sluicev1.Release{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-prod", Namespace: f.ctl, UID: types.UID(randomSHA())},
+		ObjectMeta: metav1.ObjectMeta{Name: "web-prod", Namespace: f.ctl, UID: types.UID(appliertest.RandomSHA())},
 		Spec: sluicev1.ReleaseSpec{
 			Repository: "infra", Service: "web", Environment: "prod", SourcePath: "services/web",
 			TargetNamespace: "web-prod", Chart: sluicev1.ChartSource{Path: "charts/service"},
@@ -190,7 +189,7 @@ func newFixture(t *testing.T, rbac bool) *fixture {
 }
 
 func (f *fixture) change() *sluicev1.ChangeRequest {
-	rev := randomSHA()
+	rev := appliertest.RandomSHA()
 	return &sluicev1.ChangeRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(f.release.Name, rev, 1), Namespace: f.ctl},
 		Spec: sluicev1.ChangeRequestSpec{
@@ -208,20 +207,6 @@ func (f *fixture) application() *unstructured.Unstructured {
 	app := newApplication()
 	require.NoError(f.t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, app))
 	return app
-}
-
-func randomSHA() string {
-	b := make([]byte, 20)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func requireFailure(t *testing.T, err error, reason string) *applier.Failure {
-	t.Helper()
-	fail, ok := applier.AsFailure(err)
-	require.True(t, ok, "want a permanent failure with reason %s, got %v", reason, err)
-	require.Equal(t, reason, fail.Reason, fail.Error())
-	return fail
 }
 
 func TestApply_pinsTheApplicationToTheApprovedCommitAndWaitsForArgoCD(t *testing.T) {
@@ -265,7 +250,7 @@ func TestApply_aFailedSyncFailsTheChangeWithArgoCDsMessage(t *testing.T) {
 	cr := f.change()
 	f.argo.set(cr.Spec.Revision, fail)
 	_, err := f.apply(cr)
-	fail := requireFailure(t, err, sluicev1.ReasonApplyFailed)
+	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 	require.Contains(t, fail.Message, "ended Failed")
 	require.Contains(t, fail.Message, "failed to apply")
 }
@@ -299,7 +284,7 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 	outside := f.change()
 	outside.Spec.TargetNamespace = "payments-prod"
 	_, err := f.apply(outside)
-	requireFailure(t, err, sluicev1.ReasonNamespaceNotAllowed)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonNamespaceNotAllowed)
 
 	// An Application of the same name that the Release does not control.
 	foreign := newApplication()
@@ -312,7 +297,7 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 	}
 	require.NoError(t, env.Client.Create(context.Background(), foreign))
 	_, err = f.apply(f.change())
-	requireFailure(t, err, sluicev1.ReasonOwnershipConflict)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonOwnershipConflict)
 	require.Equal(t, "main", f.application().Object["spec"].(map[string]any)["source"].(map[string]any)["targetRevision"], "left alone")
 	require.NoError(t, f.applier.Cleanup(context.Background(), f.release, f.repo), "cleanup leaves a foreign Application alone")
 	f.application()
@@ -321,7 +306,7 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 func TestApply_aServiceAccountWithoutRightsFailsWithAReadableReason(t *testing.T) {
 	f := newFixture(t, false)
 	_, err := f.apply(f.change())
-	fail := requireFailure(t, err, sluicev1.ReasonApplyFailed)
+	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 	require.Contains(t, fail.Message, "system:serviceaccount:"+f.ctl+":deployer may not read the Application")
 	require.Contains(t, fail.Message, "give it a Role there")
 }

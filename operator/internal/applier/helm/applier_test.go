@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
 )
 
@@ -103,7 +104,7 @@ func TestApply_anArtifactWithOtherContentThanItsDigestsFailsBeforeAnythingIsInst
 	cr := f.change("message: approved\n", changeOpts{serve: otherBytes})
 
 	_, err := f.apply(cr)
-	fail := requireFailure(t, err, sluicev1.ReasonDigestMismatch)
+	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonDigestMismatch)
 	require.Contains(t, fail.Message, "sha256")
 	f.requireNothingInstalled()
 }
@@ -118,7 +119,7 @@ func TestApply_aChartUsingLookupIsRefusedAndInstallsNothing(t *testing.T) {
 	cr := f.change("useLookup: true\n", changeOpts{})
 
 	_, err := f.apply(cr)
-	fail := requireFailure(t, err, sluicev1.ReasonManifestMismatch)
+	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonManifestMismatch)
 	require.Contains(t, fail.Error(), string(cr.Spec.ManifestDigest))
 	f.requireNothingInstalled()
 }
@@ -132,7 +133,7 @@ func TestApply_aTamperedArtifactWithMatchingNameAndDigestsIsRefusedByTheManifest
 	cr := f.change("message: tampered\n", changeOpts{approvedValues: &approved})
 
 	_, err := f.apply(cr)
-	requireFailure(t, err, sluicev1.ReasonManifestMismatch)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonManifestMismatch)
 	f.requireNothingInstalled()
 }
 
@@ -160,7 +161,7 @@ func TestApply_aRefusedChartWithCRDsInstallsNoCRD(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: f.target},
 	}))
 	_, err := f.apply(f.change("useLookup: true\n", changeOpts{}))
-	requireFailure(t, err, sluicev1.ReasonManifestMismatch)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonManifestMismatch)
 	var crd apiextensionsv1.CustomResourceDefinition
 	err = env.Client.Get(context.Background(), client.ObjectKey{Name: "widgets.test.sluice.dev"}, &crd)
 	require.True(t, apierrors.IsNotFound(err), "the CRD was not installed: %v", err)
@@ -170,7 +171,7 @@ func TestApply_aRefusedChartWithCRDsInstallsNoCRD(t *testing.T) {
 func TestApply_aServiceAccountWithoutRightsFailsWithAReadableReason(t *testing.T) {
 	f := newFixture(t, withoutRBAC())
 	_, err := f.apply(f.change("message: hi\n", changeOpts{}))
-	fail := requireFailure(t, err, sluicev1.ReasonApplyFailed)
+	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 	require.Contains(t, fail.Message, "system:serviceaccount:"+f.ctl+":deployer may not do this in namespace "+f.target)
 	require.Contains(t, fail.Message, "give it a Role there")
 	f.requireNothingInstalled()
@@ -180,7 +181,7 @@ func TestApply_aTargetNamespaceOutsideTheRepositorysListFails(t *testing.T) {
 	f := newFixture(t)
 	f.repo.Spec.TargetNamespaces = []string{"payments-*"}
 	_, err := f.apply(f.change("message: hi\n", changeOpts{}))
-	fail := requireFailure(t, err, sluicev1.ReasonNamespaceNotAllowed)
+	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonNamespaceNotAllowed)
 	require.Contains(t, fail.Message, f.target)
 	f.requireNothingInstalled()
 }
@@ -188,7 +189,7 @@ func TestApply_aTargetNamespaceOutsideTheRepositorysListFails(t *testing.T) {
 func TestApply_aFailedFirstInstallLeavesNothing(t *testing.T) {
 	f := newFixture(t)
 	_, err := f.apply(f.change("badObject: true\n", changeOpts{}))
-	fail := requireFailure(t, err, sluicev1.ReasonApplyFailed)
+	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 	require.Contains(t, fail.Error(), "Not_A_Valid_Name")
 	f.requireNothingInstalled()
 }
@@ -199,7 +200,7 @@ func TestApply_aFailedUpgradeRollsBackToThePreviousRevision(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = f.apply(f.change("message: broken\nbadObject: true\n", changeOpts{}))
-	fail := requireFailure(t, err, sluicev1.ReasonApplyFailed)
+	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 	require.Contains(t, fail.Message, "rolled back to revision 1")
 
 	h := f.helmHistory()
@@ -279,7 +280,7 @@ func TestCleanup_uninstallsAsTheServiceAccount(t *testing.T) {
 	other.release = f.release.DeepCopy()
 	other.release.Spec.TargetNamespace = other.target
 	err = other.applier.Cleanup(context.Background(), other.release, other.repo)
-	requireFailure(t, err, sluicev1.ReasonApplyFailed)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 }
 
 func TestCleanup_leavesTheReleaseInPlaceWhenItMayNotActForTheRepository(t *testing.T) {

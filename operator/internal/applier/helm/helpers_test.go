@@ -2,8 +2,6 @@ package helm
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
@@ -31,6 +29,7 @@ import (
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
 )
@@ -215,7 +214,7 @@ func (f *fixture) change(stagingValues string, o changeOpts) *sluicev1.ChangeReq
 	}
 	digest := validatorDigest(f.t, approvedFiles, "charts/"+f.chart,
 		[]string{"services/web/values.yaml", "services/web/values-staging.yaml"}, f.release.Name, f.target)
-	commit := randomSHA()
+	commit := appliertest.RandomSHA()
 	served := gz
 	if o.serve != nil {
 		served = o.serve
@@ -233,12 +232,6 @@ func (f *fixture) change(stagingValues string, o changeOpts) *sluicev1.ChangeReq
 	}
 	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
 	return cr
-}
-
-func randomSHA() string {
-	b := make([]byte, 20)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func (f *fixture) request(cr *sluicev1.ChangeRequest) applier.Request {
@@ -282,14 +275,6 @@ func (f *fixture) requireNothingInstalled() {
 	var deps appsv1.DeploymentList
 	require.NoError(f.t, env.Client.List(context.Background(), &deps, client.InNamespace(f.target)))
 	require.Empty(f.t, deps.Items, "no Deployment")
-}
-
-func requireFailure(t testing.TB, err error, reason string) *applier.Failure {
-	t.Helper()
-	fail, ok := applier.AsFailure(err)
-	require.True(t, ok, "want a permanent failure with reason %s, got %v", reason, err)
-	require.Equal(t, reason, fail.Reason, fail.Error())
-	return fail
 }
 
 var server *artifacttest.Server

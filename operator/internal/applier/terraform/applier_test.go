@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +29,7 @@ import (
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
 )
@@ -180,10 +179,10 @@ func (f *fixture) change(size string) *sluicev1.ChangeRequest {
 
 	tb := artifacttest.Tarball(files)
 	gz := artifacttest.Gzip(tb)
-	commit := randomSHA()
+	commit := appliertest.RandomSHA()
 	cr := &sluicev1.ChangeRequest{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: sluicev1.ChangeRequestName(f.release.Name, commit, 1), Namespace: f.ctl, UID: types.UID(randomSHA()),
+			Name: sluicev1.ChangeRequestName(f.release.Name, commit, 1), Namespace: f.ctl, UID: types.UID(appliertest.RandomSHA()),
 		},
 		Spec: sluicev1.ChangeRequestSpec{
 			Release: f.release.Name, Revision: commit, Attempt: 1, TargetNamespace: "db-staging", Delivery: sluicev1.DeliveryHelm,
@@ -239,20 +238,6 @@ func (f *fixture) stateOutput() string {
 	return v
 }
 
-func randomSHA() string {
-	b := make([]byte, 20)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func requireFailure(t *testing.T, err error, reason string) *applier.Failure {
-	t.Helper()
-	fail, ok := applier.AsFailure(err)
-	require.True(t, ok, "want a permanent failure with reason %s, got %v", reason, err)
-	require.Equal(t, reason, fail.Reason, fail.Error())
-	return fail
-}
-
 func TestApply_appliesTheApprovedPlanFileAsTheServiceAccount(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	ctx := context.Background()
@@ -273,7 +258,7 @@ func TestApply_appliesTheApprovedPlanFileAsTheServiceAccount(t *testing.T) {
 
 	// The other plan was made before the state moved: stale, nothing applied.
 	_, err = f.applier.Apply(ctx, f.request(second))
-	fail := requireFailure(t, err, sluicev1.ReasonStalePlan)
+	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonStalePlan)
 	require.Contains(t, fail.Message, sluicev1.AnnotationReplan)
 	require.Equal(t, "db-small", f.stateOutput())
 
@@ -307,18 +292,18 @@ func TestApply_refusesAPlanOtherThanTheApprovedOne(t *testing.T) {
 	mine.Data = s.Data
 	require.NoError(t, env.Client.Update(ctx, &mine))
 	_, err := f.applier.Apply(ctx, f.request(approved))
-	requireFailure(t, err, sluicev1.ReasonDigestMismatch)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonDigestMismatch)
 
 	// No plan Secret at all.
 	require.NoError(t, env.Client.Delete(ctx, &mine))
 	_, err = f.applier.Apply(ctx, f.request(approved))
-	requireFailure(t, err, sluicev1.ReasonDigestMismatch)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonDigestMismatch)
 
 	// An artifact whose content is not what was approved.
 	tampered := other.DeepCopy()
 	tampered.Spec.ContentDigest = sluicev1.SHA256Digest([]byte("something else"))
 	_, err = f.applier.Apply(ctx, f.request(tampered))
-	requireFailure(t, err, sluicev1.ReasonDigestMismatch)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonDigestMismatch)
 	require.Empty(t, f.stateOutput(), "nothing was applied")
 }
 
@@ -326,14 +311,14 @@ func TestApply_aServiceAccountWithoutRightsFailsWithAReadableReason(t *testing.T
 	f := newFixture(t, fixtureOptions{noRBAC: true})
 	cr := f.change("small")
 	_, err := f.applier.Apply(context.Background(), f.request(cr))
-	fail := requireFailure(t, err, sluicev1.ReasonApplyFailed)
+	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 	require.Contains(t, fail.Message, f.ctl+":deployer may not read the plan Secret")
 	require.Contains(t, fail.Message, "give it a Role there")
 	require.Empty(t, f.stateOutput())
 
 	f.repo.Spec.ServiceAccountName = "nobody"
 	_, err = f.applier.Apply(context.Background(), f.request(cr))
-	fail = requireFailure(t, err, sluicev1.ReasonApplyFailed)
+	fail = appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 	require.Contains(t, fail.Message, "ServiceAccount "+f.ctl+"/nobody does not exist")
 }
 
@@ -364,7 +349,7 @@ func TestApply_refusesAChangeItCannotCheck(t *testing.T) {
 			c, r := cr.DeepCopy(), f.release.DeepCopy()
 			edit(c, r)
 			_, err := f.applier.Apply(context.Background(), applier.Request{Change: c, Release: r, Repository: f.repo})
-			requireFailure(t, err, sluicev1.ReasonInvalidSpec)
+			appliertest.RequireFailure(t, err, sluicev1.ReasonInvalidSpec)
 		})
 	}
 	require.Empty(t, f.stateOutput())
@@ -445,7 +430,7 @@ func TestChain_appliesTerraformFirstThenTheManifests(t *testing.T) {
 	_, err = c.Apply(ctx, f.request(f.change("small")))
 	require.NoError(t, err)
 	_, err = c.Apply(ctx, f.request(stale))
-	requireFailure(t, err, sluicev1.ReasonStalePlan)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonStalePlan)
 	require.Equal(t, 3, next.calls)
 
 	// A change without a plan goes straight to the manifests.

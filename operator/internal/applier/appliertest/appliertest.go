@@ -1,0 +1,29 @@
+// Package appliertest holds what the appliers' tests share.
+package appliertest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+)
+
+// RandomSHA is a random 40-hex-digit commit id.
+func RandomSHA() string {
+	b := make([]byte, 20)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// RequireFailure checks err is a permanent applier failure with reason and
+// returns it.
+func RequireFailure(t testing.TB, err error, reason string) *applier.Failure {
+	t.Helper()
+	fail, ok := applier.AsFailure(err)
+	require.True(t, ok, "want a permanent failure with reason %s, got %v", reason, err)
+	require.Equal(t, reason, fail.Reason, fail.Error())
+	return fail
+}
