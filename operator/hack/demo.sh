@@ -87,6 +87,18 @@ apiVersion: v1
 kind: ServiceAccount
 metadata: {name: infra-deployer, namespace: $ns}
 ---
+apiVersion: v1
+kind: Namespace
+metadata: {name: sluice-system}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: sluice-syncer, namespace: sluice-system}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: sluice-operator, namespace: sluice-system}
+---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: sluice-demo-deployer}
@@ -157,13 +169,17 @@ spec:
 YAML
 "$bin/controlplane" apply --kubeconfig "$kc" "$demo/setup.yaml"
 
+step "Installing the admission policies: only the syncer writes changes, an Approval is always in its creator's own name"
+"$bin/controlplane" admission --kubeconfig "$kc" --namespace sluice-system --syncer sluice-syncer --operator sluice-operator
+echo "(the syncer and the operator below act as those ServiceAccounts, so the policies apply to them)"
+
 step "Starting the gitops-syncer and the operator"
-"$bin/gitops-syncer" --kubeconfig "$kc" --allow-file-urls --namespaces "$ns" \
+"$bin/gitops-syncer" --kubeconfig "$kc-syncer" --allow-file-urls --namespaces "$ns" \
   --data-dir "$demo/syncer" --artifact-bind-address 127.0.0.1:19090 --artifact-base-url http://127.0.0.1:19090 \
   --metrics-bind-address 0 --health-probe-bind-address 127.0.0.1:18081 \
   --terraform-kubeconfig "$kc" >"$demo/syncer.log" 2>&1 &
 pids+=($!)
-"$bin/operator" --kubeconfig "$kc" --namespaces "$ns" --leader-elect=false \
+"$bin/operator" --kubeconfig "$kc-operator" --namespaces "$ns" --leader-elect=false \
   --artifact-base-url http://127.0.0.1:19090/ --metrics-bind-address 0 \
   --health-probe-bind-address 127.0.0.1:18082 --pprof-bind-address 0 >"$demo/operator.log" 2>&1 &
 pids+=($!)
@@ -188,6 +204,24 @@ done
 sluice wait "cart-staging-$short" --for applied --timeout 180s
 sluice wait "cart-prod-$short" --for applied --timeout 180s
 sluice describe "cart-prod-$short"
+
+step "alice tries to record an approval in bob's name: the API server refuses it"
+digest=$(sluice get "cart-prod-$short" -o json | sed -n 's/.*"approvalDigest": *"\(sha256:[0-9a-f]*\)".*/\1/p' | head -1)
+cat >"$demo/forged.yaml" <<YAML
+apiVersion: gitops.sluice.dev/v1alpha1
+kind: Approval
+metadata: {name: forged-by-alice, namespace: $ns}
+spec:
+  release: cart-prod
+  approvalDigest: $digest
+  decision: approve
+  approver: k8s:bob
+  source: kubernetes
+YAML
+if "$bin/controlplane" create --kubeconfig "$kc-alice" "$demo/forged.yaml" 2>"$demo/forged.err"; then
+  echo "the forged approval was accepted: the admission policies are not enforced"; exit 1
+fi
+sed 's/^/  /' "$demo/forged.err"
 
 step "A second push: cart staging scales to 3 replicas: low risk, so staging auto-approves it (prod still waits)"
 sed -i 's/^replicaCount:.*/replicaCount: 3/' "$demo/work/services/cart/values-staging.yaml"
