@@ -92,8 +92,9 @@ type Applier struct {
 	opts    Options
 	clients kubernetes.Interface
 	// applied remembers the plans this process applied (change UID and plan
-	// digest), so a retry after a later step failed does not apply again;
-	// terraform itself refuses the plan once the state moved on.
+	// digest) until the change's outcome is known (Forget), so a retry after
+	// a later step failed does not plan again; terraform itself would refuse
+	// the spent plan, and the in-place check would find it applied.
 	applied sync.Map
 }
 
@@ -145,7 +146,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	if rel.Spec.Terraform == nil || rel.Spec.Terraform.Dir == "" {
 		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change has a plan, but its Release names no Terraform stack")
 	}
-	key := string(cr.UID) + "/" + string(cr.Spec.PlanFileSHA256)
+	key := appliedKey(cr)
 	if _, done := a.applied.Load(key); done {
 		return applier.Result{Message: "terraform plan already applied"}, nil
 	}
@@ -212,6 +213,14 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	}
 	log.V(1).Info("Plan applied", "duration", time.Since(start).Round(time.Millisecond).String())
 	return applier.Result{Message: "terraform applied plan " + short(string(cr.Spec.PlanFileSHA256))}, nil
+}
+
+// Forget drops what Apply remembers of cr, once the change's outcome no
+// longer depends on it.
+func (a *Applier) Forget(cr *sluicev1.ChangeRequest) { a.applied.Delete(appliedKey(cr)) }
+
+func appliedKey(cr *sluicev1.ChangeRequest) string {
+	return string(cr.UID) + "/" + string(cr.Spec.PlanFileSHA256)
 }
 
 // token requests a short-lived token for the ServiceAccount namespace/name.

@@ -402,6 +402,8 @@ func TestChain_appliesTerraformFirstThenTheManifests(t *testing.T) {
 	require.Equal(t, "db-small", next.state, "the manifests go after the infrastructure")
 	require.Contains(t, res.Message, "terraform applied plan")
 	require.Contains(t, res.Message, "manifests applied")
+	_, remembered := f.applier.applied.Load(appliedKey(cr))
+	require.False(t, remembered, "a settled change is forgotten")
 
 	// The manifests fail with a retryable error: the retry does not apply
 	// the plan again (it would be stale), it goes on to the manifests.
@@ -411,6 +413,8 @@ func TestChain_appliesTerraformFirstThenTheManifests(t *testing.T) {
 	next.result = errors.New("the API server is away")
 	_, err = c.Apply(ctx, f.request(second))
 	require.Error(t, err)
+	_, remembered = f.applier.applied.Load(appliedKey(second))
+	require.True(t, remembered, "kept for the retry")
 	next.result = nil
 	_, err = c.Apply(ctx, f.request(second))
 	require.NoError(t, err)

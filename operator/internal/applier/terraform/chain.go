@@ -39,9 +39,14 @@ func (c *chain) Apply(ctx context.Context, req applier.Request) (applier.Result,
 		return applier.Result{}, err
 	}
 	if req.Change.Spec.ManifestDigest == "" && req.Release != nil && !hasChart(req.Release) {
+		c.tf.Forget(req.Change)
 		return tfRes, nil
 	}
 	res, err := c.next.Apply(ctx, req)
+	if _, permanent := applier.AsFailure(err); err == nil || permanent {
+		// The change's outcome is settled: nothing to remember for a retry.
+		c.tf.Forget(req.Change)
+	}
 	if err != nil {
 		return applier.Result{}, err
 	}
