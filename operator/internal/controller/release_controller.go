@@ -570,6 +570,16 @@ func (r *ReleaseReconciler) cleanup(ctx context.Context, rel *sluicev1.Release) 
 			}
 		}
 	}
+	if tf := rel.Spec.Terraform; tf != nil && r.Recorder != nil {
+		// Deleting a Release never destroys infrastructure (a destroy is a
+		// change of its own); say where the state stays.
+		ws := tf.Workspace
+		if ws == "" {
+			ws = "default"
+		}
+		r.Recorder.Eventf(rel, nil, "Warning", ReasonTerraformStateKept, "Cleanup",
+			"the Terraform state of %s stays in place (Secret tfstate-%s-%s in %s); nothing was destroyed", rel.Name, ws, rel.Name, rel.Namespace)
+	}
 	orig := rel.DeepCopy()
 	controllerutil.RemoveFinalizer(rel, sluicev1.ReleaseFinalizer)
 	if err := r.Client.Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
@@ -577,3 +587,7 @@ func (r *ReleaseReconciler) cleanup(ctx context.Context, rel *sluicev1.Release) 
 	}
 	return nil
 }
+
+// ReasonTerraformStateKept is the Event reason for a deleted Release whose
+// Terraform state is left in place.
+const ReasonTerraformStateKept = "TerraformStateKept"

@@ -3,10 +3,12 @@ package controller
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -148,6 +150,30 @@ func TestRelease_deletionRunsTheAppliersCleanupBeforeTheFinalizerGoes(t *testing
 	}, waitFor, 50*time.Millisecond)
 	_, cleaned := f.recordedKey("cleanup." + rel.Name)
 	require.True(t, cleaned, "the applier's cleanup ran")
+}
+
+func TestRelease_deletingAReleaseWithTerraformSaysItsStateStays(t *testing.T) {
+	f := newFixture(t)
+	ta := &testapplier.Applier{Client: env.Client}
+	startOperator(t, f.ns, operatorConfig{applier: ta})
+	rel := f.release("checkout", "staging", autoApprove, nil, func(r *sluicev1.Release) {
+		r.Spec.Terraform = &sluicev1.TerraformSource{Dir: "services/checkout/terraform", Workspace: "staging"}
+	})
+	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
+	require.NoError(t, f.c.Delete(ctx(t), rel))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(f.c.Get(ctx(t), client.ObjectKeyFromObject(rel), &sluicev1.Release{}))
+	}, waitFor, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		var list eventsv1.EventList
+		require.NoError(t, f.c.List(ctx(t), &list, client.InNamespace(f.ns)))
+		for _, e := range list.Items {
+			if e.Regarding.Name == rel.Name && e.Reason == ReasonTerraformStateKept {
+				return strings.Contains(e.Note, "tfstate-staging-"+rel.Name)
+			}
+		}
+		return false
+	}, waitFor, 100*time.Millisecond, "an Event says the state stays")
 }
 
 func TestRelease_aLockHeldByAVanishedChangeIsFreed(t *testing.T) {

@@ -235,7 +235,7 @@ func ids(s ...string) []sluicev1.Identity {
 }
 
 // release creates a Release "<service>-<env>".
-func (f *fixture) release(service string, envName sluicev1.EnvironmentName, rule sluicev1.ApprovalRule, labels map[string]string) *sluicev1.Release {
+func (f *fixture) release(service string, envName sluicev1.EnvironmentName, rule sluicev1.ApprovalRule, labels map[string]string, opts ...func(*sluicev1.Release)) *sluicev1.Release {
 	f.t.Helper()
 	rel := &sluicev1.Release{
 		ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ReleaseName(service, envName), Namespace: f.ns, Labels: labels},
@@ -249,6 +249,9 @@ func (f *fixture) release(service string, envName sluicev1.EnvironmentName, rule
 			Delivery:        sluicev1.DeliveryHelm,
 			Rule:            rule,
 		},
+	}
+	for _, o := range opts {
+		o(rel)
 	}
 	require.NoError(f.t, f.c.Create(ctx(f.t), rel))
 	return rel
