@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 )
 
@@ -107,7 +108,7 @@ func Discover(fsys fs.FS, servicesPath, scratch string) ([]Entry, error) {
 // sorted, without folders inside another listed one.
 func fallbackInputs(svc *manifest.Service) []string {
 	var dirs []string
-	for _, d := range []string{svc.Dir, svc.ChartDir(), svc.TerraformDir()} {
+	for _, d := range changespec.Folders(svc) {
 		if d != "" {
 			dirs = append(dirs, path.Clean(d))
 		}

@@ -101,6 +101,19 @@ func VerdictResult(current sluicev1.VerdictResult, findings []sluicev1.Finding) 
 	return res
 }
 
+// Folders are the service's own folder (svc.Dir), its chart folder and its
+// Terraform folder, those it has: what a render of the service reads when
+// its manifest lists no finer inputs.
+func Folders(svc *manifest.Service) []string {
+	out := []string{svc.Dir}
+	for _, d := range []string{svc.ChartDir(), svc.TerraformDir()} {
+		if d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // Short is the first 10 hex digits of a commit, as in object names.
 func Short(sha string) string {
 	if len(sha) > 10 {

@@ -7,7 +7,6 @@ import (
 	"path"
 	"sort"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -407,22 +406,29 @@ func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePla
 
 // setSynced sets the Release's Synced condition. The operator writes the
 // other conditions of the same list, so the write carries the
-// resourceVersion it read (a conflict reads again); nothing is written when
-// the cached Release already says the same.
+// resourceVersion of rel (a conflict reads again); nothing is written when
+// rel already says the same.
 func (r *RepositoryReconciler) setSynced(ctx context.Context, rel *sluicev1.Release, status metav1.ConditionStatus, reason, msg string) error {
-	want := metav1.Condition{Type: sluicev1.ConditionSynced, Status: status, Reason: reason, Message: truncate(msg, 1024), ObservedGeneration: rel.Generation}
+	want := metav1.Condition{Type: sluicev1.ConditionSynced, Status: status, Reason: reason, Message: changespec.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
 	if c := meta.FindStatusCondition(rel.Status.Conditions, want.Type); c != nil &&
 		c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration {
 		return nil
 	}
+	// The Release in hand is usually current (the syncer has just written
+	// it); only a conflict costs a fresh read.
+	fresh := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &sluicev1.Release{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(rel), cur); err != nil {
-			return err
+		cur := rel.DeepCopy()
+		if fresh {
+			cur = &sluicev1.Release{}
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(rel), cur); err != nil {
+				return err
+			}
+			if cur.UID != rel.UID {
+				return nil
+			}
 		}
-		if cur.UID != rel.UID {
-			return nil
-		}
+		fresh = true
 		orig := cur.DeepCopy()
 		if !meta.SetStatusCondition(&cur.Status.Conditions, want) {
 			return nil
@@ -433,15 +439,4 @@ func (r *RepositoryReconciler) setSynced(ctx context.Context, rel *sluicev1.Rele
 		return fmt.Errorf("set Synced of release %s: %w", rel.Name, client.IgnoreNotFound(err))
 	}
 	return nil
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

@@ -95,13 +95,7 @@ func extractRevision(cache *git.Repo, rel *sluicev1.Release, env, rev, dir strin
 	if _, ok := svc.Environment(env); !ok {
 		return nil, fmt.Errorf("%s at %s has no environment %q", file, changespec.Short(rev), env)
 	}
-	paths := []string{svcDir}
-	for _, d := range []string{svc.ChartDir(), svc.TerraformDir()} {
-		if d != "" {
-			paths = append(paths, d)
-		}
-	}
-	art, err := artifact.Build(fsys, paths)
+	art, err := artifact.Build(fsys, changespec.Folders(svc))
 	if err != nil {
 		return nil, fmt.Errorf("collect inputs at %s: %w", changespec.Short(rev), err)
 	}

@@ -49,13 +49,7 @@ func previousAt(cache *git.Repo, base, svcDir, svcName, env, dir string) *valida
 	if _, ok := svc.Environment(env); !ok {
 		return nil // a new environment
 	}
-	paths := []string{svcDir}
-	for _, d := range []string{svc.ChartDir(), svc.TerraformDir()} {
-		if d != "" {
-			paths = append(paths, d)
-		}
-	}
-	art, err := artifact.Build(fsys, paths)
+	art, err := artifact.Build(fsys, changespec.Folders(svc))
 	if err != nil {
 		prev.Err = fmt.Errorf("collect inputs at %s: %w", changespec.Short(base), err)
 		return prev

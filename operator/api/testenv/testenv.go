@@ -24,9 +24,12 @@ import (
 
 	argoapp "github.com/argoproj/argo-cd/v2/pkg/apis/application"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -158,6 +161,26 @@ func (e *Env) WaitAllowed(ctx context.Context, spec authorizationv1.SubjectAcces
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// GrantRole creates the Role name with rules in namespace, binds it to
+// the ServiceAccount sa, and waits until the authorizer allows sa probe
+// there (probe must be something the rules grant).
+func (e *Env) GrantRole(ctx context.Context, namespace, name string, sa types.NamespacedName, rules []rbacv1.PolicyRule, probe authorizationv1.ResourceAttributes) error {
+	if err := e.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Rules: rules}); err != nil {
+		return fmt.Errorf("create Role %s/%s: %w", namespace, name, err)
+	}
+	if err := e.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}},
+	}); err != nil {
+		return fmt.Errorf("create RoleBinding %s/%s: %w", namespace, name, err)
+	}
+	probe.Namespace = namespace
+	return e.WaitAllowed(ctx, authorizationv1.SubjectAccessReviewSpec{
+		User: "system:serviceaccount:" + sa.Namespace + ":" + sa.Name, ResourceAttributes: &probe,
+	})
 }
 
 // WaitChangePhase polls the ChangeRequest key until its phase is want. It

@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -88,19 +89,9 @@ func TestConfig_actsAsTheServiceAccountWithItsRBACOnly(t *testing.T) {
 	for _, ns := range []string{"imp-control", "imp-target", "imp-other"} {
 		require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
-	require.NoError(t, env.Client.Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "deploy", Namespace: "imp-target"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"*"}}},
-	}))
-	require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "deploy", Namespace: "imp-target"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "deploy"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "deployer", Namespace: "imp-control"}},
-	}))
-	require.NoError(t, env.WaitAllowed(ctx, authorizationv1.SubjectAccessReviewSpec{
-		User:               "system:serviceaccount:imp-control:deployer",
-		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "imp-target", Verb: "create", Resource: "configmaps"},
-	}))
+	require.NoError(t, env.GrantRole(ctx, "imp-target", "deploy", types.NamespacedName{Namespace: "imp-control", Name: "deployer"},
+		[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"*"}}},
+		authorizationv1.ResourceAttributes{Verb: "create", Resource: "configmaps"}))
 
 	cfg, err := Config(env.Config, repo("imp-control", "imp-target"))
 	require.NoError(t, err)

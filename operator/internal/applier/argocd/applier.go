@@ -29,7 +29,9 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -239,7 +241,7 @@ func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstruc
 		labels[k] = v
 	}
 	next.SetLabels(labels)
-	if !containsString(next.GetFinalizers(), ResourcesFinalizer) {
+	if !slices.Contains(next.GetFinalizers(), ResourcesFinalizer) {
 		next.SetFinalizers(append(next.GetFinalizers(), ResourcesFinalizer))
 	}
 	// The resourceVersion read makes a concurrent change a conflict,
@@ -419,27 +421,11 @@ func relPath(base, target string) (string, error) {
 	if path.IsAbs(target) || target == ".." || strings.HasPrefix(target, "../") {
 		return "", errors.New("leaves the repository")
 	}
-	b := strings.Split(base, "/")
-	t := strings.Split(target, "/")
-	i := 0
-	for i < len(b) && i < len(t) && b[i] == t[i] {
-		i++
+	rel, err := filepath.Rel(filepath.FromSlash(base), filepath.FromSlash(target))
+	if err != nil {
+		return "", err
 	}
-	parts := make([]string, 0, len(b)-i+len(t)-i)
-	for range b[i:] {
-		parts = append(parts, "..")
-	}
-	parts = append(parts, t[i:]...)
-	return path.Join(parts...), nil
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return filepath.ToSlash(rel), nil
 }
 
 func short(rev string) string { return rev[:min(len(rev), 10)] }

@@ -155,19 +155,9 @@ func newFixture(t *testing.T, rbac bool) *fixture {
 	f := &fixture{t: t, ctl: fmt.Sprintf("argo-ctl-%d", counter.Add(1))}
 	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ctl}}))
 	if rbac {
-		require.NoError(t, env.Client.Create(ctx, &rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: "argocd-apps", Namespace: f.ctl},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"argoproj.io"}, Resources: []string{"applications"}, Verbs: []string{"*"}}},
-		}))
-		require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "argocd-apps", Namespace: f.ctl},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "argocd-apps"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "deployer", Namespace: f.ctl}},
-		}))
-		require.NoError(t, env.WaitAllowed(ctx, authorizationv1.SubjectAccessReviewSpec{
-			User:               "system:serviceaccount:" + f.ctl + ":deployer",
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: f.ctl, Verb: "create", Group: "argoproj.io", Resource: "applications"},
-		}))
+		require.NoError(t, env.GrantRole(ctx, f.ctl, "argocd-apps", types.NamespacedName{Namespace: f.ctl, Name: "deployer"},
+			[]rbacv1.PolicyRule{{APIGroups: []string{"argoproj.io"}, Resources: []string{"applications"}, Verbs: []string{"*"}}},
+			authorizationv1.ResourceAttributes{Verb: "create", Group: "argoproj.io", Resource: "applications"}))
 	}
 	f.repo = &sluicev1.Repository{
 		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: f.ctl},
@@ -335,4 +325,20 @@ func TestFlags_registerWhenArgoCDsApplicationKindIsServed(t *testing.T) {
 	require.NoError(t, (&Flags{Apply: false}).Register(reg, env.Config, logr.Discard()))
 	_, ok = reg.For(sluicev1.DeliveryArgoCD)
 	require.False(t, ok)
+}
+
+func TestRelPath_valueFilesAreRelativeToTheChartAndStayInTheRepository(t *testing.T) {
+	for _, tc := range []struct{ base, target, want string }{
+		{"charts/service", "services/web/values.yaml", "../../services/web/values.yaml"},
+		{"charts/service", "charts/service/values-prod.yaml", "values-prod.yaml"},
+		{"services/web/chart", "services/web/values.yaml", "../values.yaml"},
+	} {
+		got, err := relPath(tc.base, tc.target)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got)
+	}
+	for _, bad := range []string{"../outside.yaml", "..", "/etc/passwd"} {
+		_, err := relPath("charts/service", bad)
+		require.Error(t, err, bad)
+	}
 }

@@ -22,6 +22,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -78,19 +79,9 @@ func newFixture(t testing.TB, opts ...fixtureOption) *fixture {
 	}
 	require.NoError(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: f.ctl}}))
 	if !o.noRBAC {
-		require.NoError(t, c.Create(ctx, &rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: f.target},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"", "apps"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
-		}))
-		require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: f.target},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "deployer"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "deployer", Namespace: f.ctl}},
-		}))
-		require.NoError(t, env.WaitAllowed(ctx, authorizationv1.SubjectAccessReviewSpec{
-			User:               f.deployer(),
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: f.target, Verb: "list", Resource: "secrets"},
-		}))
+		require.NoError(t, env.GrantRole(ctx, f.target, "deployer", types.NamespacedName{Namespace: f.ctl, Name: "deployer"},
+			[]rbacv1.PolicyRule{{APIGroups: []string{"", "apps"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
+			authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets"}))
 	}
 	f.repo = &sluicev1.Repository{
 		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: f.ctl},

@@ -108,22 +108,12 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		if o.secretVerbs != nil {
 			secretVerbs = o.secretVerbs
 		}
-		require.NoError(t, c.Create(ctx, &rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: "terraform-state", Namespace: f.ctl},
-			Rules: []rbacv1.PolicyRule{
+		require.NoError(t, env.GrantRole(ctx, f.ctl, "terraform-state", types.NamespacedName{Namespace: f.ctl, Name: "deployer"},
+			[]rbacv1.PolicyRule{
 				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: secretVerbs},
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 			},
-		}))
-		require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "terraform-state", Namespace: f.ctl},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "terraform-state"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "deployer", Namespace: f.ctl}},
-		}))
-		require.NoError(t, env.WaitAllowed(ctx, authorizationv1.SubjectAccessReviewSpec{
-			User:               "system:serviceaccount:" + f.ctl + ":deployer",
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: f.ctl, Verb: "create", Group: "coordination.k8s.io", Resource: "leases"},
-		}))
+			authorizationv1.ResourceAttributes{Verb: "create", Group: "coordination.k8s.io", Resource: "leases"}))
 	}
 	f.repo = &sluicev1.Repository{
 		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: f.ctl},
