@@ -197,7 +197,3 @@ func (st stateRef) secretName() string { return "tfstate-" + st.Workspace + "-" 
 
 // leaseName is the kubernetes backend's Lease name.
 func (st stateRef) leaseName() string { return "lock-" + st.secretName() }
-
-func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	http.Error(w, "not implemented yet", http.StatusNotImplemented)
-}
