@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook/install"
@@ -33,6 +34,8 @@ func main() {
 	flag.StringVar(&opts.ProbeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
 	flag.StringVar(&opts.ArtifactAddr, "artifact-bind-address", ":9090", "Address of the artifact server.")
 	flag.StringVar(&opts.ArtifactBaseURL, "artifact-base-url", "", "Base URL of the artifact server written into ChangeRequests (default http://<artifact-bind-address>).")
+	var artifactTokenFile string
+	flag.StringVar(&artifactTokenFile, "artifact-token-file", "", "File holding the bearer token the artifact server requires of every request (the operator's --artifact-token-file); re-read at each request. Required.")
 	flag.StringVar(&opts.DataDir, "data-dir", "/var/lib/gitops-syncer", "Folder for the git cache, artifacts and scratch space.")
 	flag.BoolVar(&opts.AllowFileURLs, "allow-file-urls", false, "Allow file:// repository URLs (tests and the quickstart only).")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Use leader election, for more than one replica.")
@@ -56,6 +59,9 @@ func main() {
 	logger := ctrl.Log.WithName("setup")
 	if namespaces != "" {
 		opts.Namespaces = strings.Split(namespaces, ",")
+	}
+	if artifactTokenFile != "" {
+		opts.ArtifactToken = artifact.TokenFile(artifactTokenFile)
 	}
 	tfEnv := map[string]string{"KUBE_CONFIG_PATH": tfKubeconfig}
 	if tfKubeconfig == "" {

@@ -151,12 +151,15 @@ func TestServer_servesWithTheSHA256AndRebuildsWhatIsMissing(t *testing.T) {
 	require.NoError(t, err)
 	store := &artifact.Store{Dir: t.TempDir()}
 	rb := &rebuilder{a: a}
-	srv := httptest.NewServer(&artifact.Server{Store: store, Rebuilder: rb, Log: logr.Discard()})
+	srv := httptest.NewServer(&artifact.Server{Store: store, Rebuilder: rb, Token: artifact.StaticToken(testToken), Log: logr.Discard()})
 	defer srv.Close()
 	k := artifact.Key{Namespace: "team", Repository: "infra", Revision: "0123456789abcdef0123456789abcdef01234567", Release: "checkout-staging"}
 
 	get := func(path string) (*http.Response, []byte) {
-		resp, err := http.Get(srv.URL + path)
+		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		var b bytes.Buffer

@@ -122,11 +122,14 @@ var ErrUnknownArtifact = errors.New("unknown artifact")
 const HeaderSHA256 = "X-Artifact-Sha256"
 
 // Server serves GET <Key.Path()> with the sha256 in HeaderSHA256, rebuilding
-// artifacts missing from the Store.
+// artifacts missing from the Store, to callers that present the bearer
+// token of Token (the operator). Without a Token it serves nobody.
 type Server struct {
 	Store     *Store
 	Rebuilder Rebuilder
-	Log       logr.Logger
+	// Token is the bearer token every request must carry.
+	Token TokenSource
+	Log   logr.Logger
 }
 
 // ServeHTTP implements http.Handler.
@@ -134,6 +137,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	// Authenticate before looking at the path: an unauthenticated caller
+	// learns nothing, not even which artifacts exist, and cannot make the
+	// server rebuild one.
+	if s.Token == nil {
+		s.Log.Error(nil, "The artifact server has no token configured; refusing every request")
+		http.Error(w, "the artifact server has no credential configured", http.StatusServiceUnavailable)
+		return
+	}
+	want, err := s.Token()
+	if err != nil {
+		s.Log.Error(err, "Reading the artifact token failed; refusing the request")
+		http.Error(w, "the artifact server's credential is unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	if err := authorize(r, want); err != nil {
+		s.Log.Info("Artifact request refused", "reason", err.Error(), "remote", r.RemoteAddr)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-artifacts"`)
+		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
 	k, err := ParsePath(r.URL.Path)

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
@@ -125,6 +126,9 @@ func startSyncer(t testing.TB, ns, dataDir string, configure ...func(*syncer.Syn
 func startSyncerWith(t testing.TB, opts syncer.Options, configure ...func(*syncer.Syncer)) *runningSyncer {
 	t.Helper()
 	dataDir := opts.DataDir
+	if opts.ArtifactToken == nil {
+		opts.ArtifactToken = artifact.StaticToken(testArtifactToken)
+	}
 	s, err := syncer.New(env.Config, opts)
 	require.NoError(t, err)
 	for _, c := range configure {
@@ -248,10 +252,17 @@ func seedHelmRepo(t *testing.T, root, name string) *gittest.Repo {
 	return r
 }
 
-// download fetches an artifact URL and returns its body and sha256 header.
+// testArtifactToken is the bearer token of the tests' artifact servers.
+const testArtifactToken = "artifact-token-of-the-syncer-tests"
+
+// download fetches an artifact URL, as the operator does, and returns its
+// body and sha256 header.
 func download(t *testing.T, url string) ([]byte, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+testArtifactToken)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, url)

@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 )
 
@@ -29,6 +30,7 @@ func TestSyncer_servesProbesAndMetricsAndTakesTheLeaderLease(t *testing.T) {
 	probes, metricsAddr := freeAddr(t), freeAddr(t)
 	s, err := syncer.New(env.Config, syncer.Options{
 		ArtifactAddr:            "127.0.0.1:0",
+		ArtifactToken:           artifact.StaticToken(testArtifactToken),
 		ProbeAddr:               probes,
 		MetricsAddr:             metricsAddr,
 		DataDir:                 t.TempDir(),

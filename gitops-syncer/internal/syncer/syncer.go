@@ -15,11 +15,13 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -43,6 +45,9 @@ type Options struct {
 	// ArtifactBaseURL is written into ChangeRequests; the operator
 	// downloads only from it. Defaults to http://<ArtifactAddr>.
 	ArtifactBaseURL string
+	// ArtifactToken is the bearer token the artifact server requires of
+	// every request (the operator's). Required.
+	ArtifactToken artifact.TokenSource
 	// DataDir holds the git cache, the artifact store and scratch space.
 	DataDir string
 	// AllowFileURLs allows file:// repository URLs (tests, quickstart).
@@ -83,6 +88,12 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("a data folder is required")
 	}
+	if opts.ArtifactToken == nil {
+		return nil, errors.New("an artifact token is required: the artifact server serves only callers that present it")
+	}
+	if _, err := opts.ArtifactToken(); err != nil {
+		return nil, fmt.Errorf("artifact token: %w", err)
+	}
 	dirs := map[string]string{"git": "", "artifacts": "", "scratch": ""}
 	for name := range dirs {
 		d := filepath.Join(opts.DataDir, name)
@@ -114,6 +125,12 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
+	// Secrets are never cached: a Get through the manager's client would
+	// otherwise start a list+watch of every Secret the syncer may see.
+	// The syncer reads exactly the Secrets Repositories name, with direct
+	// GETs, and its RBAC grants get (no list, no watch) in the namespaces
+	// it serves only.
+	clientOpts := client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -129,6 +146,7 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		Cache:                   cacheOpts,
+		Client:                  clientOpts,
 	})
 	if err != nil {
 		ln.Close()
@@ -159,7 +177,7 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 		return nil, fmt.Errorf("set up repository controller: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           &artifact.Server{Store: store, Rebuilder: rec, Log: ctrl.Log.WithName("artifacts")},
+		Handler:           &artifact.Server{Store: store, Rebuilder: rec, Token: opts.ArtifactToken, Log: ctrl.Log.WithName("artifacts")},
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      5 * time.Minute,

@@ -12,6 +12,7 @@
 package artifact
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -42,10 +43,38 @@ type Fetcher struct {
 	Limits Limits
 	// TempDir is where private folders are made; empty means os.TempDir().
 	TempDir string
+	// Token returns the bearer token the artifact server requires; it is
+	// called for every download and sent only to BaseURL's server. Nil
+	// sends no credential.
+	Token func() ([]byte, error)
+}
+
+// Option configures a Fetcher made by NewFetcher.
+type Option func(*Fetcher)
+
+// WithTokenFile makes the Fetcher present the bearer token held in path
+// (surrounding white space ignored), read at every download so a rotated
+// Secret takes effect without a restart. An empty path sends no token.
+func WithTokenFile(path string) Option {
+	return func(f *Fetcher) {
+		if path == "" {
+			return
+		}
+		f.Token = func() ([]byte, error) {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil, fmt.Errorf("read the artifact token: %w", err)
+			}
+			if b = bytes.TrimSpace(b); len(b) == 0 {
+				return nil, fmt.Errorf("the artifact token file %s is empty", path)
+			}
+			return b, nil
+		}
+	}
 }
 
 // NewFetcher returns a Fetcher for the artifact server at base.
-func NewFetcher(base string) (*Fetcher, error) {
+func NewFetcher(base string, opts ...Option) (*Fetcher, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return nil, fmt.Errorf("artifact base URL: %w", err)
@@ -53,7 +82,11 @@ func NewFetcher(base string) (*Fetcher, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("artifact base URL must be http(s)://host[:port][/path] without credentials, query or fragment")
 	}
-	return &Fetcher{BaseURL: u}, nil
+	f := &Fetcher{BaseURL: u}
+	for _, o := range opts {
+		o(f)
+	}
+	return f, nil
 }
 
 // Content is a verified, extracted artifact. Close removes it.
@@ -212,6 +245,13 @@ func (f *Fetcher) download(ctx context.Context, u *url.URL, file string, max int
 	if err != nil {
 		return 0, "", fmt.Errorf("build artifact request: %w", err)
 	}
+	if f.Token != nil {
+		tok, err := f.Token()
+		if err != nil {
+			return 0, "", err
+		}
+		req.Header.Set("Authorization", "Bearer "+string(tok))
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		var pf *applier.Failure
@@ -221,6 +261,10 @@ func (f *Fetcher) download(ctx context.Context, u *url.URL, file string, max int
 		return 0, "", fmt.Errorf("download artifact %s: %w", redact(u), scrub(err))
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode == http.StatusUnauthorized {
+		// A configuration problem, retried so a rotated token heals it.
+		return 0, "", fmt.Errorf("download artifact %s: HTTP 401: the artifact server refused this operator's credential (--artifact-token-file must hold the syncer's artifact token)", redact(u))
+	}
 	if resp.StatusCode != http.StatusOK {
 		return 0, "", fmt.Errorf("download artifact %s: HTTP %d", redact(u), resp.StatusCode)
 	}

@@ -24,6 +24,9 @@ type server struct {
 	mu    sync.Mutex
 	blobs map[string][]byte
 	hits  int
+	// token, when set, is the bearer token every artifact request must
+	// carry, as the syncer's artifact server requires.
+	token string
 }
 
 func newServer(t *testing.T) *server {
@@ -31,6 +34,11 @@ func newServer(t *testing.T) *server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/artifacts/", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
+		if s.token != "" && r.Header.Get("Authorization") != "Bearer "+s.token {
+			s.mu.Unlock()
+			http.Error(w, "the artifact server needs a bearer token", http.StatusUnauthorized)
+			return
+		}
 		s.hits++
 		b, ok := s.blobs[strings.TrimPrefix(r.URL.Path, "/artifacts/")]
 		s.mu.Unlock()

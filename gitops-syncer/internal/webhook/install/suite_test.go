@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
@@ -132,7 +133,7 @@ func newWorld(t testing.TB, services ...string) *world {
 	}
 	base := g.Commit("services", "platform@example.com")
 
-	s, err := syncer.New(env.Config, syncer.Options{ArtifactAddr: "127.0.0.1:0", DataDir: t.TempDir(), AllowFileURLs: true,
+	s, err := syncer.New(env.Config, syncer.Options{ArtifactAddr: "127.0.0.1:0", ArtifactToken: artifact.StaticToken("artifact-token-of-the-webhook-tests"), DataDir: t.TempDir(), AllowFileURLs: true,
 		Namespaces: []string{ns}, Validator: validator, SkipNameValidation: true})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
