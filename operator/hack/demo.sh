@@ -174,13 +174,16 @@ step "Installing the admission policies: only the syncer writes changes, an Appr
 echo "(the syncer and the operator below act as those ServiceAccounts, so the policies apply to them)"
 
 step "Starting the gitops-syncer and the operator"
+# The artifact server serves only the operator, which presents this token.
+(umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$demo/artifact-token")
 "$bin/gitops-syncer" --kubeconfig "$kc-syncer" --allow-file-urls --namespaces "$ns" \
   --data-dir "$demo/syncer" --artifact-bind-address 127.0.0.1:19090 --artifact-base-url http://127.0.0.1:19090 \
+  --artifact-token-file "$demo/artifact-token" \
   --metrics-bind-address 0 --health-probe-bind-address 127.0.0.1:18081 \
   --terraform-kubeconfig "$kc" >"$demo/syncer.log" 2>&1 &
 pids+=($!)
 "$bin/operator" --kubeconfig "$kc-operator" --namespaces "$ns" --leader-elect=false \
-  --artifact-base-url http://127.0.0.1:19090/ --metrics-bind-address 0 \
+  --artifact-base-url http://127.0.0.1:19090/ --artifact-token-file "$demo/artifact-token" --metrics-bind-address 0 \
   --health-probe-bind-address 127.0.0.1:18082 --pprof-bind-address 0 >"$demo/operator.log" 2>&1 &
 pids+=($!)
 echo "logs: demo/syncer.log, demo/operator.log"

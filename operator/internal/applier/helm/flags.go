@@ -17,6 +17,9 @@ type Flags struct {
 	// ArtifactBaseURL is the syncer's artifact server; artifacts are
 	// downloaded from below it only. Empty leaves the applier unregistered.
 	ArtifactBaseURL string
+	// ArtifactTokenFile holds the bearer token the artifact server
+	// requires (the syncer's --artifact-token-file).
+	ArtifactTokenFile string
 	// KubeVersion is the Kubernetes version charts are rendered for (the
 	// validator's).
 	KubeVersion string
@@ -27,6 +30,7 @@ type Flags struct {
 // Bind registers the flags on fs.
 func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.ArtifactBaseURL, "artifact-base-url", "", "Base URL of the syncer's artifact server (http(s)://host[:port]/path/); artifacts are downloaded from below it only. Empty leaves delivery helm without an applier.")
+	fs.StringVar(&f.ArtifactTokenFile, "artifact-token-file", "", "File holding the bearer token the syncer's artifact server requires (the syncer's --artifact-token-file); re-read at each download.")
 	fs.StringVar(&f.KubeVersion, "helm-kube-version", "", "Kubernetes version charts are rendered for; must be the validator's (default: Helm's default, as the validator's).")
 	fs.BoolVar(&f.Wait, "helm-wait", false, "Wait for the objects a Helm release installs to be ready before a change counts as applied.")
 }
@@ -39,7 +43,10 @@ func (f *Flags) Register(reg applier.Registry, cfg *rest.Config, log logr.Logger
 		log.Info("The Helm applier is off: --artifact-base-url is not set")
 		return nil
 	}
-	fetcher, err := artifact.NewFetcher(f.ArtifactBaseURL)
+	if f.ArtifactTokenFile == "" {
+		log.Info("No --artifact-token-file: artifact downloads carry no credential, and the syncer's artifact server refuses them")
+	}
+	fetcher, err := artifact.NewFetcher(f.ArtifactBaseURL, artifact.WithTokenFile(f.ArtifactTokenFile))
 	if err != nil {
 		return fmt.Errorf("--artifact-base-url: %w", err)
 	}
