@@ -112,3 +112,47 @@ paramNamespace replaces spec.paramRef.namespace of every binding.
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{- define "sluice.runner.serviceAccountName" -}}
+{{- default (printf "%s-runner" (include "sluice.fullname" .)) .Values.runner.serviceAccount.name -}}
+{{- end -}}
+
+{{/* sluice.tokensSecretName: the Secret holding the runner and artifact tokens. */}}
+{{- define "sluice.tokensSecretName" -}}
+{{- default (printf "%s-tokens" (include "sluice.fullname" .)) .Values.tokens.existingSecret -}}
+{{- end -}}
+
+{{/* sluice.runnerURL: where the syncer and operator reach the runner workload. */}}
+{{- define "sluice.runnerURL" -}}
+{{- printf "http://%s-runner.%s.svc:%d" (include "sluice.fullname" .) .Release.Namespace (int .Values.runner.port) -}}
+{{- end -}}
+
+{{/*
+sluice.terraformArgs: the arguments that send a component's Terraform runs
+to the runner workload and serve their state; call with
+(dict "ctx" $ "v" .Values.syncer). The state URL is the pod's own address:
+a run credential is valid only at the process that granted it, and with
+more than one replica a Service could send the run to another one.
+*/}}
+{{- define "sluice.terraformArgs" -}}
+{{- $ctx := .ctx -}}
+{{- if $ctx.Values.runner.enabled }}
+- --terraform-runner={{ include "sluice.runnerURL" $ctx }}
+- --terraform-runner-token-file=/etc/sluice/tokens/runner-token
+{{- end }}
+- --state-bind-address=:{{ .v.ports.state }}
+- --state-base-url=http://$(POD_IP):{{ .v.ports.state }}
+{{- end -}}
+
+{{/* sluice.tokenVolume: the tokens a caller of the runner and the artifact server holds; call with (dict "ctx" $ "keys" (list ...)). */}}
+{{- define "sluice.tokenVolume" -}}
+- name: tokens
+  secret:
+    secretName: {{ include "sluice.tokensSecretName" .ctx }}
+    defaultMode: 0440
+    items:
+      {{- range .keys }}
+      - key: {{ . }}
+        path: {{ . }}
+      {{- end }}
+{{- end -}}
