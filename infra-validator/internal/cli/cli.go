@@ -43,6 +43,10 @@ Usage:
   infra-validator kubernetes FILE... [flags]             check rendered manifests (YAML/JSON)
   infra-validator check SERVICE_DIR [--repo ROOT] [--env E] [--no-terraform] [flags]
                                                         check every environment of a service
+  infra-validator runner serve [--bind-address :8090] [--work-dir D] [--terraform-path P]
+                 [--plugin-cache-dir D] [--allow-ports 443,...] [--max-runs N]
+                                                        run terraform jobs for the syncer and operator
+                                                        (bearer token from $SLUICE_RUNNER_TOKEN)
   infra-validator version
 
 Policy flags (all commands):
@@ -159,6 +163,8 @@ func Run(args []string, stdout, stderr io.Writer) (code int) {
 		code, err = runCheck(ctx, e, rest)
 	case "kubernetes", "k8s":
 		code, err = runKubernetes(ctx, e, rest)
+	case "runner":
+		code, err = runRunner(ctx, e, rest)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version.String(binary))
 		return ExitOK

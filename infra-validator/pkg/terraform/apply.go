@@ -30,6 +30,9 @@ var (
 // ApplyOptions say which approved plan file to apply to which stack.
 type ApplyOptions struct {
 	ExecOptions
+	// Root is the folder holding everything the stack may reference (the
+	// extracted artifact); a Runner ships it. "" means Dir.
+	Root string
 	// Dir is the stack's folder, as it was planned (the approved artifact).
 	// Like Plan, Apply writes BackendOverrideFile into it and removes it
 	// afterwards.
@@ -47,6 +50,12 @@ type ApplyOptions struct {
 	Kubernetes *KubernetesBackend
 	// LockTimeout is passed as -lock-timeout; "" means DefaultLockTimeout.
 	LockTimeout string
+	// LookOnly applies nothing: it only looks whether the approved
+	// configuration is already in place (the look Apply takes after a
+	// stale plan, without taking the state lock). For a retry after a
+	// runner was lost mid-apply, when the plan may have been applied.
+	// InPlace, or ErrStalePlan.
+	LookOnly bool
 }
 
 // ApplyResult says what Apply did.
@@ -81,14 +90,17 @@ func Apply(ctx context.Context, opts ApplyOptions) (ApplyResult, error) {
 		return ApplyResult{}, fmt.Errorf("terraform apply: workspace %q must match ^[A-Za-z0-9_-]+$", opts.Workspace)
 	}
 	switch opts.Backend {
-	case BackendKubernetes, BackendOwn:
+	case BackendKubernetes, BackendOwn, BackendHTTP:
 	case "", BackendNone:
 		return ApplyResult{}, errors.New("terraform apply: a plan made without a backend (none) was made against an empty state and is never applied")
 	default:
-		return ApplyResult{}, fmt.Errorf("terraform apply: unknown backend %q (own or kubernetes)", opts.Backend)
+		return ApplyResult{}, fmt.Errorf("terraform apply: unknown backend %q (own, kubernetes or http)", opts.Backend)
 	}
 	if got := PlanFileSHA256(opts.PlanFile); len(opts.PlanFile) == 0 || got != opts.PlanFileSHA256 {
 		return ApplyResult{}, fmt.Errorf("%w: it hashes to %s, %q was approved", ErrPlanFileMismatch, got, opts.PlanFileSHA256)
+	}
+	if opts.Runner != nil {
+		return opts.Runner.RunApply(ctx, opts)
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.timeout())
 	defer cancel()
@@ -105,6 +117,12 @@ func Apply(ctx context.Context, opts ApplyOptions) (ApplyResult, error) {
 	if lock == "" {
 		lock = DefaultLockTimeout
 	}
+	if opts.LookOnly {
+		if inPlace(ctx, st, opts, planFile, "") {
+			return ApplyResult{InPlace: true}, nil
+		}
+		return ApplyResult{}, fmt.Errorf("%w (a look after an interrupted apply found changes, or could not tell)", ErrStalePlan)
+	}
 	err = opts.run(ctx, st.tf, "apply", func() error {
 		return st.tf.Apply(ctx, tfexec.DirOrPlan(planFile), tfexec.LockTimeout(lock))
 	})
@@ -118,7 +136,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (ApplyResult, error) {
 	return ApplyResult{}, err
 }
 
-// inPlace reports whether a fresh plan of the stack, with the variables the
+// inPlace (lock "" plans without the state lock) reports whether a fresh plan of the stack, with the variables the
 // stale plan file was made with, has no changes: the approved
 // configuration is already deployed. Any doubt (a variable it cannot pass
 // on, a failing plan) is false.
@@ -132,7 +150,14 @@ func inPlace(ctx context.Context, st *stack, opts ApplyOptions, planFile, lock s
 	if err != nil || plan == nil {
 		return false
 	}
-	planOpts := []tfexec.PlanOption{tfexec.LockTimeout(lock), tfexec.Destroy(planIsDestroy(plan))}
+	planOpts := []tfexec.PlanOption{tfexec.Destroy(planIsDestroy(plan))}
+	if lock == "" {
+		// Only looking: a lock an interrupted run left behind must not
+		// stop the look, and a plan writes no state.
+		planOpts = append(planOpts, tfexec.Lock(false))
+	} else {
+		planOpts = append(planOpts, tfexec.LockTimeout(lock))
+	}
 	names := make([]string, 0, len(plan.Variables))
 	for k := range plan.Variables {
 		names = append(names, k)

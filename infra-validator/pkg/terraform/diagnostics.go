@@ -121,13 +121,39 @@ func (e *RunError) Is(target error) bool {
 // ErrorConfiguration.
 func IsConfigurationError(err error) bool { return errors.Is(err, ErrConfiguration) }
 
+// NewRunError rebuilds a *RunError from its parts (as a runner sends them
+// back), redacting secrets again and dropping values as ParseDiagnostics
+// does; message stands in for the underlying failure.
+func NewRunError(step string, kind ErrorKind, diags []Diagnostic, stderr, message string, secrets []string) *RunError {
+	if kind != ErrorConfiguration {
+		kind = ErrorBackend
+	}
+	if len(diags) > maxDiagnostics {
+		diags = diags[:maxDiagnostics]
+	}
+	out := make([]Diagnostic, 0, len(diags))
+	for _, d := range diags {
+		out = append(out, Diagnostic{
+			Summary: truncateUTF8(redact(d.Summary, secrets), 500),
+			Detail:  truncateUTF8(hideValues(redact(d.Detail, secrets)), 2000),
+			File:    truncateUTF8(redact(d.File, secrets), 500),
+			Line:    max(0, min(d.Line, 1<<24)),
+		})
+	}
+	e := &RunError{Step: truncateUTF8(step, 40), Kind: kind, Diagnostics: out, Stderr: truncateUTF8(hideValues(scrubSnippets(redact(stderr, secrets))), MaxStderr)}
+	if message != "" {
+		e.err = errors.New(truncateUTF8(firstLine(redact(message, secrets)), 500))
+	}
+	return e
+}
+
 // stepError builds the *RunError of a failed step from its error and
 // stderr; secrets are redacted wherever they appear.
 func stepError(ctx context.Context, step string, timeout time.Duration, err error, stderr string, secrets []string) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return &RunError{Step: step, Kind: ErrorBackend, err: fmt.Errorf("timed out after %s: %w", timeout, context.DeadlineExceeded)}
 	}
-	stderr = redact(stderr, secrets)
+	stderr = hideValues(scrubSnippets(redact(stderr, secrets)))
 	diags := ParseDiagnostics(stderr)
 	kind := classifyFailure(diags)
 	return &RunError{Step: step, Kind: kind, Diagnostics: diags, Stderr: truncateUTF8(stderr, MaxStderr), err: exitOnly(err)}
@@ -191,7 +217,7 @@ func ParseDiagnostics(stderr string) []Diagnostic {
 	inError, inSnippet := false, false
 	flush := func() {
 		if cur != nil {
-			cur.Detail = truncateUTF8(strings.Join(detail, " "), 2000)
+			cur.Detail = truncateUTF8(hideValues(strings.Join(detail, " ")), 2000)
 			if !strings.HasPrefix(cur.Summary, initPreamble) && len(out) < maxDiagnostics {
 				out = append(out, *cur)
 			}
@@ -242,6 +268,42 @@ func ParseDiagnostics(stderr string) []Diagnostic {
 	}
 	flush()
 	return out
+}
+
+// quotedValue is a double-quoted string in a diagnostic's detail.
+var quotedValue = regexp.MustCompile(`"((?:[^"\s\\]|\\.){16,})"`)
+
+// hideValues replaces long quoted strings in a diagnostic's detail with
+// "(value hidden)": terraform quotes the values it evaluated there ("cannot
+// convert \"…\" to number"), and those may be anything it read.
+// Names of variables, arguments and resources are short and stay; so does
+// text with spaces (between two quoted names, say).
+func hideValues(detail string) string {
+	return quotedValue.ReplaceAllString(detail, `"(value hidden)"`)
+}
+
+// scrubSnippets drops the source snippet terraform prints under "on FILE
+// line N" (the lines up to the next blank line), whose "│ x is …" lines
+// show the values of the expression: they may be anything terraform read.
+func scrubSnippets(stderr string) string {
+	lines := strings.Split(stderr, "\n")
+	out := lines[:0]
+	inSnippet := false
+	for _, raw := range lines {
+		line := stripMargin(raw)
+		switch {
+		case locationLine.MatchString(line):
+			inSnippet = true
+			out = append(out, raw)
+			continue
+		case strings.TrimSpace(line) == "":
+			inSnippet = false
+		case inSnippet:
+			continue
+		}
+		out = append(out, raw)
+	}
+	return strings.Join(out, "\n")
 }
 
 func startsLower(s string) bool {
@@ -296,15 +358,20 @@ func redact(s string, secrets []string) string {
 	return s
 }
 
-// envSecrets are the values of the child's extra environment: credentials
-// often, and never worth quoting.
-func envSecrets(o ExecOptions) []string {
-	out := make([]string, 0, len(o.Env))
+// secrets are the values of the child's extra environment (credentials
+// often, and never worth quoting) and ExecOptions.Secrets.
+func (o ExecOptions) secrets() []string {
+	out := make([]string, 0, len(o.Env)+len(o.Secrets))
 	for _, v := range o.Env {
 		out = append(out, v)
 	}
-	return out
+	return append(out, o.Secrets...)
 }
+
+// Redact replaces every value in secrets (of at least 6 bytes) and
+// anything shaped like a credential (tokens, keys, URL passwords,
+// "password=…") in s with [REDACTED].
+func Redact(s string, secrets []string) string { return redact(s, secrets) }
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {

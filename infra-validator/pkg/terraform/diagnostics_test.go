@@ -242,3 +242,34 @@ func TestRunError_messageListsTheDiagnosticsWithinAboutOneKiB(t *testing.T) {
 		t.Errorf("not every diagnostic is named: %s", two)
 	}
 }
+
+// TestParseDiagnostics_dropsTheValuesTerraformRead: the attack of a
+// stack that turns a file it read into a number error: neither the
+// snippet's "x is …" lines nor the quoted value in the detail survive.
+func TestParseDiagnostics_dropsTheValuesTerraformRead(t *testing.T) {
+	const value = "eyJhbGciOiJSUzI1NiJ9-eyJzdWIiOiJzeXN0ZW0ifQ-c2lnbmF0dXJl"
+	stderr := `
+Error: Invalid function argument
+
+  on main.tf line 1, in locals:
+   1: locals { t = tonumber(replace(file("/run/token"), ".", "-")) }
+    ├────────────────
+    │ local.raw is "` + value + `"
+    │ while calling tonumber(v)
+
+Invalid value for "v" parameter: cannot convert
+"` + value + `" to number; given
+string must be a decimal representation of a number.
+`
+	diags := ParseDiagnostics(stderr)
+	if len(diags) != 1 || strings.Contains(diags[0].Detail, value) || !strings.Contains(diags[0].Detail, `"(value hidden)"`) {
+		t.Fatalf("the value survived: %+v", diags)
+	}
+	if got := scrubSnippets(stderr); strings.Contains(got, "local.raw is") || !strings.Contains(got, "on main.tf line 1") {
+		t.Fatalf("the snippet survived:\n%s", got)
+	}
+	e := NewRunError("plan", ErrorConfiguration, []Diagnostic{{Summary: "x", Detail: `cannot convert "` + value + `"`}}, stderr, "exit status 1", nil)
+	if strings.Contains(e.Error(), value) || strings.Contains(e.Stderr, "local.raw is") || strings.Contains(e.Stderr, value) {
+		t.Fatalf("a rebuilt error kept the value: %v / %s", e, e.Stderr)
+	}
+}

@@ -43,7 +43,33 @@ const (
 	// temporary folder: every resource is new. For checks only; such a
 	// plan is never applied.
 	BackendNone Backend = "none"
+	// BackendHTTP writes BackendOverrideFile declaring Terraform's http
+	// backend with no settings at all: the address and the run credential
+	// come only from the environment (TF_HTTP_ADDRESS, TF_HTTP_PASSWORD…,
+	// see package tfstate), so a saved plan file records neither, and a
+	// plan made against one address applies against another. The http
+	// backend has no workspaces: the workspace is part of the address, and
+	// terraform.workspace is "default" in the stack.
+	BackendHTTP Backend = "http"
 )
+
+// ErrRunnerLost is wrapped by the error of a run whose runner went away
+// before it answered (killed, restarted, the connection dropped). The run
+// may have done anything up to then: an apply may have been applied.
+var ErrRunnerLost = errors.New("the terraform runner was lost before it answered")
+
+// Runner runs terraform away from the calling process, in a sandbox that
+// holds none of the caller's credentials (package runner). When
+// ExecOptions.Runner is set, Plan and Apply check their options here and
+// hand the whole run (init, plan, show, apply, the in-place look) to it.
+type Runner interface {
+	// RunPlan plans opts.Dir (shipping opts.Root) and returns the plan
+	// file and its JSON.
+	RunPlan(ctx context.Context, opts PlanOptions) (planFile, planJSON []byte, err error)
+	// RunApply applies (or, with LookOnly, only looks at) the approved
+	// plan file of opts.
+	RunApply(ctx context.Context, opts ApplyOptions) (ApplyResult, error)
+}
 
 // KubernetesBackend locates the state for BackendKubernetes: Secrets named
 // tfstate-<workspace>-<SecretSuffix> in Namespace (the control namespace).
@@ -70,11 +96,22 @@ type ExecOptions struct {
 	Timeout time.Duration
 	// Analyze tunes the analysis of the resulting plan.
 	Analyze Options
+	// Secrets are further values redacted from every error, diagnostic
+	// and stderr besides the values of Env (variables read from Secrets,
+	// say).
+	Secrets []string
+	// Runner, when set, runs terraform (see Runner); nil runs it as a
+	// child of this process.
+	Runner Runner
 }
 
 // PlanOptions describe one plan of a stack.
 type PlanOptions struct {
 	ExecOptions
+	// Root is the folder holding everything the stack may reference (its
+	// local modules): a Runner ships Root, and Dir must lie inside it. ""
+	// means Dir.
+	Root string
 	// Dir is the stack's folder. Plan writes BackendOverrideFile into it
 	// for BackendKubernetes and BackendNone and removes it afterwards; it
 	// refuses to overwrite an existing one. Terraform's working data goes
@@ -84,6 +121,7 @@ type PlanOptions struct {
 	// Vars are passed as -var name=value.
 	Vars map[string]string
 	// Workspace is selected, or created when missing; "" means "default".
+	// BackendHTTP has no workspaces (the state address names it).
 	Workspace string
 	// Backend chooses the state; "" means BackendNone.
 	Backend Backend
@@ -138,6 +176,14 @@ terraform {
 }
 `, namespace, suffix)), nil
 }
+
+// HTTPBackendOverride is the content of BackendOverrideFile for
+// BackendHTTP: no settings, everything from the environment.
+const HTTPBackendOverride = `# Written by Sluice: state through Sluice's state server; address and credentials come from the environment.
+terraform {
+  backend "http" {}
+}
+`
 
 func localBackendOverride(stateDir string) []byte {
 	return []byte(fmt.Sprintf(`# Written by Sluice: a throw-away local state for a stateless check.
@@ -230,7 +276,7 @@ func (o ExecOptions) run(ctx context.Context, tf *tfexec.Terraform, step string,
 	tf.SetStderr(&stderr)
 	defer tf.SetStderr(io.Discard)
 	if err := f(); err != nil {
-		return stepError(ctx, step, o.timeout(), err, stderr.buf.String(), envSecrets(o))
+		return stepError(ctx, step, o.timeout(), err, stderr.buf.String(), o.secrets())
 	}
 	return nil
 }
@@ -255,33 +301,47 @@ func ShowPlanFile(ctx context.Context, opts ExecOptions, dir, planFile string) (
 }
 
 func show(ctx context.Context, tf *tfexec.Terraform, opts ExecOptions, planFile string) (*PlanResult, error) {
-	planBytes, err := os.ReadFile(planFile)
+	planBytes, planJSON, err := showRaw(ctx, tf, opts, planFile)
 	if err != nil {
-		return nil, fmt.Errorf("plan file: %w", err)
+		return nil, err
+	}
+	return NewPlanResult(planBytes, planJSON, opts.Analyze)
+}
+
+// showRaw reads the plan file and its JSON (terraform show -json).
+func showRaw(ctx context.Context, tf *tfexec.Terraform, opts ExecOptions, planFile string) (planBytes, planJSON []byte, err error) {
+	planBytes, err = os.ReadFile(planFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("plan file: %w", err)
 	}
 	// Cache the version first: terraform-exec would otherwise write the
 	// output of `terraform version` to the capture below.
 	if err := opts.run(ctx, tf, "version", func() error { _, _, err := tf.Version(ctx, false); return err }); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out bytes.Buffer
 	tf.SetStdout(&out)
 	err = opts.run(ctx, tf, "show", func() error { _, err := tf.ShowPlanFile(ctx, planFile); return err })
 	tf.SetStdout(io.Discard)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	planJSON := bytes.TrimSpace(out.Bytes())
+	return planBytes, bytes.TrimSpace(out.Bytes()), nil
+}
+
+// NewPlanResult reads and analyses a plan's JSON and records the plan
+// file's sha256: what Plan returns, from the output of a Runner.
+func NewPlanResult(planFile, planJSON []byte, analyze Options) (*PlanResult, error) {
 	plan, err := ReadPlan(planJSON)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := Analyze(planJSON, opts.Analyze)
+	rep, err := Analyze(planJSON, analyze)
 	if err != nil {
 		return nil, err
 	}
-	rep.PlanFileSHA256 = PlanFileSHA256(planBytes)
-	return &PlanResult{PlanFile: planBytes, PlanJSON: planJSON, Plan: plan, Report: rep}, nil
+	rep.PlanFileSHA256 = PlanFileSHA256(planFile)
+	return &PlanResult{PlanFile: planFile, PlanJSON: planJSON, Plan: plan, Report: rep}, nil
 }
 
 // Plan plans a stack folder through terraform-exec: init with the chosen
@@ -295,31 +355,64 @@ func show(ctx context.Context, tf *tfexec.Terraform, opts ExecOptions, planFile 
 // child process with the environment described on ExecOptions.Env, HOME in
 // a temporary folder, and the whole call is bounded by Timeout.
 func Plan(ctx context.Context, opts PlanOptions) (*PlanResult, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	if opts.Runner != nil {
+		planFile, planJSON, err := opts.Runner.RunPlan(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return NewPlanResult(planFile, planJSON, opts.Analyze)
+	}
+	planFile, planJSON, err := PlanFiles(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return NewPlanResult(planFile, planJSON, opts.Analyze)
+}
+
+// check refuses options no run could use.
+func (opts PlanOptions) check() error {
 	if opts.Dir == "" {
-		return nil, errors.New("terraform plan: no stack folder given")
+		return errors.New("terraform plan: no stack folder given")
 	}
 	if fi, err := os.Stat(opts.Dir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("terraform plan: stack folder %s does not exist", filepath.Base(opts.Dir))
+		return fmt.Errorf("terraform plan: stack folder %s does not exist", filepath.Base(opts.Dir))
+	}
+	if opts.Root != "" {
+		if rel, err := filepath.Rel(opts.Root, opts.Dir); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return fmt.Errorf("terraform plan: stack folder %s is not inside its root", filepath.Base(opts.Dir))
+		}
 	}
 	if opts.Workspace != "" && !wsName.MatchString(opts.Workspace) {
-		return nil, fmt.Errorf("terraform plan: workspace %q must match ^[A-Za-z0-9_-]+$", opts.Workspace)
+		return fmt.Errorf("terraform plan: workspace %q must match ^[A-Za-z0-9_-]+$", opts.Workspace)
 	}
 	for k := range opts.Vars {
 		if !varName.MatchString(k) {
-			return nil, fmt.Errorf("terraform plan: variable name %q is invalid", k)
+			return fmt.Errorf("terraform plan: variable name %q is invalid", k)
 		}
+	}
+	return nil
+}
+
+// PlanFiles is Plan run here (never through opts.Runner), without the
+// analysis: the plan file and its JSON. Runners call it in their sandbox.
+func PlanFiles(ctx context.Context, opts PlanOptions) (planFile, planJSON []byte, err error) {
+	if err := opts.check(); err != nil {
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.timeout())
 	defer cancel()
 	st, err := openStack(ctx, "terraform plan", opts.ExecOptions, opts.Dir, opts.Backend, opts.Kubernetes, opts.Workspace)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer st.close()
 	tf, tmp := st.tf, st.tmp
 
-	planFile := filepath.Join(tmp, "plan.tfplan")
-	planOpts := []tfexec.PlanOption{tfexec.Out(planFile), tfexec.Destroy(opts.Destroy)}
+	file := filepath.Join(tmp, "plan.tfplan")
+	planOpts := []tfexec.PlanOption{tfexec.Out(file), tfexec.Destroy(opts.Destroy)}
 	names := make([]string, 0, len(opts.Vars))
 	for k := range opts.Vars {
 		names = append(names, k)
@@ -329,9 +422,9 @@ func Plan(ctx context.Context, opts PlanOptions) (*PlanResult, error) {
 		planOpts = append(planOpts, tfexec.Var(k+"="+opts.Vars[k]))
 	}
 	if err := opts.run(ctx, tf, "plan", func() error { _, err := tf.Plan(ctx, planOpts...); return err }); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return show(ctx, tf, opts.ExecOptions, planFile)
+	return showRaw(ctx, tf, opts.ExecOptions, file)
 }
 
 // stack is a stack folder initialised for one terraform call: the backend
@@ -382,10 +475,13 @@ func openStack(ctx context.Context, op string, opts ExecOptions, dir string, bac
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
+	case BackendHTTP:
+		override = []byte(HTTPBackendOverride)
+		workspace = "" // part of the state address
 	case "", BackendNone:
 		override = localBackendOverride(filepath.Join(tmp, "state"))
 	default:
-		return nil, fmt.Errorf("%s: unknown backend %q (own, kubernetes or none)", op, backend)
+		return nil, fmt.Errorf("%s: unknown backend %q (own, kubernetes, http or none)", op, backend)
 	}
 	if override != nil {
 		path := filepath.Join(dir, BackendOverrideFile)

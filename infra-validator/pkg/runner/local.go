@@ -1,0 +1,264 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+)
+
+// Local runs each job in a sandboxed child process of this one (see the
+// package documentation).
+type Local struct {
+	// Command starts the child; ChildMain's flags are appended. nil means
+	// this binary again with ChildArg (its main must call MaybeRunChild).
+	Command []string
+	// TerraformPath is the terraform binary; "" looks it up in PATH.
+	TerraformPath string
+	// PluginCacheDir is the provider cache, readable by the run
+	// (TF_PLUGIN_CACHE_DIR); "" means none.
+	PluginCacheDir string
+	// WorkDir holds the runs' working folders; "" means the system's
+	// temporary folder.
+	WorkDir string
+	// ReadOnly are further paths a run may read (a CLI configuration file,
+	// a provider mirror).
+	ReadOnly []string
+	// AllowPorts are TCP ports every run may connect to besides the state
+	// server's (provider endpoints).
+	AllowPorts []uint16
+	// Log gets one line per run at V(1) and the sandbox in use at start.
+	Log logr.Logger
+
+	// started is called with the child's process id once it runs (tests).
+	started func(pid int)
+}
+
+var _ terraform.Runner = (*Local)(nil)
+
+// SetStarted registers f to be called with each child's process id right
+// after it starts. For tests that kill a runner mid-run.
+func (l *Local) SetStarted(f func(pid int)) { l.started = f }
+
+// Check resolves the terraform binary and probes the sandbox once, so a
+// missing binary or Landlock shows at start: the returned Sandbox says
+// what runs will be confined by.
+func (l *Local) Check() (Sandbox, error) {
+	if _, err := l.terraform(); err != nil {
+		return Sandbox{}, err
+	}
+	return Probe(), nil
+}
+
+func (l *Local) terraform() (string, error) {
+	p := l.TerraformPath
+	if p == "" {
+		p = "terraform"
+	}
+	abs, err := exec.LookPath(p)
+	if err != nil {
+		return "", fmt.Errorf("terraform runner: terraform binary: %w", err)
+	}
+	if abs, err = filepath.Abs(abs); err != nil {
+		return "", err
+	}
+	// Landlock rules name the file itself, not a link to it.
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	return abs, nil
+}
+
+// RunPlan implements terraform.Runner.
+func (l *Local) RunPlan(ctx context.Context, opts terraform.PlanOptions) ([]byte, []byte, error) {
+	job, err := planJob(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := l.Run(ctx, job)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.PlanFile, res.PlanJSON, nil
+}
+
+// RunApply implements terraform.Runner.
+func (l *Local) RunApply(ctx context.Context, opts terraform.ApplyOptions) (terraform.ApplyResult, error) {
+	job, err := applyJob(opts)
+	if err != nil {
+		return terraform.ApplyResult{}, err
+	}
+	res, err := l.Run(ctx, job)
+	if err != nil {
+		return terraform.ApplyResult{}, err
+	}
+	return terraform.ApplyResult{InPlace: res.InPlace}, nil
+}
+
+// Run runs one job in a new child and returns its Result; a failed run
+// is returned as the error terraform.Plan or Apply would give. A child
+// that dies without a Result is an error wrapping terraform.ErrRunnerLost.
+func (l *Local) Run(ctx context.Context, job *Job) (*Result, error) {
+	res, err := l.run(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	if res.Error != nil {
+		return res, asError(res.Error, job.secrets())
+	}
+	return res, nil
+}
+
+// run starts the child and reads its Result (failed or not).
+func (l *Local) run(ctx context.Context, job *Job) (*Result, error) {
+	tf, err := l.terraform()
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(job)
+	if err != nil {
+		return nil, fmt.Errorf("terraform runner: %w", err)
+	}
+	parent := l.WorkDir
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	work, err := os.MkdirTemp(parent, "sluice-run-")
+	if err != nil {
+		return nil, fmt.Errorf("terraform runner: working folder: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(work) }()
+	for _, d := range []string{"home", "tmp"} {
+		if err := os.Mkdir(filepath.Join(work, d), 0o700); err != nil {
+			return nil, fmt.Errorf("terraform runner: working folder: %w", err)
+		}
+	}
+
+	argv := l.Command
+	if len(argv) == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("terraform runner: this binary: %w", err)
+		}
+		argv = []string{self, ChildArg}
+	}
+	args := append(argv[1:len(argv):len(argv)], "--work", work, "--terraform", tf)
+	if l.PluginCacheDir != "" {
+		args = append(args, "--plugin-cache", l.PluginCacheDir)
+	}
+	for _, p := range l.ReadOnly {
+		args = append(args, "--ro", p)
+	}
+	if len(l.AllowPorts) > 0 {
+		ps := make([]string, 0, len(l.AllowPorts))
+		for _, p := range l.AllowPorts {
+			ps = append(ps, strconv.Itoa(int(p)))
+		}
+		args = append(args, "--ports", strings.Join(ps, ","))
+	}
+	cmd := exec.Command(argv[0], args...)
+	cmd.Dir = work
+	cmd.Env = l.env(work)
+	cmd.Stdin = bytes.NewReader(body)
+	var stdout, stderr limitedBuffer
+	stdout.max, stderr.max = MaxJobBytes, 16<<10
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	setProcessGroup(cmd)
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("terraform runner: start: %w", err)
+	}
+	if l.started != nil {
+		l.started(cmd.Process.Pid)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		// Stop gently (terraform releases its lock and saves its state),
+		// then for good.
+		terminate(cmd, false)
+		select {
+		case waitErr = <-done:
+		case <-time.After(30 * time.Second):
+			terminate(cmd, true)
+			waitErr = <-done
+		}
+	}
+	killGroup(cmd) // whatever the run left behind (a provisioner's children)
+	var res Result
+	if derr := json.Unmarshal(stdout.Bytes(), &res); derr != nil || stdout.Len() == 0 {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", terraform.ErrRunnerLost, ctx.Err())
+		}
+		msg := strings.TrimSpace(terraform.Redact(stderr.String(), job.secrets()))
+		return nil, fmt.Errorf("%w: the runner child ended (%v) without a result%s", terraform.ErrRunnerLost, waitErr, suffix(msg))
+	}
+	l.Log.V(1).Info("Terraform run finished", "op", job.Op, "duration", time.Since(start).Round(time.Millisecond).String(), "sandbox", res.Sandbox.String())
+	return &res, nil
+}
+
+func suffix(msg string) string {
+	if msg == "" {
+		return ""
+	}
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	return ": " + msg
+}
+
+// env is the child's whole environment: built from nothing.
+func (l *Local) env(work string) []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/bin:/usr/bin:/bin"
+	}
+	env := []string{
+		"PATH=" + path,
+		"HOME=" + filepath.Join(work, "home"),
+		"TMPDIR=" + filepath.Join(work, "tmp"),
+		"CHECKPOINT_DISABLE=1",
+	}
+	if l.PluginCacheDir != "" {
+		env = append(env, "TF_PLUGIN_CACHE_DIR="+l.PluginCacheDir)
+	}
+	return env
+}
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+var _ io.Writer = (*limitedBuffer)(nil)
+
+// Probe reports what Landlock this kernel can enforce, without
+// restricting anything.
+func Probe() Sandbox { return probe() }
+
+// errNoResult is returned by Remote when the runner's answer is unreadable.
+var errNoResult = errors.New("no result")

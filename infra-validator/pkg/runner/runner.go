@@ -1,0 +1,290 @@
+// Package runner runs terraform where it can take nothing: every init,
+// plan, show and apply of the syncer and the operator goes through a
+// Runner, which holds no credential of its caller.
+//
+// Local starts the run as a child process (a re-exec of the calling binary
+// with ChildArg, or `infra-validator runner child`) with an environment
+// built from nothing (PATH, its own HOME and TMPDIR, TF_PLUGIN_CACHE_DIR,
+// CHECKPOINT_DISABLE), its own working folder, and — where the kernel has
+// Landlock — confined to read the system folders, the terraform binary and
+// the plugin cache, to write its working folder only, and (Landlock ABI 4
+// and later) to open TCP connections only to the ports the run needs. The
+// run's own inputs (stack files, variables, the state credential, provider
+// settings) travel to it as a Job on its standard input; terraform alone
+// sees the credential, in its environment.
+//
+// Remote sends the same Job to `infra-validator runner serve` (Server), a
+// workload of its own that runs each job through Local again.
+//
+// Both implement terraform.Runner: set it as ExecOptions.Runner and
+// terraform.Plan and terraform.Apply hand their run to it.
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+)
+
+// Op is what a Job does.
+type Op string
+
+const (
+	// OpPlan plans the stack: init, plan, show.
+	OpPlan Op = "plan"
+	// OpApply applies the approved plan file (or, with LookOnly, only
+	// looks whether its configuration is in place).
+	OpApply Op = "apply"
+)
+
+// MaxJobBytes bounds a Job and a Result on the wire.
+const MaxJobBytes = 256 << 20
+
+// Job is one terraform run as it travels to a runner (JSON).
+type Job struct {
+	Op Op `json:"op"`
+	// Files is an uncompressed tar of the stack's root folder (see
+	// PlanOptions.Root); Stack is the stack folder inside it.
+	Files []byte `json:"files"`
+	Stack string `json:"stack"`
+	// Vars, Workspace and Destroy are as in terraform.PlanOptions.
+	Vars      map[string]string `json:"vars,omitempty"`
+	Workspace string            `json:"workspace,omitempty"`
+	Destroy   bool              `json:"destroy,omitempty"`
+	Backend   terraform.Backend `json:"backend"`
+	// Env reaches terraform's environment only: the state credential
+	// (TF_HTTP_*) and the provider settings the caller was configured to
+	// pass.
+	Env map[string]string `json:"env,omitempty"`
+	// Secrets are redacted by value from everything the run returns, with
+	// the values of Env.
+	Secrets []string `json:"secrets,omitempty"`
+	// PlanFile and PlanFileSHA256: the approved plan of an apply.
+	PlanFile       []byte `json:"planFile,omitempty"`
+	PlanFileSHA256 string `json:"planFileSHA256,omitempty"`
+	LookOnly       bool   `json:"lookOnly,omitempty"`
+	LockTimeout    string `json:"lockTimeout,omitempty"`
+	// Timeout bounds the run; zero means terraform.DefaultTimeout.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// AllowPorts are TCP ports the run may connect to besides those of
+	// the state addresses in Env (provider endpoints).
+	AllowPorts []uint16 `json:"allowPorts,omitempty"`
+}
+
+// Result is what a run returned.
+type Result struct {
+	PlanFile []byte `json:"planFile,omitempty"`
+	PlanJSON []byte `json:"planJSON,omitempty"`
+	InPlace  bool   `json:"inPlace,omitempty"`
+	// Error is set when the run failed.
+	Error *Error `json:"error,omitempty"`
+	// Sandbox says how the run was confined.
+	Sandbox Sandbox `json:"sandbox"`
+}
+
+// Error codes of a failed run.
+const (
+	CodeRun       = "run"       // a terraform step failed: Step, Kind, Diagnostics, Stderr
+	CodeStale     = "stale"     // terraform.ErrStalePlan
+	CodeMismatch  = "mismatch"  // terraform.ErrPlanFileMismatch
+	CodeInvalid   = "invalid"   // the job itself is wrong
+	CodeInternal  = "internal"  // the runner failed (a folder, the sandbox)
+	CodeForbidden = "forbidden" // the caller is not allowed
+)
+
+// Error is a failed run on the wire.
+type Error struct {
+	Code        string                 `json:"code"`
+	Message     string                 `json:"message"`
+	Step        string                 `json:"step,omitempty"`
+	Kind        terraform.ErrorKind    `json:"kind,omitempty"`
+	Diagnostics []terraform.Diagnostic `json:"diagnostics,omitempty"`
+	Stderr      string                 `json:"stderr,omitempty"`
+}
+
+// Sandbox says how a run was confined.
+type Sandbox struct {
+	// LandlockABI is the Landlock ABI version enforced; 0 means none (the
+	// kernel lacks it): the run could then read and connect to whatever
+	// this user can, and only the empty environment protected the caller.
+	LandlockABI int `json:"landlockABI"`
+	// Network says whether TCP connections were limited to the run's ports
+	// (Landlock ABI 4 and later).
+	Network bool `json:"network"`
+	// Note explains a missing confinement.
+	Note string `json:"note,omitempty"`
+}
+
+// String is a one-line summary for logs.
+func (s Sandbox) String() string {
+	if s.LandlockABI == 0 {
+		return "no Landlock: " + s.Note
+	}
+	net := "TCP not limited"
+	if s.Network {
+		net = "TCP limited to the run's ports"
+	}
+	return fmt.Sprintf("Landlock ABI %d, files confined, %s", s.LandlockABI, net)
+}
+
+// jobSecrets are the values to redact from a job's results.
+func (j *Job) secrets() []string {
+	out := slices.Clone(j.Secrets)
+	for _, v := range j.Env {
+		out = append(out, v)
+	}
+	return out
+}
+
+// statePorts are the TCP ports of the http backend addresses in env (the
+// state server).
+func statePorts(env map[string]string) []uint16 {
+	var out []uint16
+	for _, k := range []string{"TF_HTTP_ADDRESS", "TF_HTTP_LOCK_ADDRESS", "TF_HTTP_UNLOCK_ADDRESS"} {
+		if p, ok := urlPort(env[k]); ok && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func urlPort(raw string) (uint16, bool) {
+	if raw == "" {
+		return 0, false
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return 0, false
+	}
+	port := u.Port()
+	if port == "" {
+		switch u.Scheme {
+		case "https":
+			port = "443"
+		case "http":
+			port = "80"
+		default:
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		return 0, false
+	}
+	return uint16(n), true
+}
+
+// ParsePorts reads "443,8443" (as flags give them).
+func ParsePorts(s string) ([]uint16, error) {
+	var out []uint16
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(f, 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("port %q is not a TCP port number", f)
+		}
+		out = append(out, uint16(n))
+	}
+	return out, nil
+}
+
+// planJob builds the Job of a plan.
+func planJob(opts terraform.PlanOptions) (*Job, error) {
+	root := opts.Root
+	if root == "" {
+		root = opts.Dir
+	}
+	stack, err := relStack(root, opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	files, err := packDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("terraform runner: pack the stack: %w", err)
+	}
+	return &Job{
+		Op: OpPlan, Files: files, Stack: stack, Vars: opts.Vars, Workspace: opts.Workspace, Destroy: opts.Destroy,
+		Backend: opts.Backend, Env: opts.Env, Secrets: opts.Secrets, Timeout: opts.Timeout,
+	}, nil
+}
+
+// applyJob builds the Job of an apply.
+func applyJob(opts terraform.ApplyOptions) (*Job, error) {
+	root := opts.Root
+	if root == "" {
+		root = opts.Dir
+	}
+	stack, err := relStack(root, opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	files, err := packDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("terraform runner: pack the stack: %w", err)
+	}
+	return &Job{
+		Op: OpApply, Files: files, Stack: stack, Workspace: opts.Workspace, Backend: opts.Backend,
+		Env: opts.Env, Secrets: opts.Secrets, Timeout: opts.Timeout,
+		PlanFile: opts.PlanFile, PlanFileSHA256: opts.PlanFileSHA256, LookOnly: opts.LookOnly, LockTimeout: opts.LockTimeout,
+	}, nil
+}
+
+func relStack(root, dir string) (string, error) {
+	rel, err := filepath.Rel(root, dir)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		return "", errors.New("terraform runner: the stack folder is not inside its root")
+	}
+	return filepath.ToSlash(rel), nil
+}
+
+// asError turns a failed Result back into the error terraform.Plan or
+// terraform.Apply would have returned, redacting secrets once more.
+func asError(e *Error, secrets []string) error {
+	msg := terraform.Redact(e.Message, secrets)
+	switch e.Code {
+	case CodeRun:
+		return terraform.NewRunError(e.Step, e.Kind, e.Diagnostics, e.Stderr, e.Message, secrets)
+	case CodeStale:
+		return fmt.Errorf("%w (%s)", terraform.ErrStalePlan, strings.TrimPrefix(msg, terraform.ErrStalePlan.Error()+" "))
+	case CodeMismatch:
+		return fmt.Errorf("%w (%s)", terraform.ErrPlanFileMismatch, msg)
+	default:
+		return fmt.Errorf("terraform runner: %s", msg)
+	}
+}
+
+// wireError is the Error of err, as a runner sends it.
+func wireError(err error) *Error {
+	var runErr *terraform.RunError
+	switch {
+	case errors.As(err, &runErr):
+		msg := ""
+		if u := runErr.Unwrap(); u != nil {
+			msg = u.Error()
+		}
+		return &Error{Code: CodeRun, Message: msg, Step: runErr.Step, Kind: runErr.Kind, Diagnostics: runErr.Diagnostics, Stderr: runErr.Stderr}
+	case errors.Is(err, terraform.ErrStalePlan):
+		return &Error{Code: CodeStale, Message: err.Error()}
+	case errors.Is(err, terraform.ErrPlanFileMismatch):
+		return &Error{Code: CodeMismatch, Message: err.Error()}
+	default:
+		return &Error{Code: CodeInternal, Message: err.Error()}
+	}
+}
+
+// isDialError reports whether err happened before a connection was made
+// (the runner never saw the job).
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
