@@ -38,41 +38,52 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	code := m.Run()
+	if env != nil {
+		_ = env.Stop()
+	}
+	if kubeconfig != "" {
+		_ = os.RemoveAll(filepath.Dir(kubeconfig))
+	}
+	os.Exit(code)
 }
 
-func run(m *testing.M) int {
+var (
+	startOnce sync.Once
+	startErr  error
+)
+
+// startEnv starts the control plane once, for the tests that need it; the
+// token tests and the fuzz test run without it.
+func startEnv(t *testing.T) {
+	t.Helper()
+	startOnce.Do(func() { startErr = start() })
+	if startErr != nil {
+		t.Fatal(startErr)
+	}
+}
+
+func start() error {
 	var err error
 	if terraform, err = exec.LookPath("terraform"); err != nil {
-		fmt.Fprintln(os.Stderr, "terraform is not in PATH:", err)
-		return 1
+		return fmt.Errorf("terraform is not in PATH: %w", err)
 	}
 	if env, err = testenv.Start(testenv.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	defer func() { _ = env.Stop() }()
 	if cs, err = kubernetes.NewForConfig(env.Config); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
 	dir, err := os.MkdirTemp("", "tfstate-test")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	defer os.RemoveAll(dir)
 	admin, err := env.AddUser("terraform-admin", "system:masters")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
 	kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := testenv.WriteKubeconfig(admin, kubeconfig, ""); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	return testenv.WriteKubeconfig(admin, kubeconfig, "")
 }
 
 // stateServer is a tfstate.Server behind an httptest server, with a clock
@@ -148,6 +159,7 @@ func (s *stateServer) grant(t *testing.T, g tfstate.Grant) tfstate.Credential {
 // newNamespace creates a namespace of its own for one test.
 func newNamespace(t *testing.T) string {
 	t.Helper()
+	startEnv(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tfstate-"}}
 	ns, err := cs.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})
 	if err != nil {
