@@ -109,3 +109,8 @@ echo
 echo "== 5. peak memory, 10,000-resource plan (default policies)"
 echo "  infra-validator CLI: $("$BT" peak "$IV" terraform "$WORK/plan-10000.json")"
 echo "  conftest (same policies): $("$BT" peak "$CONFTEST" test --no-color --policy "$DEFAULTS" --data "$DEFAULT_DATA" --namespace 'sluice.terraform.*' "$WORK/plan-10000.json")"
+echo
+
+echo "== 6. terraform through the sandboxed runner vs bare terraform (same stack, same run; median of $RUNS runs)"
+(cd "$MOD" && go build -o "$WORK/runnerbench" ./hack/runnerbench)
+"$WORK/runnerbench" "$RUNS" 20 | sed 's/^/  /'

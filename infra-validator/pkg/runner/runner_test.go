@@ -69,6 +69,7 @@ func TestLocal_aPlanCannotReadItsCallersCredentials(t *testing.T) {
 			var runErr *terraform.RunError
 			require.ErrorAs(t, err, &runErr)
 			t.Log(err)
+			require.Contains(t, err.Error(), "denied", "the read itself is refused")
 			requireNoSecret(t, value, err.Error(), runErr.Stderr, fmt.Sprint(runErr.Diagnostics))
 		})
 	}

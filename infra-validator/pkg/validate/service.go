@@ -90,7 +90,7 @@ func (v *Validator) CheckService(ctx context.Context, req ServiceRequest) (*Serv
 		if err != nil {
 			return nil, err
 		}
-		pr := PlanRequest{Dir: dir, Backend: req.Backend, Kubernetes: req.Kubernetes, Env: req.Env}
+		pr := PlanRequest{Root: req.RepoRoot, Dir: dir, Backend: req.Backend, Kubernetes: req.Kubernetes, Env: req.Env}
 		if env.Terraform != nil {
 			pr.Vars, pr.Workspace = env.Terraform.Vars, env.Terraform.Workspace
 		}

@@ -170,6 +170,9 @@ func (v *Validator) CheckPlanFile(ctx context.Context, dir, planFile string) (*P
 
 // PlanRequest says which stack to plan and how.
 type PlanRequest struct {
+	// Root holds everything the stack may reference (its local modules);
+	// a terraform runner ships it. "" means Dir.
+	Root string
 	// Dir is the stack folder (absolute, or relative to the working folder).
 	Dir string
 	// Vars are passed as -var name=value; Workspace is selected or created.
@@ -202,6 +205,7 @@ func (v *Validator) PlanAndCheck(ctx context.Context, req PlanRequest) (*PlanChe
 	}
 	res, err := terraform.Plan(ctx, terraform.PlanOptions{
 		ExecOptions: exec,
+		Root:        req.Root,
 		Dir:         req.Dir,
 		Vars:        req.Vars,
 		Workspace:   req.Workspace,
