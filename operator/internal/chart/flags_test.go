@@ -52,6 +52,7 @@ func usageFlags(t *testing.T, binary string) map[string]bool {
 // with every optional feature turned on, must be one of the binary's flags.
 func TestChart_argumentsAreFlagsTheBinariesKnow(t *testing.T) {
 	r := renderChart(t, `
+runner: {allowPorts: [443]}
 operator: {watchNamespaces: [team-a]}
 syncer:
   watchNamespaces: [team-a]
@@ -60,7 +61,22 @@ syncer:
   statusProvider: {name: github, baseURL: 'https://api.github.example', tokenSecret: gh}
 `)
 	require.Empty(t, r.denies())
-	bin := buildCommands(t, "./operator/cmd/operator", "./gitops-syncer/cmd/gitops-syncer")
+	bin := buildCommands(t, "./operator/cmd/operator", "./gitops-syncer/cmd/gitops-syncer", "./infra-validator/cmd/infra-validator")
+	t.Run("sluice-runner", func(t *testing.T) {
+		c := find[*appsv1.Deployment](t, r, "sluice-runner").Spec.Template.Spec.Containers[0]
+		require.Equal(t, "infra-validator", c.Command[0])
+		// `runner serve -help` prints its usage and exits non-zero.
+		out, _ := exec.Command(filepath.Join(bin, c.Command[0]), append(c.Command[1:], "-help")...).CombinedOutput()
+		known := map[string]bool{}
+		for _, m := range usageFlag.FindAllStringSubmatch(string(out), -1) {
+			known[m[1]] = true
+		}
+		require.NotEmpty(t, known, "no flags in the usage of %v: %s", c.Command, out)
+		for _, a := range c.Args {
+			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			assert.True(t, known[name], "the runner passes --%s, which %v does not define", name, c.Command)
+		}
+	})
 	for deployment, binary := range map[string]string{"sluice-operator": "operator", "sluice-syncer": "gitops-syncer"} {
 		t.Run(deployment, func(t *testing.T) {
 			known := usageFlags(t, filepath.Join(bin, binary))

@@ -285,12 +285,17 @@ func TestChart_rbacGrantsWhatTheCodeAsksFor(t *testing.T) {
 
 // TestChart_rbacIsLeastPrivilege lists what each component must not be able
 // to do (DESIGN.md §6.5): the operator never writes what the syncer writes
-// and never reads Secrets; the syncer never writes status of changes,
-// never deletes Approvals and never impersonates. Leader election stays in
-// the release namespace.
+// and touches Secrets (Terraform state) only in the namespaces it serves;
+// the syncer never writes status of changes, never deletes Approvals, never
+// impersonates, and reads Secrets with get only, in the namespaces it
+// serves only. Leader election stays in the release namespace.
 func TestChart_rbacIsLeastPrivilege(t *testing.T) {
 	ra := func(verb, group, resource, sub string) authorizationv1.ResourceAttributes {
 		return authorizationv1.ResourceAttributes{Namespace: controlNS, Verb: verb, Group: group, Resource: resource, Subresource: sub}
+	}
+	in := func(ns string, a authorizationv1.ResourceAttributes) authorizationv1.ResourceAttributes {
+		a.Namespace = ns
+		return a
 	}
 	g := sluicev1.GroupVersion.Group
 	for _, tc := range []struct {
@@ -303,8 +308,13 @@ func TestChart_rbacIsLeastPrivilege(t *testing.T) {
 		{"the operator may not create Releases", operatorSA, ra("create", g, "releases", ""), false},
 		{"the operator may not create Approvals", operatorSA, ra("create", g, "approvals", ""), false},
 		{"the operator may not write ApprovalPolicies", operatorSA, ra("update", g, "approvalpolicies", ""), false},
-		{"the operator may not read Secrets", operatorSA, ra("get", "", "secrets", ""), false},
-		{"the operator may not create Secrets", operatorSA, ra("create", "", "secrets", ""), false},
+		{"the operator reads Terraform state Secrets in the namespaces it serves", operatorSA, ra("get", "", "secrets", ""), true},
+		{"the operator may not list Secrets", operatorSA, ra("list", "", "secrets", ""), false},
+		{"the operator may not watch Secrets", operatorSA, ra("watch", "", "secrets", ""), false},
+		{"the operator may not delete Secrets", operatorSA, ra("delete", "", "secrets", ""), false},
+		{"the operator writes Terraform state Secrets", operatorSA, ra("update", "", "secrets", ""), true},
+		{"the operator may not read Secrets in a namespace it does not serve", operatorSA, in("elsewhere", ra("get", "", "secrets", "")), false},
+		{"the operator may not read Secrets of its own namespace", operatorSA, in(releaseNS, ra("get", "", "secrets", "")), false},
 		{"the operator may not create Deployments itself", operatorSA, ra("create", "apps", "deployments", ""), false},
 		{"the operator may impersonate ServiceAccounts", operatorSA, ra("impersonate", "", "serviceaccounts", ""), true},
 		{"the operator writes ChangeRequest status", operatorSA, ra("update", g, "changerequests", "status"), true},
@@ -315,7 +325,13 @@ func TestChart_rbacIsLeastPrivilege(t *testing.T) {
 		{"the syncer may not delete Approvals", syncerSA, ra("delete", g, "approvals", ""), false},
 		{"the syncer may not write ApprovalPolicies", syncerSA, ra("create", g, "approvalpolicies", ""), false},
 		{"the syncer may not delete Secrets", syncerSA, ra("delete", "", "secrets", ""), false},
-		{"the syncer writes Terraform state Secrets (in-cluster state, the default)", syncerSA, ra("update", "", "secrets", ""), true},
+		{"the syncer reads the Secrets its Repositories name", syncerSA, ra("get", "", "secrets", ""), true},
+		{"the syncer may not list Secrets", syncerSA, ra("list", "", "secrets", ""), false},
+		{"the syncer may not watch Secrets", syncerSA, ra("watch", "", "secrets", ""), false},
+		{"the syncer may not read Secrets in a namespace it does not serve", syncerSA, in("elsewhere", ra("get", "", "secrets", "")), false},
+		{"the syncer may not read Secrets of its own namespace", syncerSA, in(releaseNS, ra("get", "", "secrets", "")), false},
+		{"the syncer may not list Secrets cluster-wide", syncerSA, in("", ra("list", "", "secrets", "")), false},
+		{"the syncer never writes Terraform state (plans only read it)", syncerSA, ra("update", "", "secrets", ""), false},
 		{"the syncer may not create Deployments", syncerSA, ra("create", "apps", "deployments", ""), false},
 		{"the syncer creates plan Secrets", syncerSA, ra("create", "", "secrets", ""), true},
 		{"the syncer locks Terraform state", syncerSA, ra("update", "coordination.k8s.io", "leases", ""), true},

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -76,7 +75,11 @@ func renderChart(t testing.TB, values string) *rendered {
 	require.NoError(t, err)
 	var files []string
 	if values != "" {
-		f := filepath.Join(t.TempDir(), "values.yaml")
+		// Not t.TempDir: TestMain renders with a failer, which has no T.
+		dir, err := os.MkdirTemp("", "chart-values-")
+		require.NoError(t, err)
+		defer os.RemoveAll(dir)
+		f := filepath.Join(dir, "values.yaml")
 		require.NoError(t, os.WriteFile(f, []byte(values), 0o600))
 		files = append(files, f)
 	}
@@ -221,13 +224,15 @@ func TestChart_defaultValuesPassTheDefaultPolicies(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{
 		"CustomResourceDefinition":         5,
-		"ServiceAccount":                   2,
-		"ClusterRole":                      4, // operator, syncer, sluice-viewer, sluice-approver
+		"ServiceAccount":                   3, // operator, syncer, runner
+		"ClusterRole":                      6, // operator(-namespace), syncer(-namespace), sluice-viewer, sluice-approver
 		"ClusterRoleBinding":               2,
 		"Role":                             2,
-		"RoleBinding":                      2,
-		"Deployment":                       2,
-		"Service":                          3,
+		"RoleBinding":                      2, // leader election; no watchNamespaces, no per-namespace binding
+		"Deployment":                       3,
+		"Service":                          4,
+		"Secret":                           1, // the tokens
+		"NetworkPolicy":                    3,
 		"ConfigMap":                        1,
 		"ValidatingAdmissionPolicy":        4,
 		"ValidatingAdmissionPolicyBinding": 4,
@@ -273,7 +278,7 @@ func TestChart_valueVariantsRenderAndPass(t *testing.T) {
 			},
 		},
 		{
-			name:   "a terraform kubeconfig is mounted, and the syncer then may neither write Secrets nor take state locks",
+			name:   "a terraform kubeconfig is mounted, and the syncer's cluster-wide rules still hold neither Secrets nor Leases",
 			values: "syncer: {terraform: {kubeconfigSecret: tf-state-access}}\n",
 			check: func(t *testing.T, r *rendered) {
 				d := find[*appsv1.Deployment](t, r, "sluice-syncer")
@@ -281,9 +286,7 @@ func TestChart_valueVariantsRenderAndPass(t *testing.T) {
 				assert.Contains(t, volumeNames(d), "terraform-kubeconfig")
 				for _, rule := range find[*rbacv1.ClusterRole](t, r, "sluice-syncer").Rules {
 					assert.NotContains(t, rule.Resources, "leases")
-					if slices.Contains(rule.Resources, "secrets") {
-						assert.NotContains(t, rule.Verbs, "update")
-					}
+					assert.NotContains(t, rule.Resources, "secrets")
 				}
 			},
 		},
@@ -441,6 +444,7 @@ func TestChart_podsAreLockedDownAndProbed(t *testing.T) {
 			for flagName, portName := range map[string]string{
 				"metrics-bind-address": "metrics", "health-probe-bind-address": "health",
 				"artifact-bind-address": "artifacts", "webhook-bind-address": "webhook",
+				"state-bind-address": "state", "bind-address": "runner",
 			} {
 				if addr, ok := a[flagName]; ok {
 					assert.Equal(t, fmt.Sprintf(":%d", ports[portName]), addr, flagName)
@@ -450,8 +454,10 @@ func TestChart_podsAreLockedDownAndProbed(t *testing.T) {
 			require.NotNil(t, c.ReadinessProbe)
 			assert.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
 			assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
-			assert.Equal(t, "health", c.LivenessProbe.HTTPGet.Port.String())
-			assert.Equal(t, "health", c.ReadinessProbe.HTTPGet.Port.String())
+			assert.Contains(t, ports, c.LivenessProbe.HTTPGet.Port.String())
+			assert.Contains(t, ports, c.ReadinessProbe.HTTPGet.Port.String())
+			require.NotNil(t, pod.SecurityContext.SeccompProfile)
+			assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, pod.SecurityContext.SeccompProfile.Type)
 
 			// Every writable path is an emptyDir: /tmp, and the syncer's data folder.
 			writable := map[string]bool{}
@@ -481,14 +487,16 @@ func TestChart_podsAreLockedDownAndProbed(t *testing.T) {
 			}
 		})
 	}
-	// The operator's metrics, the syncer's metrics and artifacts, and the webhook receiver.
+	// The operator's metrics, the syncer's metrics and artifacts, the webhook
+	// receiver and the runner. The state servers have no Service: runs reach
+	// the pod that granted their credential by its address.
 	var servicePorts []string
 	for _, s := range services {
 		for _, p := range s.Spec.Ports {
 			servicePorts = append(servicePorts, s.Name+"/"+p.Name)
 		}
 	}
-	assert.ElementsMatch(t, []string{"sluice-operator/metrics", "sluice-syncer/metrics", "sluice-syncer/artifacts", "sluice-syncer-webhook/webhook"}, servicePorts)
+	assert.ElementsMatch(t, []string{"sluice-operator/metrics", "sluice-syncer/metrics", "sluice-syncer/artifacts", "sluice-syncer-webhook/webhook", "sluice-runner/runner"}, servicePorts)
 }
 
 // withoutLabels drops metadata.labels, which the chart adds to.

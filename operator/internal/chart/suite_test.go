@@ -38,6 +38,11 @@ import (
 // ChangeRequests, Approvals and plan Secrets.
 const controlNS = "team-a"
 
+// installValues are the values the tests install the chart with: both
+// components serve controlNS, so the chart binds their Secret and state
+// rights there and nowhere else.
+const installValues = "operator: {watchNamespaces: [" + controlNS + "]}\nsyncer: {watchNamespaces: [" + controlNS + "]}\n"
+
 // How long tests wait for the API server to catch up with a write (RBAC and
 // admission are read through informers), and how often they look.
 const (
@@ -138,7 +143,11 @@ func installChart(ctx context.Context) error {
 	install.ReleaseName = releaseName
 	install.Namespace = releaseNS
 	install.Timeout = time.Minute
-	rel, err := install.RunWithContext(ctx, ch, nil)
+	vals, err := chartutil.ReadValues([]byte(installValues))
+	if err != nil {
+		return err
+	}
+	rel, err := install.RunWithContext(ctx, ch, vals.AsMap())
 	if err != nil {
 		return fmt.Errorf("helm install: %w", err)
 	}
@@ -146,7 +155,7 @@ func installChart(ctx context.Context) error {
 		return fmt.Errorf("helm install: release is %s", rel.Info.Status)
 	}
 
-	r := renderChart(failer{}, "")
+	r := renderChart(failer{}, installValues)
 	if d := r.denies(); len(d) > 0 {
 		return fmt.Errorf("the chart has deny findings: %v", d)
 	}

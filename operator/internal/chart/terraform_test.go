@@ -2,27 +2,52 @@ package chart_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 )
 
-// TestChart_syncerPlansTerraformWithOnlyItsOwnRights runs real terraform
-// plans against the kubernetes state backend in a control namespace as the
-// syncer's ServiceAccount (its token; what the pod does without
-// syncer.terraform.kubeconfigSecret): creating a workspace's state Secret,
-// listing workspaces and taking and releasing the state lock Lease must all
-// be within the chart's RBAC.
-func TestChart_syncerPlansTerraformWithOnlyItsOwnRights(t *testing.T) {
+// stateServer serves Terraform state as a component does, acting with cfg
+// (a token of the component's ServiceAccount, so only the chart's RBAC
+// applies).
+func stateServer(t *testing.T, cfg *rest.Config) *tfstate.Server {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	var h http.Handler = http.NotFoundHandler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
+	t.Cleanup(ts.Close)
+	srv, err := tfstate.NewServer(cs, tfstate.Options{BaseURL: ts.URL, Log: logr.Discard()})
+	require.NoError(t, err)
+	h = srv.Handler()
+	return srv
+}
+
+// TestChart_stateServersWorkWithOnlyTheChartsRights runs a real terraform
+// plan through a state server acting as the syncer's ServiceAccount and
+// applies the plan file through one acting as the operator's, twice, in
+// the control namespace: reading the state, taking and releasing the lock
+// Lease and writing the state must all be within the rights the chart
+// binds there (Secrets get for the syncer, with no list or watch).
+func TestChart_stateServersWorkWithOnlyTheChartsRights(t *testing.T) {
 	ctx := context.Background()
+	syncerState, operatorState := stateServer(t, syncerCfg), stateServer(t, operatorCfg)
 	stack := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(stack, "main.tf"), []byte(`
 variable "env" {
@@ -33,21 +58,47 @@ resource "terraform_data" "marker" {
   input = var.env
 }
 `), 0o644))
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, testenv.WriteKubeconfig(syncerCfg, kubeconfig, ""))
-	for _, ws := range []string{"staging", "staging", "default"} {
+	grant := tfstate.Grant{Namespace: controlNS, Release: "checkout-staging"}
+	for _, env := range []string{"one", "two"} {
+		grant.Mode = tfstate.ModePlan
+		planCred, err := syncerState.Grant(grant)
+		require.NoError(t, err)
 		res, err := terraform.Plan(ctx, terraform.PlanOptions{
-			ExecOptions: terraform.ExecOptions{Env: map[string]string{"KUBE_CONFIG_PATH": kubeconfig}},
+			ExecOptions: terraform.ExecOptions{Env: planCred.Env(), Secrets: planCred.Secrets()},
 			Dir:         stack,
-			Vars:        map[string]string{"env": ws},
-			Workspace:   ws,
-			Backend:     terraform.BackendKubernetes,
-			Kubernetes:  &terraform.KubernetesBackend{Namespace: controlNS, SecretSuffix: "checkout-" + ws},
+			Vars:        map[string]string{"env": env},
+			Backend:     terraform.BackendHTTP,
 		})
-		require.NoError(t, err, "plan in workspace %s as the syncer", ws)
-		assert.NotEmpty(t, res.PlanFile)
+		require.NoError(t, err, "plan through the syncer's state server")
+		require.NotEmpty(t, res.PlanFile)
+
+		grant.Mode = tfstate.ModeApply
+		applyCred, err := operatorState.Grant(grant)
+		require.NoError(t, err)
+		sum := sha256.Sum256(res.PlanFile)
+		_, err = terraform.Apply(ctx, terraform.ApplyOptions{
+			ExecOptions:    terraform.ExecOptions{Env: applyCred.Env(), Secrets: applyCred.Secrets()},
+			Dir:            stack,
+			PlanFile:       res.PlanFile,
+			PlanFileSHA256: "sha256:" + hex.EncodeToString(sum[:]),
+			Backend:        terraform.BackendHTTP,
+		})
+		require.NoError(t, err, "apply through the operator's state server")
 	}
-	secrets := &corev1.SecretList{}
-	require.NoError(t, env.Client.List(ctx, secrets, client.InNamespace(controlNS), client.HasLabels{"tfstate"}))
-	assert.NotEmpty(t, secrets.Items, "the staging workspace's state Secret was not created")
+	state := &corev1.Secret{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: controlNS, Name: "tfstate-default-checkout-staging"}, state))
+	assert.Equal(t, "true", state.Labels["tfstate"])
+
+	// The same servers cannot reach a namespace the chart did not bind.
+	const elsewhere = "not-served"
+	require.NoError(t, client.IgnoreAlreadyExists(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: elsewhere}})))
+	cred, err := syncerState.Grant(tfstate.Grant{Namespace: elsewhere, Release: "checkout-staging", Mode: tfstate.ModePlan})
+	require.NoError(t, err)
+	_, err = terraform.Plan(ctx, terraform.PlanOptions{
+		ExecOptions: terraform.ExecOptions{Env: cred.Env(), Secrets: cred.Secrets()},
+		Dir:         stack,
+		Vars:        map[string]string{"env": "three"},
+		Backend:     terraform.BackendHTTP,
+	})
+	require.Error(t, err, "the syncer's state server read state in a namespace it does not serve")
 }
