@@ -278,7 +278,7 @@ func TestChart_valueVariantsRenderAndPass(t *testing.T) {
 			},
 		},
 		{
-			name:   "a terraform kubeconfig is mounted, and the syncer's cluster-wide rules still hold neither Secrets nor Leases",
+			name:   "a terraform kubeconfig is mounted, and the syncer then takes no state locks itself",
 			values: "syncer: {terraform: {kubeconfigSecret: tf-state-access}}\n",
 			check: func(t *testing.T, r *rendered) {
 				d := find[*appsv1.Deployment](t, r, "sluice-syncer")
@@ -287,6 +287,9 @@ func TestChart_valueVariantsRenderAndPass(t *testing.T) {
 				for _, rule := range find[*rbacv1.ClusterRole](t, r, "sluice-syncer").Rules {
 					assert.NotContains(t, rule.Resources, "leases")
 					assert.NotContains(t, rule.Resources, "secrets")
+				}
+				for _, rule := range find[*rbacv1.ClusterRole](t, r, "sluice-syncer-namespace").Rules {
+					assert.NotContains(t, rule.Resources, "leases", "the state server locks with the kubeconfig's identity")
 				}
 			},
 		},
