@@ -362,6 +362,10 @@ func TestChart_schemaRejectsBadValues(t *testing.T) {
 		{"an unknown commit status provider", "syncer: {statusProvider: {name: bitbucket}}\n"},
 		{"an artifact URL with credentials", "syncer: {artifactBaseURL: 'http://user:pw@host/'}\n"},
 		{"admission switched by a string", "admission: {enabled: 'no'}\n"},
+		{"runner egress that is not a list of rules", "runner: {egress: {cidr: 0.0.0.0/0}}\n"},
+		{"a state port out of range", "syncer: {ports: {state: 70000}}\n"},
+		{"an unknown tokens key", "tokens: {runnerToken: hunter2}\n"},
+		{"an API server CIDR that is not one", "networkPolicy: {apiServer: {cidrs: [kubernetes.default]}}\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
