@@ -16,18 +16,20 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook/install"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	"github.com/sluice-gitops/sluice/operator/api/version"
 )
 
 func main() {
+	// A Terraform run re-executes this binary as its sandboxed child.
+	runner.MaybeRunChild()
 	var (
-		opts         syncer.Options
-		showVersion  bool
-		namespaces   string
-		tfPath       string
-		tfKubeconfig string
-		kubeVersion  string
+		opts        syncer.Options
+		showVersion bool
+		namespaces  string
+		tfFlags     validation.Flags
+		kubeVersion string
 	)
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (\"0\" turns it off).")
@@ -42,8 +44,7 @@ func main() {
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's).")
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to watch (default: all).")
 	flag.IntVar(&opts.Concurrency, "concurrency", 4, "Repositories synced at once.")
-	flag.StringVar(&tfPath, "terraform-path", "", "The terraform binary (default: terraform in PATH).")
-	flag.StringVar(&tfKubeconfig, "terraform-kubeconfig", "", "Kubeconfig terraform uses for its state in the control namespace (default: in-cluster).")
+	tfFlags.Bind(flag.CommandLine)
 	flag.StringVar(&kubeVersion, "kube-version", "", "Kubernetes version charts are rendered for.")
 	var hooks install.Options
 	hooks.BindFlags(flag.CommandLine)
@@ -63,17 +64,6 @@ func main() {
 	if artifactTokenFile != "" {
 		opts.ArtifactToken = artifact.TokenFile(artifactTokenFile)
 	}
-	tfEnv := map[string]string{"KUBE_CONFIG_PATH": tfKubeconfig}
-	if tfKubeconfig == "" {
-		// Terraform's kubernetes backend then uses the pod's ServiceAccount;
-		// a kubeconfig limited to the state Secrets is the better choice.
-		logger.Info("No --terraform-kubeconfig: terraform reaches its state with the in-cluster ServiceAccount")
-		tfEnv = map[string]string{
-			"KUBE_IN_CLUSTER_CONFIG":  "true",
-			"KUBERNETES_SERVICE_HOST": os.Getenv("KUBERNETES_SERVICE_HOST"),
-			"KUBERNETES_SERVICE_PORT": os.Getenv("KUBERNETES_SERVICE_PORT"),
-		}
-	}
 	ctx := ctrl.SetupSignalHandler()
 	// Trace ids always; spans leave the process only when an OTLP endpoint
 	// is configured (OTEL_EXPORTER_OTLP_ENDPOINT).
@@ -83,13 +73,14 @@ func main() {
 		os.Exit(1)
 	}
 	defer func() { _ = stopTracing(context.WithoutCancel(ctx)) }()
-	v, err := validation.NewLibrary(ctx, validation.LibraryOptions{TerraformPath: tfPath, TerraformEnv: tfEnv, KubeVersion: kubeVersion})
+	cfg := ctrl.GetConfigOrDie()
+	v, err := tfFlags.Library(ctx, cfg, kubeVersion, ctrl.Log.WithName("terraform"))
 	if err != nil {
 		logger.Error(err, "Loading the validator failed")
 		os.Exit(1)
 	}
 	opts.Validator = v
-	s, err := syncer.New(ctrl.GetConfigOrDie(), opts)
+	s, err := syncer.New(cfg, opts)
 	if err != nil {
 		logger.Error(err, "Setting up the syncer failed")
 		os.Exit(1)

@@ -14,40 +14,61 @@ import (
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/validate"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Library is the Validator backed by the infra-validator library: Helm
 // render and checks, and a Terraform plan against the release's state in
-// the control namespace (Terraform's kubernetes backend, secret_suffix =
-// the release; DESIGN.md §5).
+// the control namespace (the kubernetes backend's Secret, secret_suffix =
+// the release, reached through the state server with a plan-only
+// credential for that one state; DESIGN.md §5), run in a terraform
+// runner that holds nothing of the syncer.
 type Library struct {
-	V *validate.Validator
+	V     *validate.Validator
+	state StateGranter
+}
+
+// StateGranter hands out run credentials for one release's state
+// (*tfstate.Server).
+type StateGranter interface {
+	Grant(g tfstate.Grant) (tfstate.Credential, error)
 }
 
 // LibraryOptions configure NewLibrary.
 type LibraryOptions struct {
 	// TerraformPath is the terraform binary ("" looks it up in PATH).
 	TerraformPath string
-	// TerraformEnv reaches the terraform child, e.g. KUBE_CONFIG_PATH for
-	// the kubernetes state backend. Nothing else of the syncer's
-	// environment (and never its ServiceAccount token) is passed on.
+	// TerraformEnv reaches terraform in its runner (provider settings the
+	// syncer was configured to pass); its values are redacted from every
+	// finding and message. Nothing else of the syncer's environment, and
+	// never its ServiceAccount token, is passed on.
 	TerraformEnv map[string]string
+	// Runner runs terraform (runner.Local or runner.Remote). Required
+	// with State.
+	Runner terraform.Runner
+	// State grants each plan a ModePlan credential for its release's
+	// state. nil plans statelessly (every resource new), for setups
+	// without Terraform state such as Helm-only tests.
+	State StateGranter
 	// KubeVersion is the Kubernetes version charts are rendered for.
 	KubeVersion string
 }
 
 // NewLibrary compiles the default policies once and returns the Validator.
 func NewLibrary(ctx context.Context, opts LibraryOptions) (*Library, error) {
+	if opts.State != nil && opts.Runner == nil {
+		return nil, errors.New("load validator: a state server needs a terraform runner")
+	}
 	v, err := validate.New(ctx, validate.Options{
-		Terraform: terraform.ExecOptions{ExecPath: opts.TerraformPath, Env: opts.TerraformEnv},
+		Terraform: terraform.ExecOptions{ExecPath: opts.TerraformPath, Env: opts.TerraformEnv, Runner: opts.Runner},
 		Helm:      validate.HelmOptions{KubeVersion: opts.KubeVersion},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load validator: %w", err)
 	}
-	return &Library{V: v}, nil
+	return &Library{V: v, state: opts.State}, nil
 }
 
 // Validate implements Validator. A manifest the library refuses (a values
@@ -58,14 +79,24 @@ func NewLibrary(ctx context.Context, opts LibraryOptions) (*Library, error) {
 // error, so the sync is retried.
 func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 	previous, prevErr := l.previousManifest(ctx, req)
-	res, err := l.V.CheckService(ctx, validate.ServiceRequest{
+	sreq := validate.ServiceRequest{
 		RepoRoot:         req.RepoRoot,
 		ServiceDir:       req.Service.Dir,
 		Environment:      req.Environment,
 		PreviousManifest: previous,
-		Backend:          terraform.BackendKubernetes,
-		Kubernetes:       &terraform.KubernetesBackend{Namespace: req.ControlNamespace, SecretSuffix: req.Release},
-	})
+	}
+	if l.state != nil && req.Service.TerraformDir() != "" {
+		workspace := ""
+		if env, ok := req.Service.Environment(req.Environment); ok && env.Terraform != nil {
+			workspace = env.Terraform.Workspace
+		}
+		cred, err := l.state.Grant(tfstate.Grant{Namespace: req.ControlNamespace, Release: req.Release, Workspace: workspace, Mode: tfstate.ModePlan})
+		if err != nil {
+			return rejected([]sluicev1.Finding{{Severity: sluicev1.SeverityDeny, Source: "terraform", Policy: "terraform.state", Message: "no state credential: " + err.Error()}}), nil
+		}
+		sreq.Backend, sreq.Env = terraform.BackendHTTP, cred.Env()
+	}
+	res, err := l.V.CheckService(ctx, sreq)
 	var merr *manifest.Error
 	var tfErr *terraform.RunError
 	switch {
