@@ -68,8 +68,10 @@
 //
 // # RBAC
 //
-// The process running a Server (syncer and operator) needs, in each control
-// namespace it serves state from: secrets get, create, update, and
-// coordination.k8s.io leases get, create, update. It needs no list, watch
-// or delete. The runners need no RBAC at all.
+// The process running a Server needs, in each control namespace it serves
+// state from: coordination.k8s.io leases get, create, update (every mode
+// locks), and secrets get, plus create and update where it grants apply
+// credentials (the operator; the syncer grants plan credentials only and
+// never writes a state Secret). It needs no list, watch or delete. The
+// runners need no RBAC at all.
 package tfstate

@@ -256,12 +256,8 @@ func readLockInfo(w http.ResponseWriter, r *http.Request) (lockInfo, error) {
 		return lockInfo{}, err
 	}
 	var info lockInfo
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&info); err != nil {
+	if err := decodeOne(body, &info, false); err != nil {
 		return lockInfo{}, refuse(http.StatusBadRequest, "the body is not Terraform lock info JSON: %v", err)
-	}
-	if dec.More() {
-		return lockInfo{}, refuse(http.StatusBadRequest, "the body holds more than one JSON value")
 	}
 	if info.ID == "" || len(info.ID) > 256 {
 		return lockInfo{}, refuse(http.StatusBadRequest, "the lock info needs an ID of 1 to 256 characters")
@@ -288,4 +284,20 @@ func parseStateHeader(body []byte) (stateHeader, error) {
 		return h, errors.New(`"lineage" is missing`)
 	}
 	return h, nil
+}
+
+// decodeOne decodes body, which must hold exactly one JSON value, into v.
+// strict refuses fields v does not have.
+func decodeOne(body []byte, v any, strict bool) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("more than one JSON value")
+	}
+	return nil
 }

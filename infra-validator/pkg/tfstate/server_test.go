@@ -384,11 +384,13 @@ func TestServer_kubernetesBackendAndHTTPBackendLocksExcludeEachOther(t *testing.
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	sc := bufio.NewScanner(stdout)
+	var seen []string
 	for sc.Scan() && !strings.Contains(sc.Text(), "Only 'yes' will be accepted") {
+		seen = append(seen, sc.Text())
 	}
 	lease, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "lock-tfstate-default-web", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
-		t.Fatalf("the kubernetes backend holds no lock while it asks: %v %+v", err, lease)
+		t.Fatalf("the kubernetes backend holds no lock while it asks: %v %+v\n%s", err, lease, strings.Join(seen, "\n"))
 	}
 	kID := *lease.Spec.HolderIdentity
 	other := s.grant(t, g)
@@ -444,7 +446,7 @@ func TestServer_refusesBadInputAndLosesNothing(t *testing.T) {
 		{"a write with another lock ID", http.MethodPost, cred.Address + "?ID=M", state(before.Serial+1, before.Lineage, 0), http.StatusConflict, "not held"},
 		{"malformed lock JSON", "LOCK", cred.LockAddress, []byte(`{"ID":`), http.StatusBadRequest, "lock info"},
 		{"lock JSON without an ID", "LOCK", cred.LockAddress, []byte(`{"Who":"me"}`), http.StatusBadRequest, "ID"},
-		{"two lock JSON values", "UNLOCK", cred.UnlockAddress, []byte(`{"ID":"L"}{"ID":"L"}`), http.StatusBadRequest, "more than one"},
+		{"two lock JSON values", "UNLOCK", cred.UnlockAddress, []byte(`{"ID":"L"}}`), http.StatusBadRequest, "more than one"},
 		{"a lock body above its cap", "LOCK", cred.LockAddress, []byte(`{"ID":"L","Info":"` + strings.Repeat("x", 70<<10) + `"}`), http.StatusRequestEntityTooLarge, "limit"},
 		{"DELETE", http.MethodDelete, cred.Address, nil, http.StatusMethodNotAllowed, "DELETE"},
 		{"PUT", http.MethodPut, cred.Address, state(before.Serial+1, before.Lineage, 0), http.StatusMethodNotAllowed, "PUT"},

@@ -1,7 +1,6 @@
 package tfstate
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -76,9 +75,7 @@ func parseToken(key []byte, tok string, now time.Time) (claims, error) {
 		return claims{}, fmt.Errorf("%w: claims: %v", errBadToken, err)
 	}
 	var c claims
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil || dec.More() {
+	if err := decodeOne(body, &c, true); err != nil {
 		return claims{}, fmt.Errorf("%w: claims are not one JSON object", errBadToken)
 	}
 	if c.Mode != ModePlan && c.Mode != ModeApply {
