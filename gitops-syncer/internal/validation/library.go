@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -90,7 +91,9 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 		if env, ok := req.Service.Environment(req.Environment); ok && env.Terraform != nil {
 			workspace = env.Terraform.Workspace
 		}
-		cred, err := l.state.Grant(tfstate.Grant{Namespace: req.ControlNamespace, Release: req.Release, Workspace: workspace, Mode: tfstate.ModePlan})
+		// The credential (and a lock its run may leave behind) lives as
+		// long as the run may.
+		cred, err := l.state.Grant(tfstate.Grant{Namespace: req.ControlNamespace, Release: req.Release, Workspace: workspace, Mode: tfstate.ModePlan, TTL: terraform.DefaultTimeout + 5*time.Minute})
 		if err != nil {
 			return rejected([]sluicev1.Finding{{Severity: sluicev1.SeverityDeny, Source: "terraform", Policy: "terraform.state", Message: "no state credential: " + err.Error()}}), nil
 		}
