@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/api/version"
@@ -27,6 +28,8 @@ import (
 )
 
 func main() {
+	// A Terraform run re-executes this binary as its sandboxed child.
+	runner.MaybeRunChild()
 	var (
 		o            controller.ManagerOptions
 		namespaces   string
@@ -113,7 +116,8 @@ func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helm
 		}
 	}
 	// Terraform goes in front of whichever applier each delivery has.
-	if err := tfFlags.Register(o.Appliers, cfg, helmFlags.ArtifactBaseURL, ctrl.Log.WithName("terraform")); err != nil {
+	tfFlags.ArtifactTokenFile = helmFlags.ArtifactTokenFile
+	if err := tfFlags.Register(ctx, o.Appliers, cfg, helmFlags.ArtifactBaseURL, ctrl.Log.WithName("terraform")); err != nil {
 		return err
 	}
 

@@ -1,8 +1,8 @@
 // Package terraform applies the approved Terraform plan file of a change
 // (DESIGN.md §5): never a fresh plan, always the very file whose sha256 was
 // approved, against the state the syncer planned with (Terraform's
-// kubernetes backend: Secrets in the control namespace, suffix = the
-// Release).
+// state server serves the kubernetes backend's Secrets in the control
+// namespace, suffix = the Release, through Terraform's http backend).
 //
 // One Apply runs these steps, and stops at the first that fails:
 //
@@ -14,9 +14,19 @@
 //     are read from the control namespace;
 //  4. the artifact is downloaded, verified (archive, content and approval
 //     digests) and extracted;
-//  5. terraform init with the plan's backend, then terraform apply of the
+//  5. a run credential for the release's state (package tfstate,
+//     ModeApply: this one state, read, lock and write, for one hour) is
+//     granted;
+//  6. terraform init with the http backend, then terraform apply of the
 //     plan file after its sha256 is checked (infra-validator's
-//     terraform.Apply), with a kubeconfig holding only the token.
+//     terraform.Apply), in a runner (package runner) that holds the run
+//     credential and the configured provider settings, and nothing of the
+//     operator or the ServiceAccount.
+//
+// A runner lost mid-apply (killed, restarted) may have applied the plan:
+// the retry only looks (a plan of the approved configuration, without
+// the lock) and the change ends Applied (in place) or StalePlan, so a
+// plan is never applied twice by this process.
 //
 // A plan the state has moved past applies nothing: when a fresh look (a
 // plan of the approved configuration with the plan's variables) finds
@@ -47,11 +57,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
@@ -60,9 +69,15 @@ import (
 // Name is the applier's name in messages.
 const Name = "terraform"
 
-// DefaultTokenTTL is how long the ServiceAccount token given to terraform
-// is valid (the API server's minimum is 10 minutes).
+// DefaultTokenTTL is how long the ServiceAccount token the plan Secrets
+// are read with is valid (the API server's minimum is 10 minutes).
 const DefaultTokenTTL = time.Hour
+
+// StateGranter hands out run credentials for one release's state
+// (*tfstate.Server).
+type StateGranter interface {
+	Grant(g tfstate.Grant) (tfstate.Credential, error)
+}
 
 // Options configure the Terraform applier.
 type Options struct {
@@ -72,16 +87,20 @@ type Options struct {
 	Config *rest.Config
 	// Fetcher downloads and verifies artifacts.
 	Fetcher *artifact.Fetcher
-	// ExecPath is the terraform binary; "" looks up "terraform" in PATH.
-	ExecPath string
-	// Env is added to terraform's environment (cloud credentials, provider
-	// mirror settings). KUBE_CONFIG_PATH is the applier's own.
+	// Runner runs terraform (a runner.Local child or a runner.Remote).
+	Runner tf.Runner
+	// State grants the run credential of each apply.
+	State StateGranter
+	// Env is added to terraform's environment in the runner (cloud
+	// credentials, provider mirror settings), and redacted from every
+	// message. TF_HTTP_* are the run credential's.
 	Env map[string]string
 	// Timeout bounds one terraform apply; zero means the validator's
 	// terraform.DefaultTimeout.
 	Timeout time.Duration
-	// TokenTTL is the lifetime of the token terraform gets; zero means
-	// DefaultTokenTTL.
+	// TokenTTL is the lifetime of the ServiceAccount token the plan is read
+	// with; zero means DefaultTokenTTL. The run credential lives Timeout
+	// plus 5 minutes.
 	TokenTTL time.Duration
 	// Log receives progress at V(1).
 	Log logr.Logger
@@ -96,6 +115,9 @@ type Applier struct {
 	// a later step failed does not plan again; terraform itself would refuse
 	// the spent plan, and the in-place check would find it applied.
 	applied sync.Map
+	// interrupted remembers the plans whose runner was lost mid-apply:
+	// they may have been applied, so a retry only looks.
+	interrupted sync.Map
 }
 
 var _ applier.Applier = (*Applier)(nil)
@@ -108,6 +130,12 @@ func New(opts Options) (*Applier, error) {
 	if opts.Fetcher == nil {
 		return nil, errors.New("terraform applier: no artifact fetcher")
 	}
+	if opts.Runner == nil {
+		return nil, errors.New("terraform applier: no terraform runner")
+	}
+	if opts.State == nil {
+		return nil, errors.New("terraform applier: no state server")
+	}
 	if opts.TokenTTL == 0 {
 		opts.TokenTTL = DefaultTokenTTL
 	}
@@ -115,8 +143,8 @@ func New(opts Options) (*Applier, error) {
 		return nil, fmt.Errorf("terraform applier: token lifetime %s is below the API server's minimum of 10m", opts.TokenTTL)
 	}
 	for k := range opts.Env {
-		if k == "KUBE_CONFIG_PATH" {
-			return nil, errors.New("terraform applier: KUBE_CONFIG_PATH is set by the applier (a token of the Repository's ServiceAccount)")
+		if strings.HasPrefix(k, "TF_HTTP_") {
+			return nil, fmt.Errorf("terraform applier: %s is the run credential's, set by the applier", k)
 		}
 	}
 	cs, err := kubernetes.NewForConfig(opts.Config)
@@ -177,35 +205,52 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		return applier.Result{}, err
 	}
 
-	tmp, err := os.MkdirTemp("", "sluice-tf-apply-")
-	if err != nil {
-		return applier.Result{}, fmt.Errorf("terraform applier: %w", err)
+	// The credential (and a lock its run leaves behind, should the runner
+	// die) lives as long as the run may.
+	ttl := a.opts.Timeout
+	if ttl == 0 {
+		ttl = tf.DefaultTimeout
 	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	kubeconfig := filepath.Join(tmp, "kubeconfig")
-	if err := writeKubeconfig(asSA, cr.Namespace, kubeconfig); err != nil {
-		return applier.Result{}, err
+	cred, err := a.opts.State.Grant(tfstate.Grant{
+		Namespace: cr.Namespace, Release: rel.Name, Workspace: rel.Spec.Terraform.Workspace, Mode: tfstate.ModeApply, TTL: ttl + 5*time.Minute,
+	})
+	if err != nil {
+		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "no state credential for release %s: %v", rel.Name, err)
 	}
 	env := map[string]string{}
 	for k, v := range a.opts.Env {
 		env[k] = v
 	}
-	env["KUBE_CONFIG_PATH"] = kubeconfig
+	for k, v := range cred.Env() {
+		env[k] = v
+	}
 
-	log.V(1).Info("Applying the approved plan file", "planFileSHA256", cr.Spec.PlanFileSHA256)
+	_, lookOnly := a.interrupted.Load(key)
+	log.V(1).Info("Applying the approved plan file", "planFileSHA256", cr.Spec.PlanFileSHA256, "lookOnly", lookOnly)
 	start := time.Now()
 	res, err := tf.Apply(ctx, tf.ApplyOptions{
-		ExecOptions:    tf.ExecOptions{ExecPath: a.opts.ExecPath, Env: env, Timeout: a.opts.Timeout},
+		ExecOptions:    tf.ExecOptions{Runner: a.opts.Runner, Env: env, Secrets: cred.Secrets(), Timeout: a.opts.Timeout},
+		Root:           content.Dir,
 		Dir:            dir,
 		PlanFile:       plan,
 		PlanFileSHA256: string(cr.Spec.PlanFileSHA256),
 		Workspace:      rel.Spec.Terraform.Workspace,
-		Backend:        tf.BackendKubernetes,
-		Kubernetes:     &tf.KubernetesBackend{Namespace: cr.Namespace, SecretSuffix: rel.Name},
+		Backend:        tf.BackendHTTP,
+		LookOnly:       lookOnly,
 	})
-	if err != nil {
-		return applier.Result{}, explain(err, repo.Namespace+":"+sa)
+	if errors.Is(err, tf.ErrRunnerLost) {
+		// The runner may have applied the plan before it went: from now
+		// on, only look.
+		a.interrupted.Store(key, struct{}{})
+		return applier.Result{}, fmt.Errorf("terraform apply: %w", err)
 	}
+	if err != nil {
+		if errors.Is(err, tf.ErrStalePlan) || isPermanent(err) {
+			a.interrupted.Delete(key)
+		}
+		return applier.Result{}, explain(err)
+	}
+	a.interrupted.Delete(key)
 	a.applied.Store(key, struct{}{})
 	if res.InPlace {
 		log.V(1).Info("The approved configuration is already in place", "duration", time.Since(start).Round(time.Millisecond).String())
@@ -217,7 +262,16 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 
 // Forget drops what Apply remembers of cr, once the change's outcome no
 // longer depends on it.
-func (a *Applier) Forget(cr *sluicev1.ChangeRequest) { a.applied.Delete(appliedKey(cr)) }
+func (a *Applier) Forget(cr *sluicev1.ChangeRequest) {
+	a.applied.Delete(appliedKey(cr))
+	a.interrupted.Delete(appliedKey(cr))
+}
+
+// isPermanent reports whether explain makes err a failure of the change.
+func isPermanent(err error) bool {
+	_, permanent := applier.AsFailure(explain(err))
+	return permanent
+}
 
 func appliedKey(cr *sluicev1.ChangeRequest) string {
 	return string(cr.UID) + "/" + string(cr.Spec.PlanFileSHA256)
@@ -279,34 +333,9 @@ func stackDir(root, dir string) (string, error) {
 	return p, nil
 }
 
-// writeKubeconfig writes a kubeconfig for cfg (server, CA, bearer token)
-// with namespace as the default, readable by this user only.
-func writeKubeconfig(cfg *rest.Config, namespace, path string) error {
-	ca := cfg.CAData
-	if len(ca) == 0 && cfg.CAFile != "" {
-		b, err := os.ReadFile(cfg.CAFile)
-		if err != nil {
-			return fmt.Errorf("terraform applier: read the API server's CA: %w", err)
-		}
-		ca = b
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["sluice"] = &clientcmdapi.Cluster{
-		Server: cfg.Host, CertificateAuthorityData: ca, TLSServerName: cfg.ServerName, InsecureSkipTLSVerify: cfg.Insecure,
-	}
-	kc.AuthInfos["sluice"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["sluice"] = &clientcmdapi.Context{Cluster: "sluice", AuthInfo: "sluice", Namespace: namespace}
-	kc.CurrentContext = "sluice"
-	b, err := clientcmd.Write(*kc)
-	if err != nil {
-		return fmt.Errorf("terraform applier: kubeconfig: %w", err)
-	}
-	return os.WriteFile(path, b, 0o600)
-}
-
 // explain turns a terraform.Apply error into an applier error: permanent
 // when retrying cannot help, returned as is (retried) otherwise.
-func explain(err error, who string) error {
+func explain(err error) error {
 	var runErr *tf.RunError
 	switch {
 	case errors.Is(err, tf.ErrStalePlan):
@@ -316,11 +345,11 @@ func explain(err error, who string) error {
 	case errors.Is(err, tf.ErrPlanFileMismatch):
 		return &applier.Failure{Reason: sluicev1.ReasonDigestMismatch, Message: "the stored plan file is not the approved one", Err: err}
 	case errors.As(err, &runErr) && runErr.Kind == tf.ErrorConfiguration:
-		return &applier.Failure{Reason: sluicev1.ReasonApplyFailed, Message: "terraform " + runErr.Step + " failed (as " + who + ")", Err: err}
+		return &applier.Failure{Reason: sluicev1.ReasonApplyFailed, Message: "terraform " + runErr.Step + " failed", Err: err}
 	case errors.As(err, &runErr) && runErr.Step == "apply" && !lockOnly(runErr):
 		// Resources may be half-created: the plan is spent either way,
 		// a retry could only find it stale.
-		return &applier.Failure{Reason: sluicev1.ReasonApplyFailed, Message: "terraform apply failed part-way; the state holds what was done, and a re-plan shows the rest (as " + who + ")", Err: err}
+		return &applier.Failure{Reason: sluicev1.ReasonApplyFailed, Message: "terraform apply failed part-way; the state holds what was done, and a re-plan shows the rest", Err: err}
 	case errors.As(err, &runErr):
 		return err // the backend or the network: retried
 	default:
