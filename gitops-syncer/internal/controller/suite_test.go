@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,10 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +29,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -40,11 +45,34 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// Terraform runs re-execute this test binary as their sandboxed child.
+	runner.MaybeRunChild()
 	os.Exit(run(m))
 }
 
+// logs holds every log line of the syncers the tests start.
+var logs syncBuffer
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 func run(m *testing.M) int {
-	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	ctrl.SetLogger(zap.New(zap.WriteTo(&logs), zap.Level(zapcore.Level(-1))))
 	var err error
 	env, err = testenv.Start(testenv.Options{})
 	if err != nil {
@@ -59,34 +87,21 @@ func run(m *testing.M) int {
 	chartDir = filepath.Join(root, "charts", "service")
 	servicesDir = filepath.Join(root, "services")
 
-	// Terraform reaches the API server through a kubeconfig in its child
-	// environment only.
-	kubeconfig, err := writeKubeconfig()
+	// Terraform runs in a sandboxed child and reaches its release's state
+	// only through the state server, with a plan-only credential.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	state, err := validation.ServeState(ctx, env.Config, "127.0.0.1:0", "", logr.Discard())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.Remove(kubeconfig)
-	validator, err = validation.NewLibrary(context.Background(), validation.LibraryOptions{TerraformEnv: map[string]string{"KUBE_CONFIG_PATH": kubeconfig}})
+	validator, err = validation.NewLibrary(ctx, validation.LibraryOptions{Runner: &runner.Local{}, State: state})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
-}
-
-// writeKubeconfig writes a kubeconfig for an envtest admin user.
-func writeKubeconfig() (string, error) {
-	cfg, err := env.AddUser("terraform", "system:masters")
-	if err != nil {
-		return "", err
-	}
-	f, err := os.CreateTemp("", "syncer-kubeconfig-*")
-	if err != nil {
-		return "", err
-	}
-	f.Close()
-	return f.Name(), testenv.WriteKubeconfig(cfg, f.Name(), "")
 }
 
 // newNamespace creates a control namespace for one test.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -13,11 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -109,16 +112,12 @@ func TestSync_anUnreachableStateBackendIsRetried(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close()) // nothing answers there
-	const token = "unreachable-token-0123456789"
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://%s", insecure-skip-tls-verify: true}}]
-users: [{name: u, user: {token: %q}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`, addr, token)), 0o600))
-	lib, err := validation.NewLibrary(context.Background(), validation.LibraryOptions{TerraformEnv: map[string]string{"KUBE_CONFIG_PATH": kubeconfig}})
+	cs, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	srv, err := tfstate.NewServer(cs, tfstate.Options{BaseURL: "http://" + addr})
+	require.NoError(t, err)
+	granted := &recordingGranter{Server: srv}
+	lib, err := validation.NewLibrary(context.Background(), validation.LibraryOptions{Runner: &runner.Local{}, State: granted})
 	require.NoError(t, err)
 	unreachable := &countingValidator{Validator: lib}
 
@@ -129,7 +128,7 @@ current-context: c
 	t.Log(ready.Message)
 	assert.Contains(t, ready.Message, "stack-staging")
 	assert.Contains(t, ready.Message, "connection refused")
-	assert.NotContains(t, ready.Message, token)
+	assert.NotContains(t, ready.Message, granted.password())
 
 	got := &sluicev1.Repository{}
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(repo), got))
@@ -144,11 +143,35 @@ current-context: c
 	assert.Equal(t, metav1.ConditionFalse, synced.Status)
 	assert.Equal(t, sluicev1.ReasonSyncFailed, synced.Reason)
 	assert.Contains(t, synced.Message, "connection refused")
-	assert.NotContains(t, synced.Message, token)
+	assert.NotContains(t, synced.Message, granted.password())
 	assert.Empty(t, changeRequests(t, ns), "nothing is rejected for a failing back end")
 	// It is retried with backoff, and never becomes a ChangeRequest.
 	require.Eventually(t, func() bool { return unreachable.calls.Load() >= 3 }, timeout, tick, "validation is retried")
 	assert.Empty(t, changeRequests(t, ns))
+}
+
+// recordingGranter remembers the last run credential it granted.
+type recordingGranter struct {
+	*tfstate.Server
+	mu   sync.Mutex
+	last string
+}
+
+func (g *recordingGranter) Grant(gr tfstate.Grant) (tfstate.Credential, error) {
+	c, err := g.Server.Grant(gr)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.last = c.Password
+	return c, err
+}
+
+func (g *recordingGranter) password() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.last == "" {
+		return "no credential was granted"
+	}
+	return g.last
 }
 
 // countingValidator counts the validations of the real validator it wraps.

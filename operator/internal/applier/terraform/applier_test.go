@@ -23,9 +23,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
@@ -37,10 +40,12 @@ import (
 var (
 	env     *testenv.Env
 	server  *artifacttest.Server
+	state   *tfstate.Server
 	counter atomic.Int32
 )
 
 func TestMain(m *testing.M) {
+	runner.MaybeRunChild()
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -60,6 +65,23 @@ func run(m *testing.M) (int, error) {
 	defer func() { _ = env.Stop() }()
 	server = artifacttest.NewServer()
 	defer server.Close()
+	// The state server every run reaches its release's state through,
+	// with the operator's (here: the admin's) connection.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		return 0, err
+	}
+	h := &runner.Handler{}
+	addr, err := runner.Serve(ctx, "127.0.0.1:0", h)
+	if err != nil {
+		return 0, err
+	}
+	if state, err = tfstate.NewServer(cs, tfstate.Options{BaseURL: runner.BaseURL("", addr)}); err != nil {
+		return 0, err
+	}
+	h.Set(state.Handler())
 	return m.Run(), nil
 }
 
@@ -87,7 +109,6 @@ type fixture struct {
 	repo    *sluicev1.Repository
 	release *sluicev1.Release
 	applier *Applier
-	kubecfg string // admin kubeconfig, for planning as the syncer does
 }
 
 type fixtureOptions struct {
@@ -127,30 +148,35 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 			Terraform: &sluicev1.TerraformSource{Dir: "services/db/terraform", Vars: map[string]string{"size": "small"}},
 		},
 	}
-	f.applier = newApplier(t)
-	f.kubecfg = filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, testenv.WriteKubeconfig(env.Config, f.kubecfg, f.ctl))
+	f.applier = newApplier(t, &runner.Local{})
 	return f
 }
 
-func newApplier(t *testing.T) *Applier {
+func newApplier(t *testing.T, run tf.Runner) *Applier {
 	t.Helper()
 	fetcher, err := artifact.NewFetcher(server.BaseURL())
 	require.NoError(t, err)
 	fetcher.TempDir = t.TempDir()
-	a, err := New(Options{Config: env.Config, Fetcher: fetcher, Log: logr.Discard()})
+	a, err := New(Options{Config: env.Config, Fetcher: fetcher, Runner: run, State: state, Log: logr.Discard()})
 	require.NoError(t, err)
 	return a
 }
 
-// change plans the stack with size, as the syncer does (kubernetes backend
-// in the control namespace, suffix = the release), stores the plan file in
-// the change's plan Secret, serves the artifact and returns the change.
+// change plans the stack with size, as the syncer does (through a runner,
+// with a plan-only credential for the release's state), stores the plan
+// file in the change's plan Secret, serves the artifact and returns the
+// change.
 func (f *fixture) change(size string) *sluicev1.ChangeRequest {
+	f.t.Helper()
+	return f.changeOf(stackTF, size)
+}
+
+// changeOf is change for a stack of its own.
+func (f *fixture) changeOf(mainTF, size string) *sluicev1.ChangeRequest {
 	f.t.Helper()
 	files := map[string][]byte{
 		"services/db/service.yaml":      []byte("name: db\n"),
-		"services/db/terraform/main.tf": []byte(stackTF),
+		"services/db/terraform/main.tf": []byte(mainTF),
 	}
 	dir := f.t.TempDir()
 	for n, b := range files {
@@ -158,12 +184,14 @@ func (f *fixture) change(size string) *sluicev1.ChangeRequest {
 		require.NoError(f.t, os.MkdirAll(filepath.Dir(p), 0o755))
 		require.NoError(f.t, os.WriteFile(p, b, 0o644))
 	}
+	cred, err := state.Grant(tfstate.Grant{Namespace: f.ctl, Release: f.release.Name, Mode: tfstate.ModePlan})
+	require.NoError(f.t, err)
 	res, err := tf.Plan(context.Background(), tf.PlanOptions{
-		ExecOptions: tf.ExecOptions{Env: map[string]string{"KUBE_CONFIG_PATH": f.kubecfg}},
+		ExecOptions: tf.ExecOptions{Runner: &runner.Local{}, Env: cred.Env()},
+		Root:        dir,
 		Dir:         filepath.Join(dir, "services/db/terraform"),
 		Vars:        map[string]string{"size": size},
-		Backend:     tf.BackendKubernetes,
-		Kubernetes:  &tf.KubernetesBackend{Namespace: f.ctl, SecretSuffix: f.release.Name},
+		Backend:     tf.BackendHTTP,
 	})
 	require.NoError(f.t, err)
 
@@ -256,7 +284,7 @@ func TestApply_appliesTheApprovedPlanFileAsTheServiceAccount(t *testing.T) {
 	// stopped by terraform itself: the plan is stale now. The state already
 	// holds the approved configuration, so the change counts as applied,
 	// and nothing is applied twice.
-	res, err = newApplier(t).Apply(ctx, f.request(first))
+	res, err = newApplier(t, &runner.Local{}).Apply(ctx, f.request(first))
 	require.NoError(t, err)
 	require.Contains(t, res.Message, "already in place")
 	require.Equal(t, "db-small", f.stateOutput())
@@ -310,19 +338,6 @@ func TestApply_aServiceAccountWithoutRightsFailsWithAReadableReason(t *testing.T
 	_, err = f.applier.Apply(context.Background(), f.request(cr))
 	fail = appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 	require.Contains(t, fail.Message, "ServiceAccount "+f.ctl+"/nobody does not exist")
-}
-
-// TestApply_terraformHasTheServiceAccountsRightsOnly: the ServiceAccount
-// may read Secrets but not write them, and terraform, which writes the
-// state as a Secret, is refused: it never runs with the operator's rights.
-func TestApply_terraformHasTheServiceAccountsRightsOnly(t *testing.T) {
-	f := newFixture(t, fixtureOptions{secretVerbs: []string{"get", "list", "watch"}})
-	cr := f.change("small")
-	_, err := f.applier.Apply(context.Background(), f.request(cr))
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "forbidden")
-	require.Contains(t, err.Error(), f.ctl+":deployer")
-	require.Empty(t, f.stateOutput(), "no state was written")
 }
 
 func TestApply_refusesAChangeItCannotCheck(t *testing.T) {

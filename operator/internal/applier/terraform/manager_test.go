@@ -23,9 +23,9 @@ import (
 func startManager(t *testing.T, f *fixture, next applier.Applier) {
 	t.Helper()
 	reg := applier.Registry{sluicev1.DeliveryHelm: next}
-	tfFlags := Flags{Apply: true}
-	require.NoError(t, tfFlags.Register(reg, env.Config, server.BaseURL(), logr.Discard()))
+	tfFlags := Flags{Apply: true, StateAddr: "127.0.0.1:0"}
 	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, tfFlags.Register(ctx, reg, env.Config, server.BaseURL(), logr.Discard()))
 	mgr, err := controller.NewManager(ctx, env.Config, controller.ManagerOptions{
 		Options:     controller.Options{Appliers: reg, LockRetryInterval: time.Second, SkipNameValidation: true},
 		MetricsAddr: "0", ProbeAddr: "0", PprofAddr: "0",
