@@ -126,8 +126,10 @@ subjects: [{kind: User, name: alice}]
 YAML
 cat >>"$demo/setup.yaml" <<YAML
 ---
-# The Terraform applier runs terraform as infra-deployer: the plan Secrets,
-# the state (Secrets) and its lock (Leases) live in the control namespace.
+# Terraform runs in a sandboxed runner holding one run credential; the
+# syncer's and the operator's state servers keep the state (Secrets) and
+# its lock (Leases) in the control namespace with their own identities, and
+# the Terraform applier reads the plan Secrets as infra-deployer.
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {name: terraform-state, namespace: $ns}
@@ -143,7 +145,10 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {name: infra-deployer-terraform-state, namespace: $ns}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: terraform-state}
-subjects: [{kind: ServiceAccount, name: infra-deployer, namespace: $ns}]
+subjects:
+  - {kind: ServiceAccount, name: infra-deployer, namespace: $ns}
+  - {kind: ServiceAccount, name: sluice-syncer, namespace: sluice-system}
+  - {kind: ServiceAccount, name: sluice-operator, namespace: sluice-system}
 YAML
 for t in cart-staging cart-prod; do
 cat >>"$demo/setup.yaml" <<YAML
@@ -180,13 +185,17 @@ step "Starting the gitops-syncer and the operator"
   --data-dir "$demo/syncer" --artifact-bind-address 127.0.0.1:19090 --artifact-base-url http://127.0.0.1:19090 \
   --artifact-token-file "$demo/artifact-token" \
   --metrics-bind-address 0 --health-probe-bind-address 127.0.0.1:18081 \
-  --terraform-kubeconfig "$kc" >"$demo/syncer.log" 2>&1 &
+  --state-bind-address 127.0.0.1:18092 --terraform-runner local >"$demo/syncer.log" 2>&1 &
 pids+=($!)
 "$bin/operator" --kubeconfig "$kc-operator" --namespaces "$ns" --leader-elect=false \
   --artifact-base-url http://127.0.0.1:19090/ --artifact-token-file "$demo/artifact-token" --metrics-bind-address 0 \
-  --health-probe-bind-address 127.0.0.1:18082 --pprof-bind-address 0 >"$demo/operator.log" 2>&1 &
+  --health-probe-bind-address 127.0.0.1:18082 --pprof-bind-address 0 \
+  --state-bind-address 127.0.0.1:18093 --terraform-runner local >"$demo/operator.log" 2>&1 &
 pids+=($!)
 echo "logs: demo/syncer.log, demo/operator.log"
+sleep 2
+echo "every terraform plan and apply runs in a sandboxed child:"
+grep -ho '"msg":"[^"]*\(sandboxed child\|NOT confined\)[^"]*"[^}]*' "$demo/syncer.log" "$demo/operator.log" | sed 's/^/  /' || true
 
 head=$(git -C "$demo/work" rev-parse HEAD)
 short=${head:0:10}
@@ -200,7 +209,7 @@ echo "(checkout-* are Rejected on purpose: the Repository allows only cart-* tar
 
 step "Both cart changes are new objects (risk medium): each needs one approval"
 sluice describe "cart-staging-$short" | grep -E '^(Verdict|Effective rule|Gate|Still needed):'
-step "alice (group sre) approves both in her own name; terraform applies each approved plan file, then Helm installs the chart, both as infra-deployer"
+step "alice (group sre) approves both in her own name; terraform applies each approved plan file in a sandboxed runner, then Helm installs the chart as infra-deployer"
 for r in cart-staging cart-prod; do
   "$bin/kubectl-sluice" --kubeconfig "$kc-alice" -n "$ns" approve "$r-$short" --comment "reviewed in the demo"
 done
