@@ -263,7 +263,9 @@ type tfState struct {
 func (s tfState) input() string {
 	for _, r := range s.Resources {
 		if r.Type == "terraform_data" && r.Name == "x" && len(r.Instances) == 1 {
-			v, _ := r.Instances[0].Attributes["input"].(string)
+			// terraform_data's input is dynamic: {"type": ..., "value": ...}.
+			in, _ := r.Instances[0].Attributes["input"].(map[string]any)
+			v, _ := in["value"].(string)
 			return v
 		}
 	}
