@@ -41,7 +41,8 @@ func TestSync_terraformPlanIsStoredAndItsModulesCount(t *testing.T) {
 	assert.Equal(t, cr.Spec.PlanFileSHA256, sluicev1.SHA256Digest(plan.Data[sluicev1.PlanSecretKey]))
 	assert.Equal(t, cr.Name, plan.OwnerReferences[0].Name)
 
-	// The state lives in the control namespace, one per release.
+	// The state lives in the control namespace, one per release, and a plan
+	// (whose credential may only read and lock it) never writes it.
 	var secrets corev1.SecretList
 	require.NoError(t, k8s.List(context.Background(), &secrets, client.InNamespace(ns)))
 	var state []string
@@ -50,7 +51,7 @@ func TestSync_terraformPlanIsStoredAndItsModulesCount(t *testing.T) {
 			state = append(state, s.Name)
 		}
 	}
-	assert.Contains(t, state, "tfstate-staging-checkout-staging")
+	assert.NotContains(t, state, "tfstate-staging-checkout-staging", "a plan wrote state")
 
 	// A change to the shared module is a change of checkout only.
 	fixture.WriteFile("services/_modules/queue/main.tf", strings.Replace(mustRead(t, servicesDir+"/_modules/queue/main.tf"), `"30s"`, `"60s"`, 1))
