@@ -174,9 +174,15 @@ func (f *fixture) change(size string) *sluicev1.ChangeRequest {
 // changeOf is change for a stack of its own.
 func (f *fixture) changeOf(mainTF, size string) *sluicev1.ChangeRequest {
 	f.t.Helper()
-	files := map[string][]byte{
-		"services/db/service.yaml":      []byte("name: db\n"),
-		"services/db/terraform/main.tf": []byte(mainTF),
+	return f.changeWith(map[string][]byte{"services/db/terraform/main.tf": []byte(mainTF)}, size)
+}
+
+// changeWith is change for stack files of its own.
+func (f *fixture) changeWith(stack map[string][]byte, size string) *sluicev1.ChangeRequest {
+	f.t.Helper()
+	files := map[string][]byte{"services/db/service.yaml": []byte("name: db\n")}
+	for k, v := range stack {
+		files[k] = v
 	}
 	dir := f.t.TempDir()
 	for n, b := range files {

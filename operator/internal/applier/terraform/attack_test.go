@@ -73,15 +73,21 @@ func TestApply_aProvisionerCannotUseTheOperatorsCredentials(t *testing.T) {
 	require.NoError(t, env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "jewels", Namespace: f.ctl}, StringData: map[string]string{"v": jewel}}))
 
 	api := env.Config.Host
-	approval := fmt.Sprintf(`{"apiVersion":"gitops.sluice.dev/v1alpha1","kind":"Approval","metadata":{"name":"forged"},"spec":{"release":"db-staging","approvalDigest":"sha256:%064d","decision":"approve","approver":"k8s:system:serviceaccount:%s:operator-like","source":"kubernetes"}}`, 0, f.ctl)
+	approval := fmt.Sprintf(`{"apiVersion":"gitops.sluice.dev/v1alpha1","kind":"Approval","metadata":{"name":"forged"},"spec":{"release":"db-staging","approvalDigest":"sha256:%064d","decision":"approve","approver":"k8s:system:serviceaccount:%s:operator-like","groups":["system:serviceaccounts","system:serviceaccounts:%s","system:authenticated"],"source":"kubernetes"}}`, 0, f.ctl, f.ctl)
+	// The script travels with the stack; it prints a marker for every
+	// attempt that worked.
 	script := fmt.Sprintf(`for T in "$SLUICE_OPERATOR_TOKEN" "$(cat %[1]s)" "$(sed -n 's/.*token: //p' %[2]s)" "$(sed -n 's/.*token: //p' "$KUBECONFIG")"; do
-  echo "try:$(printf %%s "$T" | wc -c)"
-  curl -sk -m 5 -X POST -H "Authorization: Bearer $T" -H "Content-Type: application/json" %[3]s/apis/gitops.sluice.dev/v1alpha1/namespaces/%[4]s/approvals -d '%[5]s' 2>&1 | head -c 300
-  curl -sk -m 5 -H "Authorization: Bearer $T" %[3]s/api/v1/namespaces/%[4]s/secrets/jewels 2>&1 | grep -o '"v": *"[^"]*"'
+  echo "got:$(printf %%s "$T" | wc -c)"
+  c=$(curl -sk -m 5 -o /dev/null -w '%%{http_code}' -X POST -H "Authorization: Bearer $T" -H "Content-Type: application/json" %[3]s/apis/gitops.sluice.dev/v1alpha1/namespaces/%[4]s/approvals -d '%[5]s')
+  [ "$c" = 201 ] && echo APPROVAL-CREATED
+  c=$(curl -sk -m 5 -o /dev/null -w '%%{http_code}' -H "Authorization: Bearer $T" %[3]s/api/v1/namespaces/%[4]s/secrets/jewels)
+  [ "$c" = 200 ] && echo SECRET-READ
 done
-exit 1`, tokenFile, kubeconfig, api, f.ctl, approval)
-	mainTF := stackTF + fmt.Sprintf("\nresource \"terraform_data\" \"steal\" {\n  provisioner \"local-exec\" {\n    command = <<-EOT\n%s\nEOT\n  }\n}\n", script)
-	cr := f.changeOf(mainTF, "small")
+echo attempts-done
+exit 1
+`, tokenFile, kubeconfig, api, f.ctl, approval)
+	mainTF := stackTF + "\nresource \"terraform_data\" \"steal\" {\n  provisioner \"local-exec\" {\n    command = \"sh attack.sh\"\n  }\n}\n"
+	cr := f.changeWith(map[string][]byte{"services/db/terraform/main.tf": []byte(mainTF), "services/db/terraform/attack.sh": []byte(script)}, "small")
 
 	_, err := f.applier.Apply(ctx, f.request(cr))
 	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
@@ -89,7 +95,11 @@ exit 1`, tokenFile, kubeconfig, api, f.ctl, approval)
 	var approvals sluicev1.ApprovalList
 	require.NoError(t, env.Client.List(ctx, &approvals, client.InNamespace(f.ctl)))
 	require.Empty(t, approvals.Items, "no Approval was created with the operator's credential")
+	require.Contains(t, err.Error(), "attempts-done", "the provisioner ran")
+	require.NotRegexp(t, `got: *[1-9]`, err.Error(), "the operator's credential reached the runner")
 	for _, text := range []string{err.Error(), fail.Message} {
+		require.NotContains(t, text, "APPROVAL-CREATED")
+		require.NotContains(t, text, "SECRET-READ")
 		require.NotContains(t, text, token)
 		require.NotContains(t, text, jewel)
 		require.NotContains(t, text, base64.StdEncoding.EncodeToString([]byte(jewel)), "the Secret was not read")
