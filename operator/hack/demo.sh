@@ -61,7 +61,7 @@ git -C "$demo/work" -c user.name=Dev -c user.email=dev@example.com commit -qm "A
 git -C "$demo/work" push -q origin HEAD:main
 git -C "$demo/work" log --oneline -1
 
-step "Creating the control namespace, target namespaces, the deployer ServiceAccount and the Repository"
+step "Creating the control namespace, target namespaces, the deployer ServiceAccount, the Repository and the production ApprovalPolicy"
 cat >"$demo/setup.yaml" <<YAML
 apiVersion: v1
 kind: Namespace
@@ -166,6 +166,16 @@ spec:
   interval: 5s
   targetNamespaces: ["cart-*"]
   serviceAccountName: infra-deployer
+---
+# The production floor follows the namespace, not the environment name a
+# pusher writes in service.yaml: a new "prod2" deploying to cart-prod is
+# held to it too.
+apiVersion: gitops.sluice.dev/v1alpha1
+kind: ApprovalPolicy
+metadata: {name: prod-floor, namespace: $ns}
+spec:
+  namespaces: ["*-prod"]
+  rule: {required: 1, allowAuthor: false, autoApproveRisk: none}
 YAML
 "$bin/controlplane" apply --kubeconfig "$kc" "$demo/setup.yaml"
 
