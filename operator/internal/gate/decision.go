@@ -199,12 +199,15 @@ func EvaluateFor(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.App
 		approvers = append(approvers, id)
 	}
 	slices.Sort(approvers)
-	authors := authorKeys(cr, people)
-	counted := map[sluicev1.Identity]bool{}
+	// Small slices on the stack, not maps: a change has a few authors
+	// and approvers, and this runs on every reconcile.
+	var authorBuf, countedBuf [8]sluicev1.Identity
+	authors := authorKeys(authorBuf[:0], cr, people)
+	counted := countedBuf[:0]
 	for _, id := range approvers {
 		a := standing[id]
 		person := people.Key(id)
-		author := authors[person]
+		author := slices.Contains(authors, person)
 		allowed := rule.Allows(id, a.Spec.Groups, a.Spec.Source)
 		ign := Ignored{Approval: a.Name, Approver: id, Decision: a.Spec.Decision}
 		switch a.Spec.Decision {
@@ -220,10 +223,10 @@ func EvaluateFor(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.App
 				ign.Why = IgnoredAuthor
 			case !allowed:
 				ign.Why = IgnoredNotAllowed
-			case counted[person]:
+			case slices.Contains(counted, person):
 				ign.Why = IgnoredSamePerson
 			default:
-				counted[person] = true
+				counted = append(counted, person)
 				d.ApprovedBy = append(d.ApprovedBy, id)
 				continue
 			}
@@ -265,14 +268,14 @@ func EvaluateFor(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.App
 
 // needed works out who could still approve: candidates whose person has
 // neither approved already nor (unless allowed) authored the change.
-func needed(rule Rule, approvedBy []sluicev1.Identity, authors, counted map[sluicev1.Identity]bool, people People) Needed {
+func needed(rule Rule, approvedBy []sluicev1.Identity, authors, counted []sluicev1.Identity, people People) Needed {
 	n := Needed{Anyone: rule.AnyoneMayApprove(), Nobody: rule.NoApprovers, Lists: rule.ApproverLists}
 	if missing := rule.Required - int32(len(approvedBy)); missing > 0 {
 		n.Approvals = missing
 	}
 	for _, c := range rule.Candidates() {
 		person := people.Key(c)
-		if slices.Contains(approvedBy, c) || counted[person] || (!rule.AllowAuthor && authors[person]) {
+		if slices.Contains(approvedBy, c) || slices.Contains(counted, person) || (!rule.AllowAuthor && slices.Contains(authors, person)) {
 			continue
 		}
 		n.Candidates = append(n.Candidates, c)

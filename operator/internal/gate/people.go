@@ -88,14 +88,16 @@ func (p People) Names(id sluicev1.Identity) []string {
 	return p.names[p.Key(id)]
 }
 
-// authorKeys returns the person keys of everyone who wrote or pushed the
-// change, so that any identity of theirs is recognised as an author.
-func authorKeys(cr *sluicev1.ChangeRequest, people People) map[sluicev1.Identity]bool {
-	out := map[sluicev1.Identity]bool{}
+// authorKeys appends to dst the person keys of everyone who wrote or
+// pushed the change, so that any identity of theirs is recognised as an
+// author.
+func authorKeys(dst []sluicev1.Identity, cr *sluicev1.ChangeRequest, people People) []sluicev1.Identity {
 	for _, a := range changeAuthors(cr) {
-		out[people.Key(a)] = true
+		if k := people.Key(a); !slices.Contains(dst, k) {
+			dst = append(dst, k)
+		}
 	}
-	return out
+	return dst
 }
 
 // changeAuthors lists every identity the change records for the people who
