@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"sort"
 	"time"
 
@@ -43,8 +42,6 @@ type changePlan struct {
 	// invalid holds the findings of a manifest that does not parse; the
 	// change is then rejected without validation.
 	invalid []sluicev1.Finding
-	// extraFindings are the syncer's own findings (target namespace).
-	extraFindings []sluicev1.Finding
 	// inputsErr says why the stack's modules could not be listed; a deny
 	// finding unless terraform already rejected the stack.
 	inputsErr error
@@ -121,6 +118,15 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 				return "", err
 			}
 		}
+		if existing == nil && plan.replan == "" {
+			applied, err := r.unchangedFromApplied(ctx, plan, result)
+			if err != nil {
+				return "", err
+			}
+			if applied != nil {
+				return "", r.recordUnchanged(ctx, plan, applied)
+			}
+		}
 		commit, err := cache.Commit(plan.revision)
 		if err != nil {
 			return "", err
@@ -168,6 +174,63 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 		return cr.Name, r.recordSynced(ctx, plan, cr)
 	}
 	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, changespec.Short(plan.revision))
+}
+
+// unchangedFromApplied returns the applied ChangeRequest of the release
+// when a change at plan's revision would change nothing: its inputs moved
+// but the rendered manifest, the Terraform plan (none, or one without any
+// action), the target namespace and the delivery equal what is applied, the
+// verdict does not fail, and no other change of the release is in flight
+// (one that a newer commit must supersede). Nothing is then asked of
+// anyone: there is nothing to approve. It returns nil otherwise.
+func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *changePlan, res *validation.Result) (*sluicev1.ChangeRequest, error) {
+	rel := plan.release
+	st := rel.Status
+	if res == nil || plan.invalid != nil || st.AppliedChange == "" || st.LatestChange != st.AppliedChange || res.ManifestDigest == "" ||
+		res.Verdict.Result == sluicev1.VerdictFail {
+		return nil, nil
+	}
+	if len(res.PlanFile) > 0 || res.PlanDigest != "" {
+		ps := res.PlanSummary
+		if ps == nil || ps.Add+ps.Change+ps.Destroy+ps.Replace != 0 {
+			return nil, nil
+		}
+	}
+	applied := &sluicev1.ChangeRequest{}
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: rel.Namespace, Name: st.AppliedChange}, applied); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read applied change %s: %w", st.AppliedChange, err)
+	}
+	a := applied.Spec
+	if applied.Status.Phase != sluicev1.PhaseApplied || a.Release != rel.Name || a.ManifestDigest != res.ManifestDigest ||
+		a.TargetNamespace != rel.Spec.TargetNamespace || a.Delivery != changespec.DeliveryOrDefault(rel.Spec.Delivery) {
+		return nil, nil
+	}
+	return applied, nil
+}
+
+// recordUnchanged records on the Release that its inputs at plan's
+// revision render what is applied: the synced tree and commit move on,
+// Synced says "unchanged" with the applied change it was compared with,
+// and an Event says the same. latestChange stays the applied change.
+func (r *RepositoryReconciler) recordUnchanged(ctx context.Context, plan *changePlan, applied *sluicev1.ChangeRequest) error {
+	rel := plan.release
+	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision {
+		patch := fmt.Sprintf(`{"status":{"lastSyncedTree":%q,"lastSyncedCommit":%q}}`, plan.tree, plan.revision)
+		if err := r.Status().Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
+		}
+	}
+	msg := fmt.Sprintf("unchanged: rendered manifest and plan at %s equal the applied revision %s (%s); no ChangeRequest, nothing to approve",
+		changespec.Short(plan.revision), changespec.Short(applied.Spec.Revision), applied.Name)
+	c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionSynced)
+	if c == nil || c.Reason != sluicev1.ReasonUnchanged || c.Message != msg {
+		r.event(rel, corev1.EventTypeNormal, sluicev1.ReasonUnchanged, msg)
+		log.FromContext(ctx).Info("Release unchanged at the new revision", "release", rel.Name, "revision", changespec.Short(plan.revision), "applied", applied.Name)
+	}
+	return r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonUnchanged, msg)
 }
 
 // resumePoint finds where to continue: the ChangeRequest already made for
@@ -256,69 +319,32 @@ func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache
 	if err != nil {
 		emails = []string{commit.AuthorEmail, commit.CommitterEmail}
 	}
-	spec := sluicev1.ChangeRequestSpec{
-		Release:         rel.Name,
-		Revision:        plan.revision,
-		Attempt:         attempt,
-		Authors:         changespec.EmailIdentities(emails),
-		CommitMessage:   changespec.Truncate(commit.Message, 4000),
-		TargetNamespace: rel.Spec.TargetNamespace,
-		Delivery:        rel.Spec.Delivery,
-		Artifact:        sluicev1.ArtifactReference{URL: key.URL(r.ArtifactBaseURL), SHA256: sluicev1.Digest(art.SHA256)},
-		ContentDigest:   sluicev1.Digest(art.ContentDigest),
-		Rule:            rel.Spec.Rule,
-	}
+	previous := ""
 	if prev := rel.Status.LastSyncedCommit; prev != plan.revision && len(prev) >= 40 {
-		spec.PreviousRevision = prev
+		previous = prev
 	}
-	var findings []sluicev1.Finding
-	if res != nil {
-		spec.ManifestDigest, spec.PlanDigest, spec.PlanFileSHA256 = res.ManifestDigest, res.PlanDigest, res.PlanFileSHA256
-		spec.PlanSummary = res.PlanSummary
-		spec.Verdict = res.Verdict
-		findings = append(findings, res.Verdict.Findings...)
-	} else {
-		spec.Verdict = sluicev1.Verdict{Result: sluicev1.VerdictFail, Risk: sluicev1.RiskHigh}
-	}
-	findings = append(findings, plan.invalid...)
-	findings = append(findings, plan.extraFindings...)
-	if plan.inputsErr != nil && !hasDeny(findings, "terraform") {
-		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "terraform.modules",
-			Message: plan.inputsErr.Error(), File: path.Join(string(rel.Spec.SourcePath), manifest.FileName)})
-	}
-	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = changespec.CleanFindings(findings, spec.Verdict.FindingsTruncated)
-	spec.Verdict.Result = changespec.VerdictResult(spec.Verdict.Result, spec.Verdict.Findings)
-	if spec.Verdict.Risk == "" {
-		spec.Verdict.Risk = sluicev1.RiskHigh
-	}
-	spec.ApprovalDigest = sluicev1.ComputeApprovalDigest(repo.Namespace, rel.Name, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest)
-	cr := &sluicev1.ChangeRequest{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      sluicev1.ChangeRequestName(rel.Name, plan.revision, attempt),
-			Namespace: repo.Namespace,
-			Labels: map[string]string{
-				sluicev1.LabelRepository:  repo.Name,
-				sluicev1.LabelRelease:     rel.Name,
-				sluicev1.LabelService:     rel.Spec.Service,
-				sluicev1.LabelEnvironment: string(rel.Spec.Environment),
-			},
-		},
-		Spec: spec,
-	}
-	if plan.replan != "" {
-		cr.Annotations = map[string]string{sluicev1.AnnotationReplan: plan.replan}
-	}
-	return cr
-}
-
-// hasDeny reports whether a deny finding of source is among findings.
-func hasDeny(findings []sluicev1.Finding, source string) bool {
-	for _, f := range findings {
-		if f.Severity == sluicev1.SeverityDeny && f.Source == source {
-			return true
-		}
-	}
-	return false
+	return changespec.Build(changespec.Change{
+		Repository:       repo,
+		Release:          rel.Name,
+		Service:          rel.Spec.Service,
+		Environment:      string(rel.Spec.Environment),
+		ServiceDir:       string(rel.Spec.SourcePath),
+		Name:             sluicev1.ChangeRequestName(rel.Name, plan.revision, attempt),
+		Revision:         plan.revision,
+		Attempt:          attempt,
+		PreviousRevision: previous,
+		Authors:          changespec.EmailIdentities(emails),
+		CommitMessage:    commit.Message,
+		TargetNamespace:  rel.Spec.TargetNamespace,
+		Delivery:         rel.Spec.Delivery,
+		Rule:             rel.Spec.Rule,
+		Artifact:         art,
+		ArtifactURL:      key.URL(r.ArtifactBaseURL),
+		Result:           res,
+		Findings:         plan.invalid,
+		InputsErr:        plan.inputsErr,
+		Replan:           plan.replan,
+	})
 }
 
 // writePlanSecrets stores the plan file in "<cr>-plan", then "-plan-1"…,

@@ -29,6 +29,11 @@ const (
 	PhasePreview ChangeRequestPhase = "Preview"
 )
 
+// ReasonUnchanged (Release Synced condition and Event): the release's inputs
+// changed but its rendered manifest and plan equal the applied revision's,
+// so no ChangeRequest was made and nothing waits for approval.
+const ReasonUnchanged = "Unchanged"
+
 // IsTerminal reports whether the phase never changes again.
 func (p ChangeRequestPhase) IsTerminal() bool {
 	switch p {
