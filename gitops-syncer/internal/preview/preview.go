@@ -14,15 +14,16 @@
 //
 // A review becomes one Approval per preview at the reviewed commit:
 // approved → approve, changes requested → reject, dismissed → revoke; a
-// commented review does nothing, and neither does a review by someone
-// without write access.
+// commented review does nothing, and neither does a review the provider's
+// API does not confirm (the reviewer cannot write to the repository, or the
+// review is not the reviewer's latest state).
 package preview
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
+	"io/fs"
 	"os"
 	"path"
 	"strconv"
@@ -37,6 +38,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/status"
@@ -59,10 +61,11 @@ type StatusPoster interface {
 	Post(ctx context.Context, s status.Status) error
 }
 
-// PermissionChecker answers whether a user may write to a repository, for
-// providers whose review payloads do not say (status.Client for Gitea).
-type PermissionChecker interface {
-	WriteAccess(ctx context.Context, repo, login string) (bool, error)
+// ReviewConfirmer asks the provider's API whether a review counts
+// (provider.API): it returns the review to record, or an error wrapping
+// provider.ErrUnconfirmed.
+type ReviewConfirmer interface {
+	Confirm(ctx context.Context, ev *provider.Event) (*provider.Review, error)
 }
 
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=changerequests,verbs=get;list;watch;create;delete
@@ -84,9 +87,9 @@ type Handler struct {
 	ArtifactBaseURL string
 	// Statuses, if set, gets a commit status per preview.
 	Statuses StatusPoster
-	// Permissions, if set, is asked about reviewers whose access the
-	// payload does not state; without it such reviews are ignored.
-	Permissions PermissionChecker
+	// Reviews confirms every review with the provider's API; without it
+	// no review becomes an Approval.
+	Reviews ReviewConfirmer
 	// ScratchDir holds temporary folders; defaults to the OS temp dir.
 	ScratchDir string
 	Log        logr.Logger
@@ -218,6 +221,10 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 	if err != nil {
 		return nil, err
 	}
+	baseFS, err := cache.FS(base)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", changespec.Short(base), err)
+	}
 	authors := []sluicev1.Identity{}
 	if pr.Author != "" {
 		authors = append(authors, sluicev1.Identity(pr.Author))
@@ -237,18 +244,14 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 			h.postStatus(ctx, ev, head, status.StateFailure, "sluice/"+path.Base(e.Dir), "service.yaml is invalid at this commit")
 			continue
 		}
-		headHash, err := cache.InputsHash(head, e.Inputs)
-		if err != nil {
-			return nil, fmt.Errorf("hash inputs: %w", err)
-		}
-		baseHash, err := cache.InputsHash(base, e.Inputs)
-		if err != nil {
-			return nil, fmt.Errorf("hash inputs: %w", err)
-		}
 		for _, env := range e.Service.Environments {
 			name := sluicev1.ReleaseName(e.Service.Name, sluicev1.EnvironmentName(env.Name))
-			if headHash == baseHash {
-				// Unchanged by the PR, unless a preview exists already.
+			changed, err := releaseChanged(cache, baseFS, e, env.Name, head, base)
+			if err != nil {
+				return nil, err
+			}
+			if !changed {
+				// The pull request changes nothing this release reads.
 				continue
 			}
 			b, err := h.buildOne(ctx, repo, cache, pr, head, base, e, env, name, commit, authors)
@@ -264,6 +267,29 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// releaseChanged reports whether the release of env differs between base
+// and head in what it reads (catalog.ReleaseInputs): its view of
+// service.yaml, its values files, chart and stack.
+func releaseChanged(cache *git.Repo, baseFS fs.FS, e *catalog.Entry, env, head, base string) (bool, error) {
+	in, ok := e.Releases[env]
+	if !ok {
+		return false, fmt.Errorf("no inputs listed for %s environment %q", e.Dir, env)
+	}
+	headTree, err := in.Tree(cache, head)
+	if err != nil {
+		return false, fmt.Errorf("hash inputs: %w", err)
+	}
+	view, ok := catalog.ViewAt(baseFS, e.Dir, env)
+	if !ok {
+		return true, nil // new at head, or unreadable at the base
+	}
+	baseTree, err := catalog.ReleaseInputs{Paths: in.Paths, View: view}.Tree(cache, base)
+	if err != nil {
+		return false, fmt.Errorf("hash inputs: %w", err)
+	}
+	return headTree != baseTree, nil
 }
 
 // buildOne creates the preview of one release, or returns the one that
@@ -302,59 +328,28 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 			return built{}, err
 		}
 	}
-	if !changespec.TargetAllowed(repo, env.Namespace) {
-		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "targetNamespaces",
-			Message: fmt.Sprintf("target namespace %q is not in the Repository's targetNamespaces", env.Namespace), File: path.Join(e.Dir, manifest.FileName)})
-	}
-
-	delivery := sluicev1.Delivery(env.Delivery)
-	if delivery == "" {
-		delivery = sluicev1.DeliveryHelm
-	}
-	spec := sluicev1.ChangeRequestSpec{
+	cr := changespec.Build(changespec.Change{
+		Repository:       repo,
 		Release:          release,
+		Service:          e.Service.Name,
+		Environment:      env.Name,
+		ServiceDir:       e.Dir,
+		Name:             name,
 		Revision:         head,
 		Attempt:          1,
 		PreviousRevision: base,
 		Authors:          authors,
-		CommitMessage:    changespec.Truncate(commit.Message, 4000),
+		CommitMessage:    commit.Message,
 		PullRequest:      &sluicev1.PullRequestRef{Number: pr.Number, HeadSHA: head, Preview: true, Fork: pr.Fork},
 		TargetNamespace:  env.Namespace,
-		Delivery:         delivery,
-		Artifact:         sluicev1.ArtifactReference{URL: key.URL(h.ArtifactBaseURL), SHA256: sluicev1.Digest(art.SHA256)},
-		ContentDigest:    sluicev1.Digest(art.ContentDigest),
+		Delivery:         sluicev1.Delivery(env.Delivery),
 		Rule:             changespec.RuleOf(env.Approval),
-	}
-	if res != nil {
-		spec.ManifestDigest, spec.PlanDigest, spec.PlanFileSHA256 = res.ManifestDigest, res.PlanDigest, res.PlanFileSHA256
-		spec.PlanSummary = res.PlanSummary
-		spec.Verdict = res.Verdict
-		findings = append(append([]sluicev1.Finding{}, res.Verdict.Findings...), findings...)
-	} else {
-		spec.Verdict = sluicev1.Verdict{Result: sluicev1.VerdictFail, Risk: sluicev1.RiskHigh}
-	}
-	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = changespec.CleanFindings(findings, spec.Verdict.FindingsTruncated)
-	spec.Verdict.Result = changespec.VerdictResult(spec.Verdict.Result, spec.Verdict.Findings)
-	if spec.Verdict.Risk == "" {
-		spec.Verdict.Risk = sluicev1.RiskHigh
-	}
-	spec.ApprovalDigest = sluicev1.ComputeApprovalDigest(repo.Namespace, release, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest)
-
-	cr := &sluicev1.ChangeRequest{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      name,
-			Namespace: repo.Namespace,
-			Labels: map[string]string{
-				sluicev1.LabelRepository:  repo.Name,
-				sluicev1.LabelRelease:     release,
-				sluicev1.LabelService:     e.Service.Name,
-				sluicev1.LabelEnvironment: env.Name,
-				sluicev1.LabelPreview:     "true",
-				sluicev1.LabelPullRequest: strconv.FormatInt(pr.Number, 10),
-			},
-		},
-		Spec: spec,
-	}
+		Artifact:         art,
+		ArtifactURL:      key.URL(h.ArtifactBaseURL),
+		Result:           res,
+		Findings:         findings,
+		InputsErr:        e.InputsErr,
+	})
 	// Owned by its Release when the Release exists and is this
 	// Repository's, otherwise by the Repository (a new service).
 	var owner client.Object = repo
