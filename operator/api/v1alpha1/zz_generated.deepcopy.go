@@ -341,6 +341,11 @@ func (in *ChangeRequestSpec) DeepCopyInto(out *ChangeRequestSpec) {
 		*out = new(PullRequestRef)
 		**out = **in
 	}
+	if in.Pushers != nil {
+		in, out := &in.Pushers, &out.Pushers
+		*out = make([]Identity, len(*in))
+		copy(*out, *in)
+	}
 	out.Artifact = in.Artifact
 	if in.PlanSummary != nil {
 		in, out := &in.PlanSummary, &out.PlanSummary
