@@ -34,7 +34,11 @@ type Change struct {
 	// ("" for none).
 	PreviousRevision string
 	Authors          []sluicev1.Identity
-	CommitMessage    string
+	// PullRequestAuthor and Pushers are the pull request's people (see
+	// ChangeRequestSpec).
+	PullRequestAuthor sluicev1.Identity
+	Pushers           []sluicev1.Identity
+	CommitMessage     string
 	// PullRequest marks a preview (or a change tied to a pull request).
 	PullRequest     *sluicev1.PullRequestRef
 	TargetNamespace string
@@ -64,18 +68,20 @@ func Build(c Change) *sluicev1.ChangeRequest {
 	repo := c.Repository
 	delivery := DeliveryOrDefault(c.Delivery)
 	spec := sluicev1.ChangeRequestSpec{
-		Release:          c.Release,
-		Revision:         c.Revision,
-		Attempt:          c.Attempt,
-		PreviousRevision: c.PreviousRevision,
-		Authors:          c.Authors,
-		CommitMessage:    Truncate(c.CommitMessage, 4000),
-		PullRequest:      c.PullRequest,
-		TargetNamespace:  c.TargetNamespace,
-		Delivery:         delivery,
-		Artifact:         sluicev1.ArtifactReference{URL: c.ArtifactURL, SHA256: sluicev1.Digest(c.Artifact.SHA256)},
-		ContentDigest:    sluicev1.Digest(c.Artifact.ContentDigest),
-		Rule:             c.Rule,
+		Release:           c.Release,
+		Revision:          c.Revision,
+		Attempt:           c.Attempt,
+		PreviousRevision:  c.PreviousRevision,
+		Authors:           c.Authors,
+		PullRequestAuthor: c.PullRequestAuthor,
+		Pushers:           c.Pushers,
+		CommitMessage:     Truncate(c.CommitMessage, 4000),
+		PullRequest:       c.PullRequest,
+		TargetNamespace:   c.TargetNamespace,
+		Delivery:          delivery,
+		Artifact:          sluicev1.ArtifactReference{URL: c.ArtifactURL, SHA256: sluicev1.Digest(c.Artifact.SHA256)},
+		ContentDigest:     sluicev1.Digest(c.Artifact.ContentDigest),
+		Rule:              c.Rule,
 	}
 	var findings []sluicev1.Finding
 	if res := c.Result; res != nil {
@@ -141,4 +147,21 @@ func DeliveryOrDefault(d sluicev1.Delivery) sluicev1.Delivery {
 		return sluicev1.DeliveryHelm
 	}
 	return d
+}
+
+// MaxPushers is the most pushers a ChangeRequest records (the API's limit).
+const MaxPushers = 64
+
+// AddIdentity appends id to ids unless it is empty, already there, or the
+// list is full.
+func AddIdentity(ids []sluicev1.Identity, id sluicev1.Identity) []sluicev1.Identity {
+	if id == "" || len(ids) >= MaxPushers {
+		return ids
+	}
+	for _, x := range ids {
+		if x == id {
+			return ids
+		}
+	}
+	return append(ids, id)
 }

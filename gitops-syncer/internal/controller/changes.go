@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -45,6 +46,102 @@ type changePlan struct {
 	// inputsErr says why the stack's modules could not be listed; a deny
 	// finding unless terraform already rejected the stack.
 	inputsErr error
+	// pullRequests are the merged pull requests whose heads the revision
+	// brings in (mergedPullRequests).
+	pullRequests []mergedPR
+}
+
+// mergedPR is a previewed pull request whose head is in the history of a
+// synced revision: its author and pushers, from its previews.
+type mergedPR struct {
+	number  int64
+	head    string
+	author  sluicev1.Identity
+	pushers []sluicev1.Identity
+}
+
+// mergedPullRequests lists the previewed pull requests of repo whose head
+// commit is in the history of revision but not of base ("" for none): the
+// pull requests a change at revision merges. Squash and rebase merges
+// rewrite the head and are not found (their previews are deleted when the
+// pull request closes).
+func (r *RepositoryReconciler) mergedPullRequests(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, revision, base string) ([]mergedPR, error) {
+	var list sluicev1.ChangeRequestList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(repo.Namespace),
+		client.MatchingLabels{sluicev1.LabelRepository: repo.Name, sluicev1.LabelPreview: "true"}); err != nil {
+		return nil, fmt.Errorf("list previews: %w", err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].CreationTimestamp.Before(&list.Items[j].CreationTimestamp) })
+	byNumber := map[int64]*mergedPR{}
+	var order []int64
+	merged := map[int64]bool{}
+	for _, cr := range list.Items {
+		pr := cr.Spec.PullRequest
+		if pr == nil || !pr.Preview {
+			continue
+		}
+		m, ok := byNumber[pr.Number]
+		if !ok {
+			m = &mergedPR{number: pr.Number}
+			byNumber[pr.Number] = m
+			order = append(order, pr.Number)
+		}
+		if cr.Spec.PullRequestAuthor != "" {
+			m.author = cr.Spec.PullRequestAuthor
+		}
+		for _, id := range cr.Spec.Pushers {
+			m.pushers = changespec.AddIdentity(m.pushers, id)
+		}
+		if merged[pr.Number] || !cache.HasCommit(pr.HeadSHA) {
+			continue
+		}
+		in, err := cache.IsAncestor(pr.HeadSHA, revision)
+		if err != nil || !in {
+			continue
+		}
+		if base != "" && cache.HasCommit(base) {
+			if before, err := cache.IsAncestor(pr.HeadSHA, base); err == nil && before {
+				continue
+			}
+		}
+		merged[pr.Number], m.head = true, pr.HeadSHA
+	}
+	var out []mergedPR
+	for _, n := range order {
+		if merged[n] {
+			out = append(out, *byNumber[n])
+		}
+	}
+	return out, nil
+}
+
+// deleteMergedPreviews deletes the previews of pull requests whose head is
+// in the history of the synced head: their people are recorded.
+func (r *RepositoryReconciler) deleteMergedPreviews(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, head string) error {
+	var list sluicev1.ChangeRequestList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(repo.Namespace),
+		client.MatchingLabels{sluicev1.LabelRepository: repo.Name, sluicev1.LabelPreview: "true"}); err != nil {
+		return fmt.Errorf("list previews: %w", err)
+	}
+	heads := map[int64]bool{}
+	for _, cr := range list.Items {
+		if pr := cr.Spec.PullRequest; pr != nil && pr.Preview && cache.HasCommit(pr.HeadSHA) {
+			if in, err := cache.IsAncestor(pr.HeadSHA, head); err == nil && in {
+				heads[pr.Number] = true
+			}
+		}
+	}
+	var errs []error
+	for i := range list.Items {
+		cr := &list.Items[i]
+		if pr := cr.Spec.PullRequest; pr == nil || !pr.Preview || !heads[pr.Number] {
+			continue
+		}
+		if err := r.Delete(ctx, cr, client.Preconditions{UID: &cr.UID}); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("delete merged preview %s: %w", cr.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func asManifestError(err error, target **manifest.Error) bool { return errors.As(err, target) }
@@ -130,6 +227,11 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 		commit, err := cache.Commit(plan.revision)
 		if err != nil {
 			return "", err
+		}
+		if plan.pullRequests == nil {
+			if plan.pullRequests, err = r.mergedPullRequests(ctx, repo, cache, plan.revision, authorsBase(plan.release, cache)); err != nil {
+				return "", err
+			}
 		}
 		cr := r.newChangeRequest(repo, cache, plan, art, key, result, commit, int32(attempt))
 		if tp := tracing.Inject(ctx); tp != "" {
@@ -290,6 +392,7 @@ func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repo
 		ControlNamespace: repo.Namespace,
 		Release:          plan.release.Name,
 		Previous:         r.previousFor(cache, plan, previous),
+		Confine:          validation.ConfinementOf(repo),
 	})
 	outcome := "error"
 	if err == nil {
@@ -307,15 +410,20 @@ func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repo
 	return res, nil
 }
 
+// authorsBase is the revision a change's authors are counted from: the
+// applied revision when the cache has it, else the last synced commit.
+func authorsBase(rel *sluicev1.Release, cache *git.Repo) string {
+	if rel.Status.AppliedRevision != "" && cache.HasCommit(rel.Status.AppliedRevision) {
+		return rel.Status.AppliedRevision
+	}
+	return rel.Status.LastSyncedCommit
+}
+
 // newChangeRequest assembles the immutable record of the change.
 func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache *git.Repo, plan *changePlan, art *artifact.Artifact, key artifact.Key,
 	res *validation.Result, commit git.CommitInfo, attempt int32) *sluicev1.ChangeRequest {
 	rel := plan.release
-	base := rel.Status.LastSyncedCommit
-	if rel.Status.AppliedRevision != "" && cache.HasCommit(rel.Status.AppliedRevision) {
-		base = rel.Status.AppliedRevision
-	}
-	emails, err := cache.Authors(plan.revision, base, 1000)
+	emails, err := cache.Authors(plan.revision, authorsBase(rel, cache), 1000)
 	if err != nil {
 		emails = []string{commit.AuthorEmail, commit.CommitterEmail}
 	}
@@ -323,7 +431,25 @@ func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache
 	if prev := rel.Status.LastSyncedCommit; prev != plan.revision && len(prev) >= 40 {
 		previous = prev
 	}
+	authors := changespec.EmailIdentities(emails)
+	var prAuthor sluicev1.Identity
+	var pushers []sluicev1.Identity
+	if prs := plan.pullRequests; len(prs) > 0 {
+		for _, pr := range prs {
+			if pr.author != "" && !slices.Contains(authors, pr.author) {
+				authors = append(authors, pr.author)
+			}
+			for _, id := range pr.pushers {
+				pushers = changespec.AddIdentity(pushers, id)
+			}
+		}
+		if len(prs) == 1 {
+			prAuthor = prs[0].author
+		}
+	}
 	return changespec.Build(changespec.Change{
+		PullRequestAuthor: prAuthor,
+		Pushers:           pushers,
 		Repository:       repo,
 		Release:          rel.Name,
 		Service:          rel.Spec.Service,
@@ -333,7 +459,7 @@ func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache
 		Revision:         plan.revision,
 		Attempt:          attempt,
 		PreviousRevision: previous,
-		Authors:          changespec.EmailIdentities(emails),
+		Authors:          authors,
 		CommitMessage:    commit.Message,
 		TargetNamespace:  rel.Spec.TargetNamespace,
 		Delivery:         rel.Spec.Delivery,

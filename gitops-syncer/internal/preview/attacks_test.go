@@ -8,7 +8,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
+
+func identities(ids []sluicev1.Identity) []string {
+	out := []string{}
+	for _, id := range ids {
+		out = append(out, string(id))
+	}
+	return out
+}
 
 // TestReview_aReadOnlyOrganisationMemberNeverApproves: GitHub says MEMBER
 // for every member of the organisation, read-only ones too. Mallory, who
@@ -52,4 +61,30 @@ func TestReview_onlyTheReviewersLatestStateCounts(t *testing.T) {
 	assert.Empty(t, approvals(t, i.repo.Namespace))
 	require.NoError(t, i.h.Review(ctx, i.repo, githubReview(t, 21, 801, "changes_requested", head, head, "alice", "OWNER")))
 	assert.Len(t, approvals(t, i.repo.Namespace), 2, "her latest review, a rejection, counts for both previews")
+}
+
+// TestPullRequest_previewsRecordTheAuthorAndEveryPusher: the pull
+// request's author and the sender of each push to it are recorded as
+// provider identities, whatever e-mails the commits claim, so the gate's
+// author exclusion can find them.
+func TestPullRequest_previewsRecordTheAuthorAndEveryPusher(t *testing.T) {
+	i := newInfra(t, "")
+	ctx := context.Background()
+	ns := i.repo.Namespace
+	first := i.pullRequest(t, 22, i.base, replicas)
+	require.NoError(t, i.h.PullRequest(ctx, i.repo, githubPR(t, "opened", 22, first, i.base)))
+	second := i.pullRequest(t, 22, first, map[string]string{"services/cart/values-prod.yaml": "replicaCount: 5\n"})
+	ev := githubPR(t, "synchronize", 22, second, i.base)
+	ev.PullRequest.Sender = "github:mallory"
+	require.NoError(t, i.h.PullRequest(ctx, i.repo, ev))
+
+	for _, cr := range previews(t, ns, 22) {
+		assert.Equal(t, "github:codertocat", string(cr.Spec.PullRequestAuthor), cr.Name)
+		switch cr.Spec.Revision {
+		case first:
+			assert.Equal(t, []string{"github:codertocat"}, identities(cr.Spec.Pushers))
+		case second:
+			assert.Equal(t, []string{"github:codertocat", "github:mallory"}, identities(cr.Spec.Pushers), "every pusher so far")
+		}
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"sort"
 	"strconv"
 	"sync"
 
@@ -124,12 +125,39 @@ func (h *Handler) PullRequest(ctx context.Context, repo *sluicev1.Repository, ev
 	defer unlock()
 	switch pr.Action {
 	case provider.PRClosed:
+		if h.mergedKeepingHistory(ctx, repo, pr) {
+			// The branch sync reads the pull request's author and pushers
+			// from the previews for the merge commit's changes, then
+			// deletes them (controller.mergedPullRequests).
+			return nil
+		}
 		return h.deletePreviews(ctx, repo, pr.Number)
 	case provider.PROpened, provider.PRUpdated, provider.PRReopened:
 		_, err := h.build(ctx, repo, ev, pr, pr.HeadSHA)
 		return err
 	}
 	return nil
+}
+
+// mergedKeepingHistory reports whether pr was merged into the tracked
+// branch with its head commit in the merge's history (a merge commit or a
+// fast-forward), so the branch sync will find its previews by ancestry.
+// Squash and rebase merges rewrite the commits: their previews are deleted
+// at once, and the merge commit's changes carry only commit e-mails.
+func (h *Handler) mergedKeepingHistory(ctx context.Context, repo *sluicev1.Repository, pr *provider.PullRequest) bool {
+	if !pr.Merged || pr.MergeCommitSHA == "" || pr.HeadSHA == "" || repo.GetRef().Branch == "" || pr.BaseRef != "refs/heads/"+repo.GetRef().Branch {
+		return false
+	}
+	remote, err := h.Remotes.RemoteFor(ctx, repo)
+	if err != nil {
+		return false
+	}
+	cache, err := h.Git.Fetch(ctx, remote, pr.BaseRef, pr.MergeCommitSHA)
+	if err != nil || !cache.HasCommit(pr.HeadSHA) {
+		return false
+	}
+	ok, err := cache.IsAncestor(pr.HeadSHA, pr.MergeCommitSHA)
+	return err == nil && ok
 }
 
 // previewsAllowed says whether the Repository wants previews of pr.
@@ -232,6 +260,15 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 	if emails, err := cache.Authors(head, base, 1000); err == nil {
 		authors = append(authors, changespec.EmailIdentities(emails)...)
 	}
+	// Whoever pushed to the pull request so far: the pushers the earlier
+	// previews recorded, and the sender of this pull-request event.
+	people := prPeople{author: sluicev1.Identity(pr.Author)}
+	if people.pushers, err = h.pushersOf(ctx, repo, pr.Number); err != nil {
+		return nil, err
+	}
+	if ev != nil && ev.Kind == provider.KindPullRequest {
+		people.pushers = changespec.AddIdentity(people.pushers, sluicev1.Identity(pr.Sender))
+	}
 
 	var out []built
 	var errs []error
@@ -254,7 +291,7 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 				// The pull request changes nothing this release reads.
 				continue
 			}
-			b, err := h.buildOne(ctx, repo, cache, pr, head, base, e, env, name, commit, authors)
+			b, err := h.buildOne(ctx, repo, cache, pr, head, base, e, env, name, commit, authors, people)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("release %s: %w", name, err))
 				continue
@@ -267,6 +304,33 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// prPeople are a pull request's author and pushers.
+type prPeople struct {
+	author  sluicev1.Identity
+	pushers []sluicev1.Identity
+}
+
+// pushersOf returns the pushers the previews of pull request n recorded,
+// oldest preview first.
+func (h *Handler) pushersOf(ctx context.Context, repo *sluicev1.Repository, n int64) ([]sluicev1.Identity, error) {
+	var list sluicev1.ChangeRequestList
+	if err := h.reader().List(ctx, &list, client.InNamespace(repo.Namespace), client.MatchingLabels{
+		sluicev1.LabelRepository: repo.Name, sluicev1.LabelPreview: "true", sluicev1.LabelPullRequest: strconv.FormatInt(n, 10),
+	}); err != nil {
+		return nil, fmt.Errorf("list previews: %w", err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool {
+		return list.Items[i].CreationTimestamp.Before(&list.Items[j].CreationTimestamp)
+	})
+	var out []sluicev1.Identity
+	for _, cr := range list.Items {
+		for _, id := range cr.Spec.Pushers {
+			out = changespec.AddIdentity(out, id)
+		}
+	}
+	return out, nil
 }
 
 // releaseChanged reports whether the release of env differs between base
@@ -295,7 +359,7 @@ func releaseChanged(cache *git.Repo, baseFS fs.FS, e *catalog.Entry, env, head, 
 // buildOne creates the preview of one release, or returns the one that
 // exists already.
 func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, pr *provider.PullRequest, head, base string,
-	e *catalog.Entry, env manifest.Environment, release string, commit git.CommitInfo, authors []sluicev1.Identity) (built, error) {
+	e *catalog.Entry, env manifest.Environment, release string, commit git.CommitInfo, authors []sluicev1.Identity, people prPeople) (built, error) {
 	name := sluicev1.PreviewChangeRequestName(release, pr.Number, head)
 	existing := &sluicev1.ChangeRequest{}
 	err := h.reader().Get(ctx, types.NamespacedName{Namespace: repo.Namespace, Name: name}, existing)
@@ -329,26 +393,28 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 		}
 	}
 	cr := changespec.Build(changespec.Change{
-		Repository:       repo,
-		Release:          release,
-		Service:          e.Service.Name,
-		Environment:      env.Name,
-		ServiceDir:       e.Dir,
-		Name:             name,
-		Revision:         head,
-		Attempt:          1,
-		PreviousRevision: base,
-		Authors:          authors,
-		CommitMessage:    commit.Message,
-		PullRequest:      &sluicev1.PullRequestRef{Number: pr.Number, HeadSHA: head, Preview: true, Fork: pr.Fork},
-		TargetNamespace:  env.Namespace,
-		Delivery:         sluicev1.Delivery(env.Delivery),
-		Rule:             changespec.RuleOf(env.Approval),
-		Artifact:         art,
-		ArtifactURL:      key.URL(h.ArtifactBaseURL),
-		Result:           res,
-		Findings:         findings,
-		InputsErr:        e.InputsErr,
+		Repository:        repo,
+		Release:           release,
+		Service:           e.Service.Name,
+		Environment:       env.Name,
+		ServiceDir:        e.Dir,
+		Name:              name,
+		Revision:          head,
+		Attempt:           1,
+		PreviousRevision:  base,
+		Authors:           authors,
+		PullRequestAuthor: people.author,
+		Pushers:           people.pushers,
+		CommitMessage:     commit.Message,
+		PullRequest:       &sluicev1.PullRequestRef{Number: pr.Number, HeadSHA: head, Preview: true, Fork: pr.Fork},
+		TargetNamespace:   env.Namespace,
+		Delivery:          sluicev1.Delivery(env.Delivery),
+		Rule:              changespec.RuleOf(env.Approval),
+		Artifact:          art,
+		ArtifactURL:       key.URL(h.ArtifactBaseURL),
+		Result:            res,
+		Findings:          findings,
+		InputsErr:         e.InputsErr,
 	})
 	// Owned by its Release when the Release exists and is this
 	// Repository's, otherwise by the Repository (a new service).
@@ -387,7 +453,7 @@ func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, cache
 	defer ws.Remove()
 	current, previous := ws.Current, ws.Previous
 	res, err := h.Validator.Validate(ctx, validation.Request{RepoRoot: current, Service: e.Service, Environment: env, ControlNamespace: repo.Namespace, Release: release,
-		Previous: previousAt(cache, base, e.Dir, e.Service.Name, env, previous)})
+		Previous: previousAt(cache, base, e.Dir, e.Service.Name, env, previous), Confine: validation.ConfinementOf(repo)})
 	if err != nil {
 		return nil, fmt.Errorf("validate %s: %w", release, err)
 	}

@@ -228,5 +228,14 @@ func githubPR(p Name, pl *ghPayload, headRefPrefix string) (*PullRequest, error)
 			out.Author = id
 		}
 	}
+	sender := pl.Sender.Login
+	if sender == "" {
+		sender = pl.Sender.Username
+	}
+	if sender != "" {
+		if id, err := identity(p, sender); err == nil {
+			out.Sender = id
+		}
+	}
 	return out, nil
 }

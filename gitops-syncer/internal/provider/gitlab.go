@@ -115,6 +115,14 @@ func ParseGitLab(eventType, delivery string, body []byte) (*Event, error) {
 	default:
 		pr.Action = PROther
 	}
+	if p.User != nil {
+		if id, err := identity(GitLab, p.User.Username); err == nil {
+			pr.Sender = id
+			if pr.Action == PROpened && p.User.ID == mr.AuthorID {
+				pr.Author = id // the opener is the author
+			}
+		}
+	}
 	if state == "" {
 		ev.Kind, ev.PullRequest = KindPullRequest, &pr
 		return ev, nil

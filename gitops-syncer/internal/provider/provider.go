@@ -152,6 +152,9 @@ type PullRequest struct {
 	MergeCommitSHA string
 	// Author is the author's identity ("github:alice").
 	Author string
+	// Sender is the identity of whoever caused the event ("github:bob"):
+	// for opened, reopened and updated pull requests, the pusher.
+	Sender string
 }
 
 // Review is one reviewer's decision on a pull request.

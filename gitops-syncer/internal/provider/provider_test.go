@@ -32,7 +32,7 @@ func TestParseGitHub_realPayloads(t *testing.T) {
 	assert.Equal(t, provider.KindPullRequest, ev.Kind)
 	assert.Equal(t, "Codertocat/Hello-World", ev.Repo)
 	assert.Equal(t, provider.PullRequest{Action: provider.PROpened, Number: 2, HeadSHA: ghHead, HeadRef: "refs/pull/2/head",
-		BaseRef: "refs/heads/master", BaseSHA: "f95f852bd8fca8fcc58a9a2d6c842781e32a215e", Author: "github:codertocat"}, *ev.PullRequest)
+		BaseRef: "refs/heads/master", BaseSHA: "f95f852bd8fca8fcc58a9a2d6c842781e32a215e", Author: "github:codertocat", Sender: "github:codertocat"}, *ev.PullRequest)
 
 	ev, err = provider.ParseGitHub("pull_request", "d2", fixture(t, "github/pull_request.synchronize.payload.json"))
 	require.NoError(t, err)
@@ -104,7 +104,7 @@ func TestParseGitea_realShapedPayloads(t *testing.T) {
 	ev, err = provider.ParseGitea("pull_request", "g2", fixture(t, "gitea/pull_request.opened.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PullRequest{Action: provider.PROpened, Number: 3, HeadSHA: giteaHead, HeadRef: "refs/pull/3/head",
-		BaseRef: "refs/heads/main", BaseSHA: giteaBase, Author: "gitea:alice"}, *ev.PullRequest)
+		BaseRef: "refs/heads/main", BaseSHA: giteaBase, Author: "gitea:alice", Sender: "gitea:alice"}, *ev.PullRequest)
 
 	ev, err = provider.ParseGitea("pull_request", "g3", fixture(t, "gitea/pull_request.synchronized.json"))
 	require.NoError(t, err)
@@ -142,7 +142,7 @@ func TestParseGitLab_realShapedPayloads(t *testing.T) {
 	ev, err = provider.ParseGitLab("Merge Request Hook", "l2", fixture(t, "gitlab/merge_request.open.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PullRequest{Action: provider.PROpened, Number: 1, HeadSHA: giteaHead, HeadRef: "refs/merge-requests/1/head",
-		BaseRef: "refs/heads/main"}, *ev.PullRequest)
+		BaseRef: "refs/heads/main", Author: "gitlab:alice", Sender: "gitlab:alice"}, *ev.PullRequest)
 
 	ev, err = provider.ParseGitLab("Merge Request Hook", "l3", fixture(t, "gitlab/merge_request.update.json"))
 	require.NoError(t, err)
