@@ -132,7 +132,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			list = []map[string]any{}
 		}
 		write(list)
-	case len(parts) >= 6 && parts[3] == "members":
+	case strings.Contains(r.URL.Path, "/members/all/"):
 		id, _ := strconv.ParseInt(last, 10, 64)
 		level, ok := f.glAccess[id]
 		if !ok {
