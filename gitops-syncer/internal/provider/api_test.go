@@ -197,3 +197,30 @@ func TestConfirm_giteaUsesItsOwnReviewID(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 7, got.ID)
 }
+
+// FuzzConfirm: whatever the provider's API answers, Confirm never panics,
+// and it confirms a review only with an answer that says so.
+func FuzzConfirm(f *testing.F) {
+	f.Add(`{"permission":"write"}`, `[{"id":81,"state":"APPROVED","commit_id":"`+head+`","user":{"login":"alice"}}]`)
+	f.Add(`{"permission":"read"}`, `[]`)
+	f.Add(`{`, `[{"id":"x"}]`)
+	f.Add(`{"permission":"admin"}`, `[{"id":81,"user":null}]`)
+	f.Fuzz(func(t *testing.T, perm, reviews string) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case strings.HasSuffix(r.URL.Path, "/permission"):
+				_, _ = w.Write([]byte(perm))
+			case r.URL.Query().Get("page") == "1":
+				_, _ = w.Write([]byte(reviews))
+			default:
+				_, _ = w.Write([]byte("[]"))
+			}
+		}))
+		defer srv.Close()
+		got, err := api(provider.GitHub, srv.URL).Confirm(context.Background(), ghReviewEvent(81, "alice", provider.ReviewApproved))
+		if err == nil {
+			require.NotNil(t, got)
+			assert.Contains(t, reviews, `"APPROVED"`)
+		}
+	})
+}
