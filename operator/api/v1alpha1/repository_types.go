@@ -25,7 +25,7 @@ type GroupKind struct {
 	// Group is the API group, "" for the core group (e.g.
 	// rbac.authorization.k8s.io).
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="group must be empty or a DNS subdomain"
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="group must be empty or a DNS subdomain"
 	// +optional
 	Group string `json:"group"`
 
