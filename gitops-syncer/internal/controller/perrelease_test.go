@@ -111,7 +111,7 @@ func markApplied(t *testing.T, ns, release, cr, rev string) {
 	require.NoError(t, k8s.Status().Update(ctx, c))
 	rel := getRelease(t, ns, release)
 	rel.Status.AppliedChange, rel.Status.AppliedRevision, rel.Status.AppliedDigest = cr, rev, c.Spec.ApprovalDigest
-	rel.Status.Conditions = append(rel.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionReady, Status: metav1.ConditionTrue,
-		Reason: sluicev1.ReasonSucceeded, Message: "applied", LastTransitionTime: metav1.Now()})
+	meta.SetStatusCondition(&rel.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionReady, Status: metav1.ConditionTrue,
+		Reason: sluicev1.ReasonSucceeded, Message: "applied"})
 	require.NoError(t, k8s.Status().Update(ctx, rel))
 }
