@@ -253,6 +253,34 @@ func TestValidation_rejectsBadInputWithReadableMessages(t *testing.T) {
 			repo.Spec.TargetNamespaces = nil
 			return repo
 		}, []string{"spec.targetNamespaces"}},
+		{"an extra namespace that is no name or glob", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "bad-extra-namespace"
+			repo.Spec.AllowedExtraNamespaces = []string{"Checkout_Prod"}
+			return repo
+		}, []string{"allowedExtraNamespaces holds namespace names or globs"}},
+		{"a cluster kind that is no kind name", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "bad-cluster-kind"
+			repo.Spec.AllowedClusterKinds = []sluicev1.GroupKind{{Group: "rbac.authorization.k8s.io", Kind: "*"}}
+			return repo
+		}, []string{"kind must be a kind name"}},
+		{"a cluster kind in a group that is no DNS subdomain", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "bad-cluster-group"
+			repo.Spec.AllowedClusterKinds = []sluicev1.GroupKind{{Group: "RBAC/x", Kind: "ClusterRole"}}
+			return repo
+		}, []string{"group must be empty or a DNS subdomain"}},
+		{"a cluster kind listed twice", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "twice-cluster-kind"
+			repo.Spec.AllowedClusterKinds = []sluicev1.GroupKind{{Kind: "Namespace"}, {Kind: "Namespace"}}
+			return repo
+		}, []string{"lists each group and kind once"}},
 		{"an approver identity without a prefix", func() client.Object {
 			a := &sluicev1.Approval{}
 			loadSample(t, "approval.yaml", a, ns)
