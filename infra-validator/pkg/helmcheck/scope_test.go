@@ -138,7 +138,8 @@ func TestRender_theDigestCoversHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst := action.NewInstall(helmConfig(t))
+	cfg := helmConfig(t)
+	inst := action.NewInstall(cfg)
 	inst.ReleaseName, inst.Namespace = "web", "shop-staging"
 	rel, err := inst.Run(ch, map[string]any{"hook": true})
 	if err != nil {
@@ -146,6 +147,17 @@ func TestRender_theDigestCoversHooks(t *testing.T) {
 	}
 	if got := ReleaseDigest([]byte(rel.Manifest), rel.Hooks); got != hooked.ManifestDigest {
 		t.Errorf("the release record hashes to %s, the validator's digest is %s", got, hooked.ManifestDigest)
+	}
+	// An upgrade renders the hooks for an upgrade; this chart's render the
+	// same, so the same approval covers it.
+	up := action.NewUpgrade(cfg)
+	up.Namespace = "shop-staging"
+	rel, err = up.Run("web", ch, map[string]any{"hook": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ReleaseDigest([]byte(rel.Manifest), rel.Hooks); got != hooked.ManifestDigest {
+		t.Errorf("the upgrade's release record hashes to %s, the validator's digest is %s", got, hooked.ManifestDigest)
 	}
 }
 
