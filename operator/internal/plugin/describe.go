@@ -323,7 +323,7 @@ func (a *app) printDescription(w io.Writer, d *Description) error {
 		field("  from", src)
 	}
 	if d.NewToNamespace {
-		field("  new to namespace", fmt.Sprintf("Release %s has not applied to %s before: the rules protecting that namespace apply", cr.Spec.Release, cr.Spec.TargetNamespace))
+		field("  note", fmt.Sprintf("new to namespace: Release %s has not applied to %s before, so the rules protecting that namespace apply", cr.Spec.Release, cr.Spec.TargetNamespace))
 	}
 	for _, warn := range d.RuleWarnings {
 		field("  warning", warn)

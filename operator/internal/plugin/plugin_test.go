@@ -386,7 +386,7 @@ func TestDescribe_showsThePoliciesOfTheTargetNamespaceAndNewToNamespace(t *testi
 	t.Log("\n" + out)
 	require.Contains(t, out, "3 approvals from anyone allowed")
 	require.Regexp(t, `from:\s+ApprovalPolicy/ns-floor`, out)
-	require.Regexp(t, `new to namespace:\s+Release `+cr.Spec.Release+` has not applied to `+cr.Spec.TargetNamespace, out)
+	require.Regexp(t, `note:\s+new to namespace: Release `+cr.Spec.Release+` has not applied to `+cr.Spec.TargetNamespace, out)
 	// carol may not read Namespaces (only RBAC on Sluice's kinds): she is
 	// told that label-selected policies may be missing.
 	require.Contains(t, out, "you may not read Namespace "+cr.Spec.TargetNamespace)
