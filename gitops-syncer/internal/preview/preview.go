@@ -388,7 +388,7 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 	}
 	var res *validation.Result
 	if len(findings) == 0 {
-		if res, err = h.validate(ctx, repo, cache, base, e, env.Name, release, art); err != nil {
+		if res, err = h.validate(ctx, repo, cache, e, env.Name, release, art); err != nil {
 			return built{}, err
 		}
 	}
@@ -441,8 +441,8 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 
 // validate extracts the artifact and validates it, exactly as the syncer
 // does for a change of the tracked branch, rating the risk against the
-// release at the pull request's base.
-func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, base string, e *catalog.Entry, env, release string, art *artifact.Artifact) (*validation.Result, error) {
+// release at its last applied revision.
+func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, e *catalog.Entry, env, release string, art *artifact.Artifact) (*validation.Result, error) {
 	if h.Validator == nil {
 		return nil, errors.New("no validator configured")
 	}
@@ -452,8 +452,18 @@ func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, cache
 	}
 	defer ws.Remove()
 	current, previous := ws.Current, ws.Previous
+	// Rated like the branch's change will be: against the release's last
+	// applied revision; nothing applied means every object is new.
+	var prev *validation.Previous
+	rel := &sluicev1.Release{}
+	if err := h.reader().Get(ctx, types.NamespacedName{Namespace: repo.Namespace, Name: release}, rel); err == nil && metav1.IsControlledBy(rel, repo) &&
+		rel.Status.AppliedRevision != "" {
+		prev = previousAt(cache, rel.Status.AppliedRevision, e.Dir, e.Service.Name, env, previous)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("read release %s: %w", release, err)
+	}
 	res, err := h.Validator.Validate(ctx, validation.Request{RepoRoot: current, Service: e.Service, Environment: env, ControlNamespace: repo.Namespace, Release: release,
-		Previous: previousAt(cache, base, e.Dir, e.Service.Name, env, previous), Confine: validation.ConfinementOf(repo)})
+		Previous: prev, Confine: validation.ConfinementOf(repo)})
 	if err != nil {
 		return nil, fmt.Errorf("validate %s: %w", release, err)
 	}

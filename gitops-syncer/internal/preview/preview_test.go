@@ -227,12 +227,13 @@ func TestGitea_reviewerAccessIsAskedAndVerdictsArePostedAsStatuses(t *testing.T)
 		assert.NotContains(t, st["description"], "gitea-token")
 	}
 	// cart-prod warns (no PodDisruptionBudget in production): a warning
-	// does not fail the status, and the summary says so. A replica change
-	// rated against the base is low risk.
+	// does not fail the status, and the summary says so. Nothing of cart
+	// was applied yet, so every object is new: medium, as the merge's change
+	// will be rated.
 	require.Contains(t, contexts, "sluice/cart-prod")
 	assert.Equal(t, "success", contexts["sluice/cart-prod"]["state"])
-	assert.Equal(t, "warn, risk low; 1 warn", contexts["sluice/cart-prod"]["description"])
-	assert.Equal(t, "pass, risk low", contexts["sluice/cart-staging"]["description"])
+	assert.Equal(t, "warn, risk medium; 1 warn", contexts["sluice/cart-prod"]["description"])
+	assert.Equal(t, "pass, risk medium", contexts["sluice/cart-staging"]["description"])
 
 	for _, who := range []string{"carol", "bob"} {
 		body := edit(t, fixture(t, "gitea/pull_request_approved.json"), func(m map[string]any) {
