@@ -220,7 +220,7 @@ func TestChart_defaultValuesPassTheDefaultPolicies(t *testing.T) {
 		kinds[o.Kind]++
 	}
 	assert.Equal(t, map[string]int{
-		"CustomResourceDefinition":         5,
+		"CustomResourceDefinition":         6, // with Person
 		"ServiceAccount":                   2,
 		"ClusterRole":                      4, // operator, syncer, sluice-viewer, sluice-approver
 		"ClusterRoleBinding":               2,
