@@ -101,7 +101,16 @@ func authorKeys(dst []sluicev1.Identity, cr *sluicev1.ChangeRequest, people Peop
 }
 
 // changeAuthors lists every identity the change records for the people who
-// wrote or pushed it.
+// wrote or pushed it: commit authors and committers, the pull request's
+// author and everyone who pushed to the pull request.
 func changeAuthors(cr *sluicev1.ChangeRequest) []sluicev1.Identity {
-	return cr.Spec.Authors
+	if cr.Spec.PullRequestAuthor == "" && len(cr.Spec.Pushers) == 0 {
+		return cr.Spec.Authors
+	}
+	out := make([]sluicev1.Identity, 0, len(cr.Spec.Authors)+len(cr.Spec.Pushers)+1)
+	out = append(out, cr.Spec.Authors...)
+	if cr.Spec.PullRequestAuthor != "" {
+		out = append(out, cr.Spec.PullRequestAuthor)
+	}
+	return append(out, cr.Spec.Pushers...)
 }

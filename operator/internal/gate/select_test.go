@@ -309,3 +309,21 @@ func TestNewPeople(t *testing.T) {
 		t.Fatal("an unmapped identity is not its own canonical person")
 	}
 }
+
+// TestGate_pullRequestAuthorsAndPushersAreAuthors: whoever opened or pushed
+// to the pull request is an author too, under every identity of theirs.
+func TestGate_pullRequestAuthorsAndPushersAreAuthors(t *testing.T) {
+	people := NewPeople([]sluicev1.Person{person("mallory", "github:mallory", "k8s:mallory"), person("oscar", "gitea:oscar", "k8s:oscar")})
+	rule := Strictest(Source{Rule: sluicev1.ApprovalRule{Required: 1}})
+	cr := change(func(c *sluicev1.ChangeRequest) {
+		c.Spec.Authors = ids("email:dave@example.com")
+		c.Spec.PullRequestAuthor = "github:mallory"
+		c.Spec.Pushers = ids("gitea:oscar")
+	})
+	for _, approver := range []string{"k8s:mallory", "k8s:oscar", "github:mallory"} {
+		d := EvaluateFor(cr, rule, []sluicev1.Approval{approval("a1", approver, sluicev1.DecisionApprove, 1)}, people)
+		if d.Passed || len(d.Ignored) != 1 || d.Ignored[0].Why != IgnoredAuthor {
+			t.Fatalf("%s approved a change they opened or pushed to: %s (ignored %+v)", approver, d.Message, d.Ignored)
+		}
+	}
+}
