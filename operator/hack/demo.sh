@@ -61,7 +61,7 @@ git -C "$demo/work" -c user.name=Dev -c user.email=dev@example.com commit -qm "A
 git -C "$demo/work" push -q origin HEAD:main
 git -C "$demo/work" log --oneline -1
 
-step "Creating the control namespace, target namespaces, the deployer ServiceAccount and the Repository"
+step "Creating the control namespace, target namespaces, the deployer ServiceAccount, the Repository and the production ApprovalPolicy"
 cat >"$demo/setup.yaml" <<YAML
 apiVersion: v1
 kind: Namespace
@@ -171,6 +171,16 @@ spec:
   interval: 5s
   targetNamespaces: ["cart-*"]
   serviceAccountName: infra-deployer
+---
+# The production floor follows the namespace, not the environment name a
+# pusher writes in service.yaml: a new "prod2" deploying to cart-prod is
+# held to it too.
+apiVersion: gitops.sluice.dev/v1alpha1
+kind: ApprovalPolicy
+metadata: {name: prod-floor, namespace: $ns}
+spec:
+  namespaces: ["*-prod"]
+  rule: {required: 1, allowAuthor: false, autoApproveRisk: none}
 YAML
 "$bin/controlplane" apply --kubeconfig "$kc" "$demo/setup.yaml"
 
@@ -235,7 +245,7 @@ if "$bin/controlplane" create --kubeconfig "$kc-alice" "$demo/forged.yaml" 2>"$d
 fi
 sed 's/^/  /' "$demo/forged.err"
 
-step "A second push: cart staging scales to 3 replicas: low risk, so staging auto-approves it (prod still waits)"
+step "A second push: cart staging scales to 3 replicas: low risk, so staging auto-approves it; prod reads nothing that changed"
 sed -i 's/^replicaCount:.*/replicaCount: 3/' "$demo/work/services/cart/values-staging.yaml"
 git -C "$demo/work" -c user.name=Dev -c user.email=dev@example.com commit -qam "cart: 3 replicas in staging"
 git -C "$demo/work" push -q origin HEAD:main
@@ -244,6 +254,13 @@ for _ in $(seq 1 120); do sluice get -o name 2>/dev/null | grep -q "cart-staging
 sluice wait "cart-staging-${head2:0:10}" --for applied --timeout 180s
 sluice get -l gitops.sluice.dev/release=cart-staging
 sluice describe "cart-staging-${head2:0:10}" | grep -E '^(Phase|Verdict|Gate):|Helm revision' 
+# A change is per release: prod's inputs (its own entry and the shared
+# fields of service.yaml, values.yaml, values-prod.yaml, the chart, the
+# stack) are the same at ${head2:0:10}, so the syncer made no prod change.
+if sluice get -o name 2>/dev/null | grep -q "cart-prod-${head2:0:10}"; then
+  echo "cart-prod got a ChangeRequest for a push that changes nothing it reads"; exit 1
+fi
+echo "cart-prod: unchanged at ${head2:0:10} (only values-staging.yaml changed, which prod does not read): no ChangeRequest, nothing to approve"
 
 step "Done: both pushes went from git to the cluster through the gate; nothing else was applied"
 sluice get

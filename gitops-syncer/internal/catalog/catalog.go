@@ -35,6 +35,9 @@ type Entry struct {
 	// and validating the release lets terraform report the problem. A path
 	// leaving the repository is Err, never InputsErr.
 	InputsErr error
+	// Releases are the inputs of each environment's release, by
+	// environment name: what a change of that release is detected by.
+	Releases map[string]ReleaseInputs
 }
 
 // ErrNoServicesPath says the services folder does not exist at the commit.
@@ -100,6 +103,15 @@ func Discover(fsys fs.FS, servicesPath, scratch string) ([]Entry, error) {
 			inputs = fallbackInputs(svc)
 		}
 		e.Service, e.Inputs = svc, inputs
+		e.Releases = map[string]ReleaseInputs{}
+		for _, env := range svc.Environments {
+			in, err := releaseInputs(e, env.Name, scratch)
+			if err != nil {
+				e.Err, e.Service, e.Inputs, e.Releases = err, nil, nil, nil
+				break
+			}
+			e.Releases[env.Name] = in
+		}
 	}
 	return entries, nil
 }

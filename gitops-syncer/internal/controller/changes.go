@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
+	"slices"
 	"sort"
 	"time"
 
@@ -43,11 +43,105 @@ type changePlan struct {
 	// invalid holds the findings of a manifest that does not parse; the
 	// change is then rejected without validation.
 	invalid []sluicev1.Finding
-	// extraFindings are the syncer's own findings (target namespace).
-	extraFindings []sluicev1.Finding
 	// inputsErr says why the stack's modules could not be listed; a deny
 	// finding unless terraform already rejected the stack.
 	inputsErr error
+	// pullRequests are the merged pull requests whose heads the revision
+	// brings in (mergedPullRequests).
+	pullRequests []mergedPR
+}
+
+// mergedPR is a previewed pull request whose head is in the history of a
+// synced revision: its author and pushers, from its previews.
+type mergedPR struct {
+	number  int64
+	head    string
+	author  sluicev1.Identity
+	pushers []sluicev1.Identity
+}
+
+// mergedPullRequests lists the previewed pull requests of repo whose head
+// commit is in the history of revision but not of base ("" for none): the
+// pull requests a change at revision merges. Squash and rebase merges
+// rewrite the head and are not found (their previews are deleted when the
+// pull request closes).
+func (r *RepositoryReconciler) mergedPullRequests(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, revision, base string) ([]mergedPR, error) {
+	var list sluicev1.ChangeRequestList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(repo.Namespace),
+		client.MatchingLabels{sluicev1.LabelRepository: repo.Name, sluicev1.LabelPreview: "true"}); err != nil {
+		return nil, fmt.Errorf("list previews: %w", err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].CreationTimestamp.Before(&list.Items[j].CreationTimestamp) })
+	byNumber := map[int64]*mergedPR{}
+	var order []int64
+	merged := map[int64]bool{}
+	for _, cr := range list.Items {
+		pr := cr.Spec.PullRequest
+		if pr == nil || !pr.Preview {
+			continue
+		}
+		m, ok := byNumber[pr.Number]
+		if !ok {
+			m = &mergedPR{number: pr.Number}
+			byNumber[pr.Number] = m
+			order = append(order, pr.Number)
+		}
+		if cr.Spec.PullRequestAuthor != "" {
+			m.author = cr.Spec.PullRequestAuthor
+		}
+		for _, id := range cr.Spec.Pushers {
+			m.pushers = changespec.AddIdentity(m.pushers, id)
+		}
+		if merged[pr.Number] || !cache.HasCommit(pr.HeadSHA) {
+			continue
+		}
+		in, err := cache.IsAncestor(pr.HeadSHA, revision)
+		if err != nil || !in {
+			continue
+		}
+		if base != "" && cache.HasCommit(base) {
+			if before, err := cache.IsAncestor(pr.HeadSHA, base); err == nil && before {
+				continue
+			}
+		}
+		merged[pr.Number], m.head = true, pr.HeadSHA
+	}
+	var out []mergedPR
+	for _, n := range order {
+		if merged[n] {
+			out = append(out, *byNumber[n])
+		}
+	}
+	return out, nil
+}
+
+// deleteMergedPreviews deletes the previews of pull requests whose head is
+// in the history of the synced head: their people are recorded.
+func (r *RepositoryReconciler) deleteMergedPreviews(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, head string) error {
+	var list sluicev1.ChangeRequestList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(repo.Namespace),
+		client.MatchingLabels{sluicev1.LabelRepository: repo.Name, sluicev1.LabelPreview: "true"}); err != nil {
+		return fmt.Errorf("list previews: %w", err)
+	}
+	heads := map[int64]bool{}
+	for _, cr := range list.Items {
+		if pr := cr.Spec.PullRequest; pr != nil && pr.Preview && cache.HasCommit(pr.HeadSHA) {
+			if in, err := cache.IsAncestor(pr.HeadSHA, head); err == nil && in {
+				heads[pr.Number] = true
+			}
+		}
+	}
+	var errs []error
+	for i := range list.Items {
+		cr := &list.Items[i]
+		if pr := cr.Spec.PullRequest; pr == nil || !pr.Preview || !heads[pr.Number] {
+			continue
+		}
+		if err := r.Delete(ctx, cr, client.Preconditions{UID: &cr.UID}); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("delete merged preview %s: %w", cr.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func asManifestError(err error, target **manifest.Error) bool { return errors.As(err, target) }
@@ -121,9 +215,23 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 				return "", err
 			}
 		}
+		if existing == nil && plan.replan == "" {
+			applied, err := r.unchangedFromApplied(ctx, plan, result)
+			if err != nil {
+				return "", err
+			}
+			if applied != nil {
+				return "", r.recordUnchanged(ctx, plan, applied)
+			}
+		}
 		commit, err := cache.Commit(plan.revision)
 		if err != nil {
 			return "", err
+		}
+		if plan.pullRequests == nil {
+			if plan.pullRequests, err = r.mergedPullRequests(ctx, repo, cache, plan.revision, authorsBase(plan.release, cache)); err != nil {
+				return "", err
+			}
 		}
 		cr := r.newChangeRequest(repo, cache, plan, art, key, result, commit, int32(attempt))
 		if tp := tracing.Inject(ctx); tp != "" {
@@ -168,6 +276,63 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 		return cr.Name, r.recordSynced(ctx, plan, cr)
 	}
 	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, changespec.Short(plan.revision))
+}
+
+// unchangedFromApplied returns the applied ChangeRequest of the release
+// when a change at plan's revision would change nothing: its inputs moved
+// but the rendered manifest, the Terraform plan (none, or one without any
+// action), the target namespace and the delivery equal what is applied, the
+// verdict does not fail, and no other change of the release is in flight
+// (one that a newer commit must supersede). Nothing is then asked of
+// anyone: there is nothing to approve. It returns nil otherwise.
+func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *changePlan, res *validation.Result) (*sluicev1.ChangeRequest, error) {
+	rel := plan.release
+	st := rel.Status
+	if res == nil || plan.invalid != nil || st.AppliedChange == "" || st.LatestChange != st.AppliedChange || res.ManifestDigest == "" ||
+		res.Verdict.Result == sluicev1.VerdictFail {
+		return nil, nil
+	}
+	if len(res.PlanFile) > 0 || res.PlanDigest != "" {
+		ps := res.PlanSummary
+		if ps == nil || ps.Add+ps.Change+ps.Destroy+ps.Replace != 0 {
+			return nil, nil
+		}
+	}
+	applied := &sluicev1.ChangeRequest{}
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: rel.Namespace, Name: st.AppliedChange}, applied); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read applied change %s: %w", st.AppliedChange, err)
+	}
+	a := applied.Spec
+	if applied.Status.Phase != sluicev1.PhaseApplied || a.Release != rel.Name || a.ManifestDigest != res.ManifestDigest ||
+		a.TargetNamespace != rel.Spec.TargetNamespace || a.Delivery != changespec.DeliveryOrDefault(rel.Spec.Delivery) {
+		return nil, nil
+	}
+	return applied, nil
+}
+
+// recordUnchanged records on the Release that its inputs at plan's
+// revision render what is applied: the synced tree and commit move on,
+// Synced says "unchanged" with the applied change it was compared with,
+// and an Event says the same. latestChange stays the applied change.
+func (r *RepositoryReconciler) recordUnchanged(ctx context.Context, plan *changePlan, applied *sluicev1.ChangeRequest) error {
+	rel := plan.release
+	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision {
+		patch := fmt.Sprintf(`{"status":{"lastSyncedTree":%q,"lastSyncedCommit":%q}}`, plan.tree, plan.revision)
+		if err := r.Status().Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
+		}
+	}
+	msg := fmt.Sprintf("unchanged: rendered manifest and plan at %s equal the applied revision %s (%s); no ChangeRequest, nothing to approve",
+		changespec.Short(plan.revision), changespec.Short(applied.Spec.Revision), applied.Name)
+	c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionSynced)
+	if c == nil || c.Reason != sluicev1.ReasonUnchanged || c.Message != msg {
+		r.event(rel, corev1.EventTypeNormal, sluicev1.ReasonUnchanged, msg)
+		log.FromContext(ctx).Info("Release unchanged at the new revision", "release", rel.Name, "revision", changespec.Short(plan.revision), "applied", applied.Name)
+	}
+	return r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonUnchanged, msg)
 }
 
 // resumePoint finds where to continue: the ChangeRequest already made for
@@ -227,6 +392,7 @@ func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repo
 		ControlNamespace: repo.Namespace,
 		Release:          plan.release.Name,
 		Previous:         r.previousFor(cache, plan, previous),
+		Confine:          validation.ConfinementOf(repo),
 	})
 	outcome := "error"
 	if err == nil {
@@ -244,81 +410,67 @@ func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repo
 	return res, nil
 }
 
+// authorsBase is the revision a change's authors are counted from: the
+// applied revision when the cache has it, else the last synced commit.
+func authorsBase(rel *sluicev1.Release, cache *git.Repo) string {
+	if rel.Status.AppliedRevision != "" && cache.HasCommit(rel.Status.AppliedRevision) {
+		return rel.Status.AppliedRevision
+	}
+	return rel.Status.LastSyncedCommit
+}
+
 // newChangeRequest assembles the immutable record of the change.
 func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache *git.Repo, plan *changePlan, art *artifact.Artifact, key artifact.Key,
 	res *validation.Result, commit git.CommitInfo, attempt int32) *sluicev1.ChangeRequest {
 	rel := plan.release
-	base := rel.Status.LastSyncedCommit
-	if rel.Status.AppliedRevision != "" && cache.HasCommit(rel.Status.AppliedRevision) {
-		base = rel.Status.AppliedRevision
-	}
-	emails, err := cache.Authors(plan.revision, base, 1000)
+	emails, err := cache.Authors(plan.revision, authorsBase(rel, cache), 1000)
 	if err != nil {
 		emails = []string{commit.AuthorEmail, commit.CommitterEmail}
 	}
-	spec := sluicev1.ChangeRequestSpec{
-		Release:         rel.Name,
-		Revision:        plan.revision,
-		Attempt:         attempt,
-		Authors:         changespec.EmailIdentities(emails),
-		CommitMessage:   changespec.Truncate(commit.Message, 4000),
-		TargetNamespace: rel.Spec.TargetNamespace,
-		Delivery:        rel.Spec.Delivery,
-		Artifact:        sluicev1.ArtifactReference{URL: key.URL(r.ArtifactBaseURL), SHA256: sluicev1.Digest(art.SHA256)},
-		ContentDigest:   sluicev1.Digest(art.ContentDigest),
-		Rule:            rel.Spec.Rule,
-	}
+	previous := ""
 	if prev := rel.Status.LastSyncedCommit; prev != plan.revision && len(prev) >= 40 {
-		spec.PreviousRevision = prev
+		previous = prev
 	}
-	var findings []sluicev1.Finding
-	if res != nil {
-		spec.ManifestDigest, spec.PlanDigest, spec.PlanFileSHA256 = res.ManifestDigest, res.PlanDigest, res.PlanFileSHA256
-		spec.PlanSummary = res.PlanSummary
-		spec.Verdict = res.Verdict
-		findings = append(findings, res.Verdict.Findings...)
-	} else {
-		spec.Verdict = sluicev1.Verdict{Result: sluicev1.VerdictFail, Risk: sluicev1.RiskHigh}
-	}
-	findings = append(findings, plan.invalid...)
-	findings = append(findings, plan.extraFindings...)
-	if plan.inputsErr != nil && !hasDeny(findings, "terraform") {
-		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "terraform.modules",
-			Message: plan.inputsErr.Error(), File: path.Join(string(rel.Spec.SourcePath), manifest.FileName)})
-	}
-	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = changespec.CleanFindings(findings, spec.Verdict.FindingsTruncated)
-	spec.Verdict.Result = changespec.VerdictResult(spec.Verdict.Result, spec.Verdict.Findings)
-	if spec.Verdict.Risk == "" {
-		spec.Verdict.Risk = sluicev1.RiskHigh
-	}
-	spec.ApprovalDigest = sluicev1.ComputeApprovalDigest(repo.Namespace, rel.Name, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest)
-	cr := &sluicev1.ChangeRequest{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      sluicev1.ChangeRequestName(rel.Name, plan.revision, attempt),
-			Namespace: repo.Namespace,
-			Labels: map[string]string{
-				sluicev1.LabelRepository:  repo.Name,
-				sluicev1.LabelRelease:     rel.Name,
-				sluicev1.LabelService:     rel.Spec.Service,
-				sluicev1.LabelEnvironment: string(rel.Spec.Environment),
-			},
-		},
-		Spec: spec,
-	}
-	if plan.replan != "" {
-		cr.Annotations = map[string]string{sluicev1.AnnotationReplan: plan.replan}
-	}
-	return cr
-}
-
-// hasDeny reports whether a deny finding of source is among findings.
-func hasDeny(findings []sluicev1.Finding, source string) bool {
-	for _, f := range findings {
-		if f.Severity == sluicev1.SeverityDeny && f.Source == source {
-			return true
+	authors := changespec.EmailIdentities(emails)
+	var prAuthor sluicev1.Identity
+	var pushers []sluicev1.Identity
+	if prs := plan.pullRequests; len(prs) > 0 {
+		for _, pr := range prs {
+			if pr.author != "" && !slices.Contains(authors, pr.author) {
+				authors = append(authors, pr.author)
+			}
+			for _, id := range pr.pushers {
+				pushers = changespec.AddIdentity(pushers, id)
+			}
+		}
+		if len(prs) == 1 {
+			prAuthor = prs[0].author
 		}
 	}
-	return false
+	return changespec.Build(changespec.Change{
+		PullRequestAuthor: prAuthor,
+		Pushers:           pushers,
+		Repository:        repo,
+		Release:           rel.Name,
+		Service:           rel.Spec.Service,
+		Environment:       string(rel.Spec.Environment),
+		ServiceDir:        string(rel.Spec.SourcePath),
+		Name:              sluicev1.ChangeRequestName(rel.Name, plan.revision, attempt),
+		Revision:          plan.revision,
+		Attempt:           attempt,
+		PreviousRevision:  previous,
+		Authors:           authors,
+		CommitMessage:     commit.Message,
+		TargetNamespace:   rel.Spec.TargetNamespace,
+		Delivery:          rel.Spec.Delivery,
+		Rule:              rel.Spec.Rule,
+		Artifact:          art,
+		ArtifactURL:       key.URL(r.ArtifactBaseURL),
+		Result:            res,
+		Findings:          plan.invalid,
+		InputsErr:         plan.inputsErr,
+		Replan:            plan.replan,
+	})
 }
 
 // writePlanSecrets stores the plan file in "<cr>-plan", then "-plan-1"…,

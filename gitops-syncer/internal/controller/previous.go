@@ -27,25 +27,22 @@ type renderedManifest struct {
 }
 
 // previousRevision is the revision a change of rel is rated against: the
-// applied revision, else the revision of the previous ChangeRequest (the
-// last synced commit); "" for a first change.
-func previousRevision(rel *sluicev1.Release, revision string) string {
-	if rev := rel.Status.AppliedRevision; rev != "" {
-		return rev
-	}
-	if rev := rel.Status.LastSyncedCommit; rev != revision {
-		return rev
-	}
-	return ""
+// last applied revision, what is live; "" when nothing was applied, so
+// every object is new. The last synced revision is never the base: it may
+// hold a change nobody approved, and rating against it would hide that
+// change (a ClusterRoleBinding pushed, then pushed again with an image
+// bump, would look like an image bump).
+func previousRevision(rel *sluicev1.Release) string {
+	return rel.Status.AppliedRevision
 }
 
-// previousFor describes the release of plan at its previous revision for
-// the validator: the manifest remembered from validating that revision, or
+// previousFor describes the release of plan at its last applied revision
+// for the validator: the manifest remembered from validating that revision, or
 // its service and chart folders extracted from the local git cache into
 // dir (an empty folder). It never fails: a previous revision that cannot be
 // read is reported in Previous.Err and rated by the validator.
 func (r *RepositoryReconciler) previousFor(cache *git.Repo, plan *changePlan, dir string) *validation.Previous {
-	rev := previousRevision(plan.release, plan.revision)
+	rev := previousRevision(plan.release)
 	if rev == "" {
 		return nil
 	}

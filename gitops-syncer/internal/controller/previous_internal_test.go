@@ -9,22 +9,21 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
-func TestPreviousRevision_prefersTheAppliedRevision(t *testing.T) {
+func TestPreviousRevision_isTheAppliedRevisionOnly(t *testing.T) {
 	tests := []struct {
-		name                     string
-		applied, synced, current string
-		want                     string
+		name            string
+		applied, synced string
+		want            string
 	}{
-		{"a first change has none", "", "", "c3", ""},
-		{"the applied revision wins over the last synced one", "c1", "c2", "c3", "c1"},
-		{"nothing applied yet: the previous ChangeRequest's revision", "", "c2", "c3", "c2"},
-		{"a re-plan of the last synced commit, nothing applied: none", "", "c3", "c3", ""},
-		{"a re-plan of the applied commit: itself", "c3", "c3", "c3", "c3"},
+		{"a first change has none", "", "", ""},
+		{"the applied revision, not the last synced one", "c1", "c2", "c1"},
+		{"nothing applied: none, whatever was synced", "", "c2", ""},
+		{"a re-plan of the applied commit: itself", "c3", "c3", "c3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rel := &sluicev1.Release{Status: sluicev1.ReleaseStatus{AppliedRevision: tt.applied, LastSyncedCommit: tt.synced}}
-			assert.Equal(t, tt.want, previousRevision(rel, tt.current))
+			assert.Equal(t, tt.want, previousRevision(rel))
 		})
 	}
 }

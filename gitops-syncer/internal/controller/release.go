@@ -150,7 +150,13 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 	if err != nil {
 		return err
 	}
-	tree, err := p.cache.InputsHash(p.head, e.Inputs)
+	// The release's own inputs decide whether it changed; the artifact
+	// still carries the service's folders.
+	in, ok := e.Releases[envName]
+	if !ok {
+		return fmt.Errorf("no inputs listed for environment %q", envName)
+	}
+	tree, err := in.Tree(p.cache, p.head)
 	if err != nil {
 		return fmt.Errorf("hash inputs: %w", err)
 	}
@@ -176,10 +182,6 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 		env:       envName,
 		replan:    replanRequested(rel),
 		inputsErr: e.InputsErr,
-	}
-	if !changespec.TargetAllowed(p.repo, want.Spec.TargetNamespace) {
-		plan.extraFindings = append(plan.extraFindings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "targetNamespaces",
-			Message: fmt.Sprintf("target namespace %q is not in the Repository's targetNamespaces", want.Spec.TargetNamespace), File: path.Join(e.Dir, manifest.FileName)})
 	}
 	cr, err := p.r.planChange(ctx, p.repo, p.cache, plan)
 	if err != nil {

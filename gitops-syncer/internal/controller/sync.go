@@ -130,6 +130,10 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, repo *sluicev1
 	res, err := pass.finish(ctx)
 	if err != nil {
 		span.SetStatus(codes.Error, "some releases failed")
+	} else if derr := r.deleteMergedPreviews(ctx, repo, cache, head); derr != nil {
+		// Their people are recorded; a leftover preview is only clutter,
+		// deleted at the next pass.
+		log.FromContext(ctx).Error(derr, "Deleting previews of merged pull requests failed")
 	}
 	span.SetAttributes(attribute.Int("sluice.changerequests.created", len(pass.created)))
 	return res, err

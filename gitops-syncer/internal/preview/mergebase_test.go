@@ -23,7 +23,7 @@ func TestPullRequest_comparesWithTheMergeBaseNotTheMovedBaseBranch(t *testing.T)
 	i.git.WriteFile("services/shop/service.yaml", strings.NewReplacer("name: cart", "name: shop", "cart-", "shop-").Replace(string(manifest)))
 	forked := i.git.Commit("shop", "platform@example.com")
 
-	head := i.pullRequest(t, 12, forked, prodReplicas)
+	head := i.pullRequest(t, 12, forked, replicas)
 	i.git.WriteFile("services/shop/values-prod.yaml", "replicaCount: 9\n")
 	moved := i.git.Commit("shop: more replicas", "platform@example.com")
 

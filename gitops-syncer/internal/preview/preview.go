@@ -14,17 +14,19 @@
 //
 // A review becomes one Approval per preview at the reviewed commit:
 // approved → approve, changes requested → reject, dismissed → revoke; a
-// commented review does nothing, and neither does a review by someone
-// without write access.
+// commented review does nothing, and neither does a review the provider's
+// API does not confirm (the reviewer cannot write to the repository, or the
+// review is not the reviewer's latest state).
 package preview
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
+	"io/fs"
 	"os"
 	"path"
+	"sort"
 	"strconv"
 	"sync"
 
@@ -37,6 +39,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/status"
@@ -59,10 +62,11 @@ type StatusPoster interface {
 	Post(ctx context.Context, s status.Status) error
 }
 
-// PermissionChecker answers whether a user may write to a repository, for
-// providers whose review payloads do not say (status.Client for Gitea).
-type PermissionChecker interface {
-	WriteAccess(ctx context.Context, repo, login string) (bool, error)
+// ReviewConfirmer asks the provider's API whether a review counts
+// (provider.API): it returns the review to record, or an error wrapping
+// provider.ErrUnconfirmed.
+type ReviewConfirmer interface {
+	Confirm(ctx context.Context, ev *provider.Event) (*provider.Review, error)
 }
 
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=changerequests,verbs=get;list;watch;create;delete
@@ -84,9 +88,9 @@ type Handler struct {
 	ArtifactBaseURL string
 	// Statuses, if set, gets a commit status per preview.
 	Statuses StatusPoster
-	// Permissions, if set, is asked about reviewers whose access the
-	// payload does not state; without it such reviews are ignored.
-	Permissions PermissionChecker
+	// Reviews confirms every review with the provider's API; without it
+	// no review becomes an Approval.
+	Reviews ReviewConfirmer
 	// ScratchDir holds temporary folders; defaults to the OS temp dir.
 	ScratchDir string
 	Log        logr.Logger
@@ -121,12 +125,39 @@ func (h *Handler) PullRequest(ctx context.Context, repo *sluicev1.Repository, ev
 	defer unlock()
 	switch pr.Action {
 	case provider.PRClosed:
+		if h.mergedKeepingHistory(ctx, repo, pr) {
+			// The branch sync reads the pull request's author and pushers
+			// from the previews for the merge commit's changes, then
+			// deletes them (controller.mergedPullRequests).
+			return nil
+		}
 		return h.deletePreviews(ctx, repo, pr.Number)
 	case provider.PROpened, provider.PRUpdated, provider.PRReopened:
 		_, err := h.build(ctx, repo, ev, pr, pr.HeadSHA)
 		return err
 	}
 	return nil
+}
+
+// mergedKeepingHistory reports whether pr was merged into the tracked
+// branch with its head commit in the merge's history (a merge commit or a
+// fast-forward), so the branch sync will find its previews by ancestry.
+// Squash and rebase merges rewrite the commits: their previews are deleted
+// at once, and the merge commit's changes carry only commit e-mails.
+func (h *Handler) mergedKeepingHistory(ctx context.Context, repo *sluicev1.Repository, pr *provider.PullRequest) bool {
+	if !pr.Merged || pr.MergeCommitSHA == "" || pr.HeadSHA == "" || repo.GetRef().Branch == "" || pr.BaseRef != "refs/heads/"+repo.GetRef().Branch {
+		return false
+	}
+	remote, err := h.Remotes.RemoteFor(ctx, repo)
+	if err != nil {
+		return false
+	}
+	cache, err := h.Git.Fetch(ctx, remote, pr.BaseRef, pr.MergeCommitSHA)
+	if err != nil || !cache.HasCommit(pr.HeadSHA) {
+		return false
+	}
+	ok, err := cache.IsAncestor(pr.HeadSHA, pr.MergeCommitSHA)
+	return err == nil && ok
 }
 
 // previewsAllowed says whether the Repository wants previews of pr.
@@ -218,12 +249,25 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 	if err != nil {
 		return nil, err
 	}
+	baseFS, err := cache.FS(base)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", changespec.Short(base), err)
+	}
 	authors := []sluicev1.Identity{}
 	if pr.Author != "" {
 		authors = append(authors, sluicev1.Identity(pr.Author))
 	}
 	if emails, err := cache.Authors(head, base, 1000); err == nil {
 		authors = append(authors, changespec.EmailIdentities(emails)...)
+	}
+	// Whoever pushed to the pull request so far: the pushers the earlier
+	// previews recorded, and the sender of this pull-request event.
+	people := prPeople{author: sluicev1.Identity(pr.Author)}
+	if people.pushers, err = h.pushersOf(ctx, repo, pr.Number); err != nil {
+		return nil, err
+	}
+	if ev != nil && ev.Kind == provider.KindPullRequest {
+		people.pushers = changespec.AddIdentity(people.pushers, sluicev1.Identity(pr.Sender))
 	}
 
 	var out []built
@@ -237,21 +281,17 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 			h.postStatus(ctx, ev, head, status.StateFailure, "sluice/"+path.Base(e.Dir), "service.yaml is invalid at this commit")
 			continue
 		}
-		headHash, err := cache.InputsHash(head, e.Inputs)
-		if err != nil {
-			return nil, fmt.Errorf("hash inputs: %w", err)
-		}
-		baseHash, err := cache.InputsHash(base, e.Inputs)
-		if err != nil {
-			return nil, fmt.Errorf("hash inputs: %w", err)
-		}
 		for _, env := range e.Service.Environments {
 			name := sluicev1.ReleaseName(e.Service.Name, sluicev1.EnvironmentName(env.Name))
-			if headHash == baseHash {
-				// Unchanged by the PR, unless a preview exists already.
+			changed, err := releaseChanged(cache, baseFS, e, env.Name, head, base)
+			if err != nil {
+				return nil, err
+			}
+			if !changed {
+				// The pull request changes nothing this release reads.
 				continue
 			}
-			b, err := h.buildOne(ctx, repo, cache, pr, head, base, e, env, name, commit, authors)
+			b, err := h.buildOne(ctx, repo, cache, pr, head, base, e, env, name, commit, authors, people)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("release %s: %w", name, err))
 				continue
@@ -266,10 +306,60 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 	return out, errors.Join(errs...)
 }
 
+// prPeople are a pull request's author and pushers.
+type prPeople struct {
+	author  sluicev1.Identity
+	pushers []sluicev1.Identity
+}
+
+// pushersOf returns the pushers the previews of pull request n recorded,
+// oldest preview first.
+func (h *Handler) pushersOf(ctx context.Context, repo *sluicev1.Repository, n int64) ([]sluicev1.Identity, error) {
+	var list sluicev1.ChangeRequestList
+	if err := h.reader().List(ctx, &list, client.InNamespace(repo.Namespace), client.MatchingLabels{
+		sluicev1.LabelRepository: repo.Name, sluicev1.LabelPreview: "true", sluicev1.LabelPullRequest: strconv.FormatInt(n, 10),
+	}); err != nil {
+		return nil, fmt.Errorf("list previews: %w", err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool {
+		return list.Items[i].CreationTimestamp.Before(&list.Items[j].CreationTimestamp)
+	})
+	var out []sluicev1.Identity
+	for _, cr := range list.Items {
+		for _, id := range cr.Spec.Pushers {
+			out = changespec.AddIdentity(out, id)
+		}
+	}
+	return out, nil
+}
+
+// releaseChanged reports whether the release of env differs between base
+// and head in what it reads (catalog.ReleaseInputs): its view of
+// service.yaml, its values files, chart and stack.
+func releaseChanged(cache *git.Repo, baseFS fs.FS, e *catalog.Entry, env, head, base string) (bool, error) {
+	in, ok := e.Releases[env]
+	if !ok {
+		return false, fmt.Errorf("no inputs listed for %s environment %q", e.Dir, env)
+	}
+	headTree, err := in.Tree(cache, head)
+	if err != nil {
+		return false, fmt.Errorf("hash inputs: %w", err)
+	}
+	view, ok := catalog.ViewAt(baseFS, e.Dir, env)
+	if !ok {
+		return true, nil // new at head, or unreadable at the base
+	}
+	baseTree, err := catalog.ReleaseInputs{Paths: in.Paths, View: view}.Tree(cache, base)
+	if err != nil {
+		return false, fmt.Errorf("hash inputs: %w", err)
+	}
+	return headTree != baseTree, nil
+}
+
 // buildOne creates the preview of one release, or returns the one that
 // exists already.
 func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, pr *provider.PullRequest, head, base string,
-	e *catalog.Entry, env manifest.Environment, release string, commit git.CommitInfo, authors []sluicev1.Identity) (built, error) {
+	e *catalog.Entry, env manifest.Environment, release string, commit git.CommitInfo, authors []sluicev1.Identity, people prPeople) (built, error) {
 	name := sluicev1.PreviewChangeRequestName(release, pr.Number, head)
 	existing := &sluicev1.ChangeRequest{}
 	err := h.reader().Get(ctx, types.NamespacedName{Namespace: repo.Namespace, Name: name}, existing)
@@ -298,63 +388,34 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 	}
 	var res *validation.Result
 	if len(findings) == 0 {
-		if res, err = h.validate(ctx, repo, cache, base, e, env.Name, release, art); err != nil {
+		if res, err = h.validate(ctx, repo, cache, e, env.Name, release, art); err != nil {
 			return built{}, err
 		}
 	}
-	if !changespec.TargetAllowed(repo, env.Namespace) {
-		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "targetNamespaces",
-			Message: fmt.Sprintf("target namespace %q is not in the Repository's targetNamespaces", env.Namespace), File: path.Join(e.Dir, manifest.FileName)})
-	}
-
-	delivery := sluicev1.Delivery(env.Delivery)
-	if delivery == "" {
-		delivery = sluicev1.DeliveryHelm
-	}
-	spec := sluicev1.ChangeRequestSpec{
-		Release:          release,
-		Revision:         head,
-		Attempt:          1,
-		PreviousRevision: base,
-		Authors:          authors,
-		CommitMessage:    changespec.Truncate(commit.Message, 4000),
-		PullRequest:      &sluicev1.PullRequestRef{Number: pr.Number, HeadSHA: head, Preview: true, Fork: pr.Fork},
-		TargetNamespace:  env.Namespace,
-		Delivery:         delivery,
-		Artifact:         sluicev1.ArtifactReference{URL: key.URL(h.ArtifactBaseURL), SHA256: sluicev1.Digest(art.SHA256)},
-		ContentDigest:    sluicev1.Digest(art.ContentDigest),
-		Rule:             changespec.RuleOf(env.Approval),
-	}
-	if res != nil {
-		spec.ManifestDigest, spec.PlanDigest, spec.PlanFileSHA256 = res.ManifestDigest, res.PlanDigest, res.PlanFileSHA256
-		spec.PlanSummary = res.PlanSummary
-		spec.Verdict = res.Verdict
-		findings = append(append([]sluicev1.Finding{}, res.Verdict.Findings...), findings...)
-	} else {
-		spec.Verdict = sluicev1.Verdict{Result: sluicev1.VerdictFail, Risk: sluicev1.RiskHigh}
-	}
-	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = changespec.CleanFindings(findings, spec.Verdict.FindingsTruncated)
-	spec.Verdict.Result = changespec.VerdictResult(spec.Verdict.Result, spec.Verdict.Findings)
-	if spec.Verdict.Risk == "" {
-		spec.Verdict.Risk = sluicev1.RiskHigh
-	}
-	spec.ApprovalDigest = sluicev1.ComputeApprovalDigest(repo.Namespace, release, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest)
-
-	cr := &sluicev1.ChangeRequest{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      name,
-			Namespace: repo.Namespace,
-			Labels: map[string]string{
-				sluicev1.LabelRepository:  repo.Name,
-				sluicev1.LabelRelease:     release,
-				sluicev1.LabelService:     e.Service.Name,
-				sluicev1.LabelEnvironment: env.Name,
-				sluicev1.LabelPreview:     "true",
-				sluicev1.LabelPullRequest: strconv.FormatInt(pr.Number, 10),
-			},
-		},
-		Spec: spec,
-	}
+	cr := changespec.Build(changespec.Change{
+		Repository:        repo,
+		Release:           release,
+		Service:           e.Service.Name,
+		Environment:       env.Name,
+		ServiceDir:        e.Dir,
+		Name:              name,
+		Revision:          head,
+		Attempt:           1,
+		PreviousRevision:  base,
+		Authors:           authors,
+		PullRequestAuthor: people.author,
+		Pushers:           people.pushers,
+		CommitMessage:     commit.Message,
+		PullRequest:       &sluicev1.PullRequestRef{Number: pr.Number, HeadSHA: head, Preview: true, Fork: pr.Fork},
+		TargetNamespace:   env.Namespace,
+		Delivery:          sluicev1.Delivery(env.Delivery),
+		Rule:              changespec.RuleOf(env.Approval),
+		Artifact:          art,
+		ArtifactURL:       key.URL(h.ArtifactBaseURL),
+		Result:            res,
+		Findings:          findings,
+		InputsErr:         e.InputsErr,
+	})
 	// Owned by its Release when the Release exists and is this
 	// Repository's, otherwise by the Repository (a new service).
 	var owner client.Object = repo
@@ -380,8 +441,8 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 
 // validate extracts the artifact and validates it, exactly as the syncer
 // does for a change of the tracked branch, rating the risk against the
-// release at the pull request's base.
-func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, base string, e *catalog.Entry, env, release string, art *artifact.Artifact) (*validation.Result, error) {
+// release at its last applied revision.
+func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, e *catalog.Entry, env, release string, art *artifact.Artifact) (*validation.Result, error) {
 	if h.Validator == nil {
 		return nil, errors.New("no validator configured")
 	}
@@ -391,8 +452,18 @@ func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, cache
 	}
 	defer ws.Remove()
 	current, previous := ws.Current, ws.Previous
+	// Rated like the branch's change will be: against the release's last
+	// applied revision; nothing applied means every object is new.
+	var prev *validation.Previous
+	rel := &sluicev1.Release{}
+	if err := h.reader().Get(ctx, types.NamespacedName{Namespace: repo.Namespace, Name: release}, rel); err == nil && metav1.IsControlledBy(rel, repo) &&
+		rel.Status.AppliedRevision != "" {
+		prev = previousAt(cache, rel.Status.AppliedRevision, e.Dir, e.Service.Name, env, previous)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("read release %s: %w", release, err)
+	}
 	res, err := h.Validator.Validate(ctx, validation.Request{RepoRoot: current, Service: e.Service, Environment: env, ControlNamespace: repo.Namespace, Release: release,
-		Previous: previousAt(cache, base, e.Dir, e.Service.Name, env, previous)})
+		Previous: prev, Confine: validation.ConfinementOf(repo)})
 	if err != nil {
 		return nil, fmt.Errorf("validate %s: %w", release, err)
 	}

@@ -2,12 +2,6 @@ package preview_test
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -19,19 +13,35 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
+// replicas changes both environments' values files: both releases change.
+var replicas = map[string]string{"services/cart/values-prod.yaml": "replicaCount: 3\n", "services/cart/values-staging.yaml": "replicaCount: 2\n"}
+
+// prodReplicas changes only prod's values file.
 var prodReplicas = map[string]string{"services/cart/values-prod.yaml": "replicaCount: 3\n"}
+
+// TestPullRequest_aPreviewIsPerRelease: a pull request changing only
+// values-prod.yaml previews cart-prod and not cart-staging, which reads
+// nothing that changed.
+func TestPullRequest_aPreviewIsPerRelease(t *testing.T) {
+	i := newInfra(t, "")
+	head := i.pullRequest(t, 6, i.base, prodReplicas)
+	require.NoError(t, i.h.PullRequest(context.Background(), i.repo, githubPR(t, "opened", 6, head, i.base)))
+	got := byRelease(previews(t, i.repo.Namespace, 6))
+	assert.Len(t, got, 1)
+	assert.Contains(t, got, "cart-prod")
+}
 
 func TestPullRequest_opensPreviewsOfTheChangedReleasesOnly(t *testing.T) {
 	i := newInfra(t, "")
 	ctx := context.Background()
-	head := i.pullRequest(t, 7, i.base, prodReplicas)
+	head := i.pullRequest(t, 7, i.base, replicas)
 	require.NoError(t, i.h.PullRequest(ctx, i.repo, githubPR(t, "opened", 7, head, i.base)))
 
 	got := previews(t, i.repo.Namespace, 7)
-	require.Len(t, got, 2, "both environments of cart, whose folder changed")
+	require.Len(t, got, 2, "both environments of cart, whose values files changed")
 	cr := byRelease(got)["cart-prod"]
 	require.NotNil(t, cr)
-	assert.Equal(t, cr.Spec.ContentDigest, byRelease(got)["cart-staging"].Spec.ContentDigest)
+	assert.Equal(t, cr.Spec.ContentDigest, byRelease(got)["cart-staging"].Spec.ContentDigest, "the artifact carries the service's folders")
 	assert.NotEqual(t, cr.Spec.ApprovalDigest, byRelease(got)["cart-staging"].Spec.ApprovalDigest, "an approval for staging never counts in prod")
 	assert.Equal(t, sluicev1.PreviewChangeRequestName("cart-prod", 7, head), cr.Name)
 	assert.Equal(t, &sluicev1.PullRequestRef{Number: 7, HeadSHA: head, Preview: true}, cr.Spec.PullRequest)
@@ -61,7 +71,7 @@ func TestPullRequest_forksGetPreviewsOnlyWhenTheRepositoryAllowsAll(t *testing.T
 	}{{sluicev1.PreviewsSameRepo, 0}, {"", 0}, {sluicev1.PreviewsAll, 1}} {
 		t.Run("previews="+string(c.policy), func(t *testing.T) {
 			i := newInfra(t, c.policy)
-			head := i.pullRequest(t, 8, i.base, prodReplicas)
+			head := i.pullRequest(t, 8, i.base, replicas)
 			ev := githubPR(t, "opened", 8, head, i.base)
 			ev.PullRequest.Fork = true
 			require.NoError(t, i.h.PullRequest(context.Background(), i.repo, ev))
@@ -78,21 +88,30 @@ func TestReview_decisionsBecomeApprovalsOfThePreviewDigest(t *testing.T) {
 	i := newInfra(t, "")
 	ctx := context.Background()
 	ns := i.repo.Namespace
-	head := i.pullRequest(t, 9, i.base, prodReplicas)
+	head := i.pullRequest(t, 9, i.base, replicas)
 	require.NoError(t, i.h.PullRequest(ctx, i.repo, githubPR(t, "opened", 9, head, i.base)))
 	pv := byRelease(previews(t, ns, 9))
 	require.Len(t, pv, 2)
+	api := newFakeAPI(t)
+	i.h.Reviews = api.api(provider.GitHub)
+	api.perms["alice"], api.perms["bob"], api.perms["mallory"] = "admin", "maintain", "read"
 
 	// A commented review and a review without write access do nothing.
+	api.review(provider.GitHub, 9, 100, "alice", "COMMENTED", head)
+	api.review(provider.GitHub, 9, 101, "mallory", "APPROVED", head)
+	api.review(provider.GitHub, 9, 102, "eve", "APPROVED", head)
 	require.NoError(t, i.h.Review(ctx, i.repo, githubReview(t, 9, 100, "commented", head, head, "alice", "OWNER")))
 	require.NoError(t, i.h.Review(ctx, i.repo, githubReview(t, 9, 101, "approved", head, head, "mallory", "CONTRIBUTOR")))
 	require.NoError(t, i.h.Review(ctx, i.repo, githubReview(t, 9, 102, "approved", head, head, "eve", "NONE")))
 	assert.Empty(t, approvals(t, ns))
 
+	api.review(provider.GitHub, 9, 200, "alice", "APPROVED", head)
 	require.NoError(t, i.h.Review(ctx, i.repo, githubReview(t, 9, 200, "approved", head, head, "alice", "OWNER")))
+	api.review(provider.GitHub, 9, 201, "bob", "CHANGES_REQUESTED", head)
 	require.NoError(t, i.h.Review(ctx, i.repo, githubReview(t, 9, 201, "changes_requested", head, head, "bob", "MEMBER")))
+	api.setState(9, 200, "DISMISSED")
 	require.NoError(t, i.h.Review(ctx, i.repo, githubReview(t, 9, 200, "dismissed", head, head, "alice", "COLLABORATOR")))
-	// A redelivered review creates nothing twice.
+	// A redelivered approval of a dismissed review creates nothing.
 	require.NoError(t, i.h.Review(ctx, i.repo, githubReview(t, 9, 200, "approved", head, head, "alice", "OWNER")))
 
 	got := map[string]sluicev1.ApprovalSpec{}
@@ -122,7 +141,7 @@ func TestReview_onAnOlderCommitNeverApprovesTheNewHead(t *testing.T) {
 	i := newInfra(t, "")
 	ctx := context.Background()
 	ns := i.repo.Namespace
-	first := i.pullRequest(t, 10, i.base, prodReplicas)
+	first := i.pullRequest(t, 10, i.base, replicas)
 	require.NoError(t, i.h.PullRequest(ctx, i.repo, githubPR(t, "opened", 10, first, i.base)))
 	second := i.pullRequest(t, 10, first, map[string]string{"services/cart/values-prod.yaml": "replicaCount: 4\n"})
 	require.NoError(t, i.h.PullRequest(ctx, i.repo, githubPR(t, "synchronize", 10, second, i.base)))
@@ -144,6 +163,10 @@ func TestReview_onAnOlderCommitNeverApprovesTheNewHead(t *testing.T) {
 	require.NotEqual(t, firstDigest, secondDigest)
 
 	// The review was given on the first commit while the PR is at the second.
+	api := newFakeAPI(t)
+	i.h.Reviews = api.api(provider.GitHub)
+	api.perms["alice"] = "write"
+	api.review(provider.GitHub, 10, 300, "alice", "APPROVED", first)
 	require.NoError(t, i.h.Review(ctx, i.repo, githubReview(t, 10, 300, "approved", first, second, "alice", "OWNER")))
 	var prod []sluicev1.Approval
 	for _, a := range approvals(t, ns) {
@@ -158,7 +181,11 @@ func TestReview_onAnOlderCommitNeverApprovesTheNewHead(t *testing.T) {
 
 func TestReview_overtakingThePullRequestEventBuildsThePreviewFirst(t *testing.T) {
 	i := newInfra(t, "")
-	head := i.pullRequest(t, 11, i.base, prodReplicas)
+	head := i.pullRequest(t, 11, i.base, replicas)
+	api := newFakeAPI(t)
+	i.h.Reviews = api.api(provider.GitHub)
+	api.perms["alice"] = "write"
+	api.review(provider.GitHub, 11, 400, "alice", "APPROVED", head)
 	require.NoError(t, i.h.Review(context.Background(), i.repo, githubReview(t, 11, 400, "approved", head, head, "alice", "OWNER")))
 	pv := byRelease(previews(t, i.repo.Namespace, 11))
 	require.Len(t, pv, 2)
@@ -169,45 +196,19 @@ func TestReview_overtakingThePullRequestEventBuildsThePreviewFirst(t *testing.T)
 	}
 }
 
-// fakeProvider is an httptest server playing Gitea's API: commit statuses
-// and collaborator permissions.
-type fakeProvider struct {
-	*httptest.Server
-	mu       sync.Mutex
-	statuses []map[string]string
-}
-
-func newFakeProvider(t *testing.T, perms map[string]string) *fakeProvider {
-	f := &fakeProvider{}
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/statuses/") {
-			var body map[string]string
-			data, _ := io.ReadAll(r.Body)
-			_ = json.Unmarshal(data, &body)
-			body["path"] = r.URL.Path
-			f.mu.Lock()
-			f.statuses = append(f.statuses, body)
-			f.mu.Unlock()
-			w.WriteHeader(http.StatusCreated)
-			return
-		}
-		parts := strings.Split(r.URL.Path, "/")
-		_, _ = io.WriteString(w, `{"permission":"`+perms[parts[len(parts)-2]]+`"}`)
-	}))
-	t.Cleanup(f.Close)
-	return f
-}
-
 func TestGitea_reviewerAccessIsAskedAndVerdictsArePostedAsStatuses(t *testing.T) {
 	i := newInfra(t, "")
 	ctx := context.Background()
 	ns := i.repo.Namespace
-	api := newFakeProvider(t, map[string]string{"bob": "write", "carol": "read"})
+	api := newFakeAPI(t)
+	api.perms["bob"], api.perms["carol"] = "write", "read"
 	cl, err := status.New(provider.Gitea, api.URL, "gitea-token")
 	require.NoError(t, err)
-	i.h.Statuses, i.h.Permissions = cl, cl
+	i.h.Statuses, i.h.Reviews = cl, api.api(provider.Gitea)
 
-	head := i.pullRequest(t, 3, i.base, prodReplicas)
+	head := i.pullRequest(t, 3, i.base, replicas)
+	api.review(provider.Gitea, 3, 7, "carol", "APPROVED", head)
+	api.review(provider.Gitea, 3, 8, "bob", "APPROVED", head)
 	retarget := func(m map[string]any) {
 		pr := m["pull_request"].(map[string]any)
 		pr["head"].(map[string]any)["sha"] = head
@@ -226,12 +227,13 @@ func TestGitea_reviewerAccessIsAskedAndVerdictsArePostedAsStatuses(t *testing.T)
 		assert.NotContains(t, st["description"], "gitea-token")
 	}
 	// cart-prod warns (no PodDisruptionBudget in production): a warning
-	// does not fail the status, and the summary says so. A replica change
-	// rated against the base is low risk.
+	// does not fail the status, and the summary says so. Nothing of cart
+	// was applied yet, so every object is new: medium, as the merge's change
+	// will be rated.
 	require.Contains(t, contexts, "sluice/cart-prod")
 	assert.Equal(t, "success", contexts["sluice/cart-prod"]["state"])
-	assert.Equal(t, "warn, risk low; 1 warn", contexts["sluice/cart-prod"]["description"])
-	assert.Equal(t, "pass, risk low", contexts["sluice/cart-staging"]["description"])
+	assert.Equal(t, "warn, risk medium; 1 warn", contexts["sluice/cart-prod"]["description"])
+	assert.Equal(t, "pass, risk medium", contexts["sluice/cart-staging"]["description"])
 
 	for _, who := range []string{"carol", "bob"} {
 		body := edit(t, fixture(t, "gitea/pull_request_approved.json"), func(m map[string]any) {
@@ -246,6 +248,7 @@ func TestGitea_reviewerAccessIsAskedAndVerdictsArePostedAsStatuses(t *testing.T)
 	require.Len(t, got, 2, "carol may only read; bob's review approves both previews")
 	for _, a := range got {
 		assert.Equal(t, sluicev1.Identity("gitea:bob"), a.Spec.Approver)
+		assert.EqualValues(t, 8, a.Spec.ReviewID, "Gitea's own review id, so a redelivery maps to the same Approval")
 	}
 }
 

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -37,9 +37,10 @@ func ApprovalName(release string, pr, reviewID int64, d sluicev1.Decision) strin
 }
 
 // Review records a review as Approvals of the previews at the reviewed
-// commit. Only reviews from users with write access count, and only for
-// the commit they were given on: a review of an older head never approves
-// the newer one.
+// commit. A review counts only after the provider's API confirms it
+// (Reviews): the reviewer may write to the repository now and the review is
+// the reviewer's current state. It counts only for the commit it was given
+// on: a review of an older head never approves the newer one.
 func (h *Handler) Review(ctx context.Context, repo *sluicev1.Repository, ev *provider.Event) error {
 	rev := ev.Review
 	if rev == nil {
@@ -51,12 +52,24 @@ func (h *Handler) Review(ctx context.Context, repo *sluicev1.Repository, ev *pro
 		log.V(1).Info("Review without a decision", "state", rev.State)
 		return nil
 	}
-	allowed, err := h.mayApprove(ctx, ev)
-	if err != nil {
-		return err
+	if rev.Access == provider.AccessNone {
+		log.Info("Ignoring a review from a user the payload says cannot write")
+		return nil
 	}
-	if !allowed {
-		log.Info("Ignoring a review from a user without write access")
+	if h.Reviews == nil {
+		log.Info("Cannot confirm the review: no provider API configured; ignoring it")
+		return nil
+	}
+	confirmed, err := h.Reviews.Confirm(ctx, ev)
+	if errors.Is(err, provider.ErrUnconfirmed) {
+		log.Info("Ignoring a review the provider does not confirm", "reason", err.Error())
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("confirm the review with the provider: %w", err)
+	}
+	rev = confirmed
+	if d, ok := decisionOf(rev.State); !ok || d != decision {
 		return nil
 	}
 	unlock := h.lock(repo, rev.PullRequest.Number)
@@ -111,26 +124,6 @@ func (h *Handler) Review(ctx context.Context, repo *sluicev1.Repository, ev *pro
 		log.Info("Recorded a pull-request review", "approval", a.Name, "decision", decision, "approvalDigest", a.Spec.ApprovalDigest)
 	}
 	return errors.Join(errs...)
-}
-
-// mayApprove says whether the reviewer has write access: from the payload,
-// or from the provider's API where the payload does not say.
-func (h *Handler) mayApprove(ctx context.Context, ev *provider.Event) (bool, error) {
-	switch ev.Review.Access {
-	case provider.AccessWrite:
-		return true, nil
-	case provider.AccessUnknown:
-		if h.Permissions == nil {
-			h.Log.Info("Cannot check the reviewer's access: no provider API configured; ignoring the review", "reviewer", ev.Review.Reviewer)
-			return false, nil
-		}
-		ok, err := h.Permissions.WriteAccess(ctx, ev.Repo, ev.Review.Login)
-		if err != nil {
-			return false, fmt.Errorf("check the reviewer's access: %w", err)
-		}
-		return ok, nil
-	}
-	return false, nil
 }
 
 // previewsAt lists the previews of pull request n built at commit head.

@@ -57,8 +57,10 @@ type ghPayload struct {
 	Sender      ghUser         `json:"sender"`
 }
 
-// writeAssociations are GitHub's author_association values of users with
-// write access to the repository.
+// writeAssociations are GitHub's author_association values of users who
+// may have write access to the repository. MEMBER is any member of the
+// organisation, read-only ones included, so a match is only a claim: the
+// review counts after API.Confirm asks GitHub for the permission.
 var writeAssociations = map[string]bool{"OWNER": true, "MEMBER": true, "COLLABORATOR": true}
 
 // ParseGitHub parses a GitHub delivery of the given X-GitHub-Event type.
@@ -117,7 +119,7 @@ func ParseGitHub(eventType, delivery string, body []byte) (*Event, error) {
 		rev := &Review{PullRequest: *pr, ID: r.ID, CommitSHA: r.CommitID, Reviewer: reviewer, Login: r.User.Login,
 			Access: AccessNone, Body: truncate(strings.TrimSpace(r.Body), 1000)}
 		if writeAssociations[strings.ToUpper(r.AuthorAssociation)] {
-			rev.Access = AccessWrite
+			rev.Access = AccessUnknown
 		}
 		switch {
 		case p.Action == "dismissed":
@@ -224,6 +226,15 @@ func githubPR(p Name, pl *ghPayload, headRefPrefix string) (*PullRequest, error)
 	if login != "" {
 		if id, err := identity(p, login); err == nil {
 			out.Author = id
+		}
+	}
+	sender := pl.Sender.Login
+	if sender == "" {
+		sender = pl.Sender.Username
+	}
+	if sender != "" {
+		if id, err := identity(p, sender); err == nil {
+			out.Sender = id
 		}
 	}
 	return out, nil

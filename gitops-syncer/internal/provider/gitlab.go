@@ -44,9 +44,9 @@ type glPayload struct {
 // ParseGitLab parses a GitLab delivery of the given X-Gitlab-Event type.
 // GitLab reports reviews as merge request actions: "approval" and
 // "approved" approve, "unapproval" and "unapproved" revoke (as a dismissed
-// review). Only users GitLab lets approve (Developer role or above, or an
-// eligible approver) can cause them, so their access is write. GitLab has no
-// review ids: the id is derived from the delivery.
+// review). GitLab has no review ids: the id is derived from the delivery,
+// which the sender chooses, so the event is only a claim: API.Confirm asks
+// GitLab's members and approvals APIs before it counts.
 func ParseGitLab(eventType, delivery string, body []byte) (*Event, error) {
 	ev := &Event{Provider: GitLab, Type: truncate(eventType, 64), DeliveryID: deliveryID(delivery), Kind: KindIgnored}
 	switch eventType {
@@ -115,6 +115,14 @@ func ParseGitLab(eventType, delivery string, body []byte) (*Event, error) {
 	default:
 		pr.Action = PROther
 	}
+	if p.User != nil {
+		if id, err := identity(GitLab, p.User.Username); err == nil {
+			pr.Sender = id
+			if pr.Action == PROpened && p.User.ID == mr.AuthorID {
+				pr.Author = id // the opener is the author
+			}
+		}
+	}
 	if state == "" {
 		ev.Kind, ev.PullRequest = KindPullRequest, &pr
 		return ev, nil
@@ -132,6 +140,6 @@ func ParseGitLab(eventType, delivery string, body []byte) (*Event, error) {
 	}
 	ev.Kind = KindReview
 	ev.Review = &Review{PullRequest: pr, ID: derivedID("gitlab", strconv.FormatInt(ev.ProjectID, 10), ev.DeliveryID), State: state,
-		CommitSHA: pr.HeadSHA, Reviewer: reviewer, Login: p.User.Username, Access: AccessWrite}
+		CommitSHA: pr.HeadSHA, Reviewer: reviewer, Login: p.User.Username, UserID: p.User.ID, Access: AccessUnknown}
 	return ev, nil
 }

@@ -86,17 +86,21 @@ const (
 	ReviewDismissed        ReviewState = "dismissed"
 )
 
-// Access says whether a reviewer has write access to the repository.
+// Access is what a payload says about a reviewer's write access. It is a
+// claim only: a review counts after the provider's API confirms it
+// (API.Confirm), whatever the payload says.
 type Access string
 
 const (
-	// AccessWrite: the payload says so (author_association OWNER, MEMBER or
-	// COLLABORATOR, or a provider that only lets such users approve).
+	// AccessWrite: the provider's API confirmed write access (set by
+	// API.Confirm, never by a parser).
 	AccessWrite Access = "write"
-	// AccessNone: the payload says the reviewer has no write access.
+	// AccessNone: the payload says the reviewer has no write access
+	// (GitHub's author_association CONTRIBUTOR, NONE…); the review is
+	// ignored without asking.
 	AccessNone Access = "none"
-	// AccessUnknown: the payload does not say (Gitea); the caller must ask
-	// the provider's API before trusting the review.
+	// AccessUnknown: the payload claims or does not say; the provider's
+	// API must be asked before the review counts.
 	AccessUnknown Access = "unknown"
 )
 
@@ -148,6 +152,9 @@ type PullRequest struct {
 	MergeCommitSHA string
 	// Author is the author's identity ("github:alice").
 	Author string
+	// Sender is the identity of whoever caused the event ("github:bob"):
+	// for opened, reopened and updated pull requests, the pusher.
+	Sender string
 }
 
 // Review is one reviewer's decision on a pull request.
@@ -161,8 +168,10 @@ type Review struct {
 	CommitSHA string
 	// Reviewer is the identity ("github:bob").
 	Reviewer string
-	// Login is the reviewer's bare user name.
+	// Login is the reviewer's bare user name; UserID the provider's numeric
+	// id of the user, where the payload gives it (GitLab).
 	Login  string
+	UserID int64
 	Access Access
 	// Body is the review text, trimmed.
 	Body string

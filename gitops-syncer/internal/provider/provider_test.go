@@ -32,7 +32,7 @@ func TestParseGitHub_realPayloads(t *testing.T) {
 	assert.Equal(t, provider.KindPullRequest, ev.Kind)
 	assert.Equal(t, "Codertocat/Hello-World", ev.Repo)
 	assert.Equal(t, provider.PullRequest{Action: provider.PROpened, Number: 2, HeadSHA: ghHead, HeadRef: "refs/pull/2/head",
-		BaseRef: "refs/heads/master", BaseSHA: "f95f852bd8fca8fcc58a9a2d6c842781e32a215e", Author: "github:codertocat"}, *ev.PullRequest)
+		BaseRef: "refs/heads/master", BaseSHA: "f95f852bd8fca8fcc58a9a2d6c842781e32a215e", Author: "github:codertocat", Sender: "github:codertocat"}, *ev.PullRequest)
 
 	ev, err = provider.ParseGitHub("pull_request", "d2", fixture(t, "github/pull_request.synchronize.payload.json"))
 	require.NoError(t, err)
@@ -50,7 +50,7 @@ func TestParseGitHub_realPayloads(t *testing.T) {
 	assert.Equal(t, int64(237895671), ev.Review.ID)
 	assert.Equal(t, ghHead, ev.Review.CommitSHA)
 	assert.Equal(t, "github:codertocat", ev.Review.Reviewer)
-	assert.Equal(t, provider.AccessWrite, ev.Review.Access)
+	assert.Equal(t, provider.AccessUnknown, ev.Review.Access, "OWNER is a claim the API must confirm")
 
 	ev, err = provider.ParseGitHub("pull_request_review", "d5", fixture(t, "github/pull_request_review.dismissed.payload.json"))
 	require.NoError(t, err)
@@ -78,10 +78,10 @@ func TestParseGitHub_reviewStatesAndAssociations(t *testing.T) {
 		state          provider.ReviewState
 		access         provider.Access
 	}{
-		{"an approved review approves", `"state": "commented"`, `"state": "approved"`, provider.ReviewApproved, provider.AccessWrite},
-		{"changes requested rejects", `"state": "commented"`, `"state": "changes_requested"`, provider.ReviewChangesRequested, provider.AccessWrite},
+		{"an approved review approves", `"state": "commented"`, `"state": "approved"`, provider.ReviewApproved, provider.AccessUnknown},
+		{"changes requested rejects", `"state": "commented"`, `"state": "changes_requested"`, provider.ReviewChangesRequested, provider.AccessUnknown},
 		{"a contributor has no write access", `"author_association": "OWNER"`, `"author_association": "CONTRIBUTOR"`, provider.ReviewCommented, provider.AccessNone},
-		{"a member has write access", `"author_association": "OWNER"`, `"author_association": "MEMBER"`, provider.ReviewCommented, provider.AccessWrite},
+		{"a member is only a claim (read-only members are members)", `"author_association": "OWNER"`, `"author_association": "MEMBER"`, provider.ReviewCommented, provider.AccessUnknown},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -104,7 +104,7 @@ func TestParseGitea_realShapedPayloads(t *testing.T) {
 	ev, err = provider.ParseGitea("pull_request", "g2", fixture(t, "gitea/pull_request.opened.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PullRequest{Action: provider.PROpened, Number: 3, HeadSHA: giteaHead, HeadRef: "refs/pull/3/head",
-		BaseRef: "refs/heads/main", BaseSHA: giteaBase, Author: "gitea:alice"}, *ev.PullRequest)
+		BaseRef: "refs/heads/main", BaseSHA: giteaBase, Author: "gitea:alice", Sender: "gitea:alice"}, *ev.PullRequest)
 
 	ev, err = provider.ParseGitea("pull_request", "g3", fixture(t, "gitea/pull_request.synchronized.json"))
 	require.NoError(t, err)
@@ -142,7 +142,7 @@ func TestParseGitLab_realShapedPayloads(t *testing.T) {
 	ev, err = provider.ParseGitLab("Merge Request Hook", "l2", fixture(t, "gitlab/merge_request.open.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PullRequest{Action: provider.PROpened, Number: 1, HeadSHA: giteaHead, HeadRef: "refs/merge-requests/1/head",
-		BaseRef: "refs/heads/main"}, *ev.PullRequest)
+		BaseRef: "refs/heads/main", Author: "gitlab:alice", Sender: "gitlab:alice"}, *ev.PullRequest)
 
 	ev, err = provider.ParseGitLab("Merge Request Hook", "l3", fixture(t, "gitlab/merge_request.update.json"))
 	require.NoError(t, err)
@@ -158,7 +158,8 @@ func TestParseGitLab_realShapedPayloads(t *testing.T) {
 	require.Equal(t, provider.KindReview, ev.Kind)
 	assert.Equal(t, provider.ReviewApproved, ev.Review.State)
 	assert.Equal(t, "gitlab:bob", ev.Review.Reviewer)
-	assert.Equal(t, provider.AccessWrite, ev.Review.Access)
+	assert.Equal(t, provider.AccessUnknown, ev.Review.Access, "GitLab's approvals API decides")
+	assert.EqualValues(t, 5, ev.Review.UserID)
 
 	ev, err = provider.ParseGitLab("Merge Request Hook", "l6", fixture(t, "gitlab/merge_request.unapproval.json"))
 	require.NoError(t, err)

@@ -85,6 +85,7 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 		ServiceDir:       req.Service.Dir,
 		Environment:      req.Environment,
 		PreviousManifest: previous,
+		Confine:          req.Confine,
 	}
 	if l.state != nil && req.Service.TerraformDir() != "" {
 		workspace := ""
@@ -128,7 +129,7 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 		out.PlanSummary = &sluicev1.PlanSummary{Add: int32(s.Add), Change: int32(s.Change), Destroy: int32(s.Destroy)}
 	}
 	if res.Chart != nil && res.Chart.Render != nil {
-		out.Manifest = res.Chart.Render.Manifest
+		out.Manifest = res.Chart.Render.Rendered
 	}
 	if prevErr != nil {
 		// As helmcheck rates an unreadable previous manifest: without it,
@@ -146,8 +147,8 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 	return out, nil
 }
 
-// previousManifest returns the manifest of the release at its previous
-// revision: the remembered one, or a render of the previous inputs with
+// previousManifest returns what the release rendered (manifests and
+// hooks) at its last applied revision: the remembered one, or a render of the previous inputs with
 // the options CheckService uses (release name, the environment's
 // namespace at that revision, Kubernetes version). ("", nil)
 // means a first change; an error means the previous revision exists but
@@ -170,7 +171,7 @@ func (l *Library) previousManifest(ctx context.Context, req Request) (string, er
 	if err != nil {
 		return "", err
 	}
-	return res.Manifest, nil
+	return res.Rendered, nil
 }
 
 func shortRev(sha string) string {

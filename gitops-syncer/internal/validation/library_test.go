@@ -68,3 +68,30 @@ func TestLibrary_helmOnlyServicesGetTheLibrarysVerdictAndDigest(t *testing.T) {
 		assert.Equal(t, sluicev1.SeverityDeny, res.Verdict.Findings[0].Severity)
 	})
 }
+
+// TestLibrary_theRepositorysAllowancesReachTheValidator: a ClusterRoleBinding
+// in a chart is a deny finding unless the Repository lists its kind.
+func TestLibrary_theRepositorysAllowancesReachTheValidator(t *testing.T) {
+	lib, err := validation.NewLibrary(context.Background(), validation.LibraryOptions{})
+	require.NoError(t, err)
+	root := t.TempDir()
+	write(t, root, "charts/app/Chart.yaml", "apiVersion: v2\nname: app\nversion: 0.1.0\n")
+	write(t, root, "charts/app/templates/crb.yaml", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: planted\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: view\nsubjects:\n  - kind: ServiceAccount\n    name: default\n    namespace: web-staging\n")
+	write(t, root, "services/web/service.yaml", "apiVersion: sluice.dev/v1alpha1\nkind: Service\nname: web\nchart: {path: charts/app}\nenvironments:\n  - name: staging\n    namespace: web-staging\n")
+	svc, err := manifest.Load(root, "services/web")
+	require.NoError(t, err)
+	repo := &sluicev1.Repository{}
+	req := validation.Request{RepoRoot: root, Service: svc, Environment: "staging", ControlNamespace: "team", Release: "web-staging", Confine: validation.ConfinementOf(repo)}
+
+	res, err := lib.Validate(context.Background(), req)
+	require.NoError(t, err)
+	assert.Equal(t, sluicev1.VerdictFail, res.Verdict.Result, "%+v", res.Verdict.Findings)
+
+	repo.Spec.AllowedClusterKinds = []sluicev1.GroupKind{{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}}
+	req.Confine = validation.ConfinementOf(repo)
+	res, err = lib.Validate(context.Background(), req)
+	require.NoError(t, err)
+	for _, f := range res.Verdict.Findings {
+		assert.NotEqual(t, "helm.namespace", f.Policy, "%+v", f)
+	}
+}

@@ -6,6 +6,9 @@ package validation
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -24,18 +27,38 @@ type Request struct {
 	ControlNamespace string
 	// Release names the Release; the Terraform state's secret_suffix.
 	Release string
-	// Previous is the release at its previous revision, which the Helm
-	// risk is rated against; nil for a first change (every object new).
+	// Previous is the release at its last applied revision, which the
+	// Helm risk is rated against; nil when nothing was applied (every
+	// object new).
 	Previous *Previous
+	// Confine is where the release's objects may go besides its target
+	// namespace (ConfinementOf the Repository); the zero value allows
+	// nothing else.
+	Confine helmcheck.Confinement
 }
 
-// Previous is a release at its previous revision.
+// ConfinementOf is the Repository's allowedExtraNamespaces and
+// allowedClusterKinds as the validator takes them.
+func ConfinementOf(repo *sluicev1.Repository) helmcheck.Confinement {
+	var c helmcheck.Confinement
+	if repo == nil {
+		return c
+	}
+	c.ExtraNamespaces = append(c.ExtraNamespaces, repo.Spec.AllowedExtraNamespaces...)
+	for _, gk := range repo.Spec.AllowedClusterKinds {
+		c.ClusterKinds = append(c.ClusterKinds, schema.GroupKind{Group: gk.Group, Kind: gk.Kind})
+	}
+	return c
+}
+
+// Previous is a release at its last applied revision.
 type Previous struct {
 	// Revision is the previous commit.
 	Revision string
-	// Manifest is its rendered manifest when already known (remembered
-	// from validating that revision); otherwise RepoRoot and Service are
-	// rendered with the same release name and Kubernetes version.
+	// Manifest is what it rendered (manifests and hooks, Result.Manifest)
+	// when already known (remembered from validating that revision);
+	// otherwise RepoRoot and Service are rendered with the same release
+	// name and Kubernetes version.
 	Manifest string
 	// RepoRoot holds the previous revision's service and chart folders at
 	// their repository-relative paths; Service is its parsed manifest.
@@ -56,8 +79,9 @@ type Result struct {
 	// PlanFile is the saved Terraform plan, stored in the plan Secret(s).
 	PlanFile    []byte
 	PlanSummary *sluicev1.PlanSummary
-	// Manifest is the rendered Helm manifest ("" when the chart did not
-	// render), remembered to rate the next change against.
+	// Manifest is everything the chart rendered, hooks included
+	// (helmcheck.Result.Rendered; "" when the chart did not render),
+	// remembered to rate the next change against.
 	Manifest string
 }
 

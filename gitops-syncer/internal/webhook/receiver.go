@@ -14,12 +14,13 @@
 //   - GitHub: events push, pull_request and pull_request_review; the secret
 //     signs X-Hub-Signature-256.
 //   - Gitea: events push, pull request and pull request reviews; the secret
-//     signs X-Gitea-Signature. Gitea does not say whether a reviewer may
-//     write, so reviews count only when the syncer has a Gitea API token to
-//     ask (the commit status token).
+//     signs X-Gitea-Signature.
 //   - GitLab: push and merge request events; the secret is sent as
 //     X-Gitlab-Token. Approvals and unapprovals of a merge request act as
 //     approving and dismissed reviews.
+//
+// A review counts only when the provider's API confirms it (the commit
+// status provider and token, provider.API): payloads are claims.
 //   - Anything else: POST {"ref": "refs/heads/main", "after": "<sha>"} with
 //     X-Sluice-Event: push, a unique X-Sluice-Delivery, and
 //     X-Sluice-Signature-256: sha256=<hex HMAC-SHA256 of the body>.

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/release"
 	"sigs.k8s.io/yaml"
 )
 
@@ -26,15 +29,55 @@ func ManifestDigest(manifest []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// hookDigestHeader starts the framed record ReleaseDigest hashes for a
+// chart with hooks. What Helm hands a post-renderer is empty or starts
+// with "---", so the two forms never hash the same bytes.
+const hookDigestHeader = "sluice-manifest-and-hooks/v1\n"
+
+// ReleaseDigest returns the manifestDigest of a render: the manifests
+// Helm hands a post-renderer and the hooks Helm keeps out of it. A chart
+// without hooks gets ManifestDigest(manifest), the digest of exactly the
+// post-renderer's input. A chart with hooks gets "sha256:" and the hex
+// sha256 of a framed record:
+//
+//	sluice-manifest-and-hooks/v1\n
+//	manifest <len>\n<manifest>
+//	hook <len(path)> <len(content)>\n<path><content>   (per hook, sorted by path, then content)
+//
+// where a hook's path is its template file and its content the hook's
+// rendered YAML, as Helm stores them in the release record (release.Hook
+// Path and Manifest); events, weight and delete policies are annotations
+// inside the content. The validator computes it from its render and the
+// Helm applier from the release record Helm is about to store, before any
+// hook runs, so hooks are covered by the approval like every manifest.
+func ReleaseDigest(manifest []byte, hooks []*release.Hook) string {
+	if len(hooks) == 0 {
+		return ManifestDigest(manifest)
+	}
+	sorted := slices.Clone(hooks)
+	slices.SortStableFunc(sorted, func(a, b *release.Hook) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Manifest, b.Manifest)
+	})
+	h := sha256.New()
+	fmt.Fprintf(h, "%smanifest %d\n", hookDigestHeader, len(manifest))
+	h.Write(manifest)
+	for _, hk := range sorted {
+		fmt.Fprintf(h, "hook %d %d\n%s%s", len(hk.Path), len(hk.Manifest), hk.Path, hk.Manifest)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
 // DigestPostRenderer is a Helm post-renderer that records and hashes what
 // Helm is about to install (the sorted non-hook manifests, each written as
 // "---\n# Source: <file>\n<content>\n") and returns it unchanged. With
 // Expected set it refuses, with ErrManifestMismatch, anything whose digest
-// differs: the operator's Helm applier sets it to the approved
-// manifestDigest on action.Install/Upgrade.PostRenderer, so what is
-// installed is what was approved. Hooks are not passed to post-renderers,
-// so the digest does not cover them. Use one value per install; it is safe
-// for concurrent use but keeps only the last run.
+// differs. Hooks are not passed to post-renderers, so its digest alone
+// covers a chart without hooks only; ReleaseDigest is the manifestDigest
+// of any chart. Use one value per install; it is safe for concurrent use
+// but keeps only the last run.
 type DigestPostRenderer struct {
 	// Expected is the approved digest; empty means record only.
 	Expected string

@@ -86,6 +86,16 @@ func splitDoc(doc, source string, hook bool) ([]Object, []docProblem) {
 		if md, ok := m["metadata"].(map[string]any); ok {
 			o.Name, _ = md["name"].(string)
 			o.Namespace, _ = md["namespace"].(string)
+			o.ExplicitNamespace = o.Namespace
+			if ann, ok := md["annotations"].(map[string]any); ok {
+				// Helm makes an object with this annotation a hook (or
+				// drops it, for an unknown hook event); a stored
+				// manifest with hooks appended (Result.Rendered) is
+				// read back the same way.
+				if _, isHook := ann[release.HookAnnotation]; isHook {
+					o.Hook = true
+				}
+			}
 		}
 		if o.APIVersion == "" || o.Kind == "" {
 			problems = append(problems, docProblem{source, "an object without apiVersion or kind"})
@@ -107,23 +117,18 @@ func isBlank(doc string) bool {
 	return true
 }
 
-// clusterScoped are the built-in kinds without a namespace.
-var clusterScoped = map[string]bool{
-	"Namespace": true, "Node": true, "PersistentVolume": true, "ClusterRole": true, "ClusterRoleBinding": true,
-	"CustomResourceDefinition": true, "StorageClass": true, "PriorityClass": true, "IngressClass": true,
-	"RuntimeClass": true, "ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true,
-	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true, "MutatingAdmissionPolicy": true,
-	"MutatingAdmissionPolicyBinding": true, "APIService": true, "CSIDriver": true, "CSINode": true,
-	"VolumeAttachment": true, "CertificateSigningRequest": true, "FlowSchema": true,
-	"PriorityLevelConfiguration": true, "DeviceClass": true, "IPAddress": true, "ServiceCIDR": true,
-}
-
+// setNamespace sets the namespace Helm installs o into: none for a
+// cluster-scoped kind, the release namespace for any other object that
+// names none (a custom kind of unknown scope is named as if namespaced;
+// confine refuses it unless allowed).
 func setNamespace(o *Object, ns string) {
-	if o.Namespace == "" && !clusterScoped[o.Kind] {
-		o.Namespace = ns
-	}
-	if clusterScoped[o.Kind] {
+	gv, _ := schema.ParseGroupVersion(o.APIVersion)
+	if KindScope(schema.GroupKind{Group: gv.Group, Kind: o.Kind}) == ScopeCluster {
 		o.Namespace = ""
+		return
+	}
+	if o.Namespace == "" {
+		o.Namespace = ns
 	}
 }
 
@@ -144,19 +149,6 @@ func (c *checker) crdFolder(ch *chart.Chart) []Object {
 			fmt.Sprintf("the chart installs %d CRDs from crds/; Helm does not pass them to post-renderers, so manifestDigest does not cover them (and Helm never upgrades them)", len(out)))
 	}
 	return out
-}
-
-func (c *checker) hookFindings(hooks []*release.Hook) {
-	if len(hooks) == 0 {
-		return
-	}
-	names := make([]string, 0, len(hooks))
-	for _, h := range hooks {
-		names = append(names, h.Kind+"/"+h.Name)
-	}
-	sort.Strings(names)
-	c.add(report.SeverityWarn, "helm.hooks_not_digested", "", "", 0,
-		fmt.Sprintf("the chart has %d hooks (%s); Helm does not pass hooks to post-renderers, so manifestDigest does not cover them", len(hooks), strings.Join(names, ", ")))
 }
 
 // defaultScheme holds the built-in Kubernetes types of client-go, and

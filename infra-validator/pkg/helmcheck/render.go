@@ -7,23 +7,34 @@
 // the risk of the change against the previously rendered manifest.
 //
 // The digest: Helm v3 passes a post-renderer the sorted non-hook manifests
-// written as "---\n# Source: <file>\n<content>\n". Render installs through
-// action.Install (DryRun, ClientOnly, Replace) with a DigestPostRenderer, so
-// the validator hashes the very bytes the operator's Helm applier sees when
-// it installs or upgrades with a DigestPostRenderer{Expected: digest}, given
-// the same chart, values files (MergeValues), release name and namespace,
-// and a cluster of the same Kubernetes version. Hooks and the chart's crds/
-// folder are not passed to post-renderers, so the digest does not cover
-// them; a chart with hooks or crds/ gets a warn finding. Templates that use
-// lookup, random or time functions, .Release.Revision/IsUpgrade/IsInstall
-// or .Capabilities.APIVersions render differently at install time and get
+// written as "---\n# Source: <file>\n<content>\n", and keeps hooks out of
+// it. Render installs through action.Install (DryRun, ClientOnly, Replace)
+// with a DigestPostRenderer and hashes those bytes together with the hooks
+// of the release record (ReleaseDigest; for a chart without hooks, exactly
+// the post-renderer's bytes). The operator's Helm applier computes the same
+// digest from the release record Helm is about to store, before any hook
+// runs, given the same chart, values files (MergeValues), release name and
+// namespace, and a cluster of the same Kubernetes version. The chart's
+// crds/ folder is not passed to post-renderers, so the digest does not
+// cover it (the content digest of the artifact does); a chart with crds/
+// gets a warn finding. Templates that use lookup, random or time
+// functions, .Release.Revision/IsUpgrade/IsInstall or
+// .Capabilities.APIVersions render differently at install time and get
 // warn findings too: the applier would refuse them with ManifestMismatch.
+//
+// With Options.Confine set, every object (hooks and crds/ included) must
+// stay in the release namespace unless the Confinement allows it: see
+// KindScope for how the scope of a kind is known without a cluster.
 //
 // Exported API:
 //
 //	func Render(ctx context.Context, opts Options) (*Result, error)
 //	func NewClientOnlyInstall(opts Options, pr postrender.PostRenderer) (*action.Install, error)
 //	func ManifestDigest(manifest []byte) string
+//	func ReleaseDigest(manifest []byte, hooks []*release.Hook) string
+//	type Confinement struct{ ExtraNamespaces []string; ClusterKinds []schema.GroupKind } // Check(...)
+//	func KindScope(schema.GroupKind) Scope; func BuiltinKinds() map[schema.GroupKind]bool; func IsList(Object) bool
+//	var ErrOutsideNamespace error
 //	type DigestPostRenderer struct{ Expected string } // Run, Digest() (string, bool), Manifest() []byte
 //	var ErrManifestMismatch error
 //	func LoadChart(path string) (*chart.Chart, error)
@@ -31,10 +42,11 @@
 //	func ParseManifest(manifest string) ([]Object, error)
 //	const DefaultKubeVersion = "v1.37.2"; const DefaultTimeout = 60 * time.Second
 //	type Options struct{ Chart string; ValuesFiles []string; ReleaseName, Namespace, KubeVersion string;
-//	    APIVersions []string; Timeout time.Duration; Previous string; Scheme *runtime.Scheme; SourcePrefix string }
-//	type Object struct{ APIVersion, Kind, Namespace, Name, Source string; Hook, CRDFolder bool; Object map[string]any }
+//	    APIVersions []string; Timeout time.Duration; Previous string; Scheme *runtime.Scheme; SourcePrefix string;
+//	    Confine *Confinement }
+//	type Object struct{ APIVersion, Kind, Namespace, ExplicitNamespace, Name, Source string; Hook, CRDFolder bool; Object map[string]any }
 //	func (o Object) ID() string
-//	type Result struct{ ChartName, ChartVersion, Manifest, ManifestDigest string; Objects []Object;
+//	type Result struct{ ChartName, ChartVersion, Manifest, Rendered, ManifestDigest string; Objects []Object;
 //	    Values map[string]any; Findings []report.Finding; Risk report.Risk; RiskReasons []string }
 //
 // Errors are returned for bad options and unreadable input (chart, values
@@ -83,8 +95,9 @@ type Options struct {
 	APIVersions []string
 	// Timeout bounds rendering; default DefaultTimeout.
 	Timeout time.Duration
-	// Previous is the previously rendered (applied) manifest, for the risk
-	// of this change; empty means a first install.
+	// Previous is what the release's last applied revision rendered
+	// (its Result.Rendered: manifests and hooks), for the risk of this
+	// change; empty means nothing was applied, so every object is new.
 	Previous string
 	// Scheme decodes objects strictly; nil means the built-in Kubernetes
 	// types of client-go (k8s.io/client-go/kubernetes/scheme), so custom
@@ -94,6 +107,11 @@ type Options struct {
 	// SourcePrefix is joined before chart-relative file names in findings,
 	// e.g. the chart's repo-relative path.
 	SourcePrefix string
+	// Confine, when set, makes every object outside Namespace (another
+	// namespace, a cluster-scoped kind, a custom kind of unknown scope)
+	// that it does not allow a deny finding (policy helm.namespace),
+	// hooks and crds/ included. nil checks nothing (a bare chart lint).
+	Confine *Confinement
 }
 
 // Object is one rendered Kubernetes object.
@@ -103,10 +121,13 @@ type Object struct {
 	// Namespace is the object's, or the release namespace for a namespaced
 	// object that sets none (Helm installs it there).
 	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name"`
+	// ExplicitNamespace is the metadata.namespace the template wrote.
+	ExplicitNamespace string `json:"-"`
+	Name              string `json:"name"`
 	// Source is the chart-relative template file.
 	Source string `json:"source,omitempty"`
-	// Hook is set for Helm hooks (not covered by the digest).
+	// Hook is set for Helm hooks (covered by the digest through
+	// ReleaseDigest).
 	Hook bool `json:"hook,omitempty"`
 	// CRDFolder is set for CRDs from the chart's crds/ folder (not covered
 	// by the digest).
@@ -127,10 +148,14 @@ func (o Object) ID() string {
 type Result struct {
 	ChartName    string `json:"chartName"`
 	ChartVersion string `json:"chartVersion"`
-	// Manifest is exactly what was hashed: what Helm hands a post-renderer.
+	// Manifest is what Helm hands a post-renderer (the non-hook manifests).
 	Manifest string `json:"-"`
-	// ManifestDigest is "sha256:<hex>" of Manifest; empty when the chart
-	// did not render.
+	// Rendered is Manifest followed by every hook as a document of its own
+	// ("---\n# Source: <file>\n<hook>\n"): everything the release installs
+	// or runs, and what the next change is rated against (Options.Previous).
+	Rendered string `json:"-"`
+	// ManifestDigest is ReleaseDigest of Manifest and the hooks; empty when
+	// the chart did not render.
 	ManifestDigest string `json:"manifestDigest,omitempty"`
 	// Objects are the rendered objects, hooks and crds/ included, for
 	// policy input.
@@ -237,7 +262,16 @@ func Render(ctx context.Context, opts Options) (*Result, error) {
 		return nil, errors.New("helm: the post-renderer did not run")
 	}
 	r.Manifest = string(dpr.Manifest())
-	r.ManifestDigest = digest
+	r.ManifestDigest = ReleaseDigest(dpr.Manifest(), rel.Hooks)
+	if len(rel.Hooks) == 0 && r.ManifestDigest != digest {
+		return nil, errors.New("helm: the manifest digest differs from the post-renderer's")
+	}
+	var rendered strings.Builder
+	rendered.WriteString(r.Manifest)
+	for _, h := range rel.Hooks {
+		fmt.Fprintf(&rendered, "---\n# Source: %s\n%s\n", h.Path, h.Manifest)
+	}
+	r.Rendered = rendered.String()
 
 	objs, problems := splitManifest(r.Manifest, false)
 	for _, h := range rel.Hooks {
@@ -254,7 +288,7 @@ func Render(ctx context.Context, opts Options) (*Result, error) {
 		setNamespace(&objs[i], opts.Namespace)
 	}
 	r.Objects = objs
-	c.hookFindings(rel.Hooks)
+	c.confine(objs)
 	c.strictDecode(objs)
 	c.duplicates(objs)
 	c.risk(objs)

@@ -289,10 +289,9 @@ func TestRender_hooksCRDsAndRBACAreFlaggedAndHighRisk(t *testing.T) {
 		policies[string(f.Severity)+" "+f.Policy]++
 	}
 	want := map[string]int{
-		"warn helm.hooks_not_digested": 1,
-		"warn helm.crds_not_digested":  1,
-		"warn helm.unstable_render":    2, // .Release.Revision and now
-		"info helm.strict_decode":      1, // the CRD is skipped
+		"warn helm.crds_not_digested": 1,
+		"warn helm.unstable_render":   2, // .Release.Revision and now
+		"info helm.strict_decode":     1, // the CRD is skipped
 	}
 	if !reflect.DeepEqual(policies, want) {
 		t.Errorf("findings %v, want %v", policies, want)

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"helm.sh/helm/v3/pkg/release"
+
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 )
 
@@ -24,17 +26,23 @@ var highRiskKinds = map[string]string{
 // the workload.
 var volatileLabels = []string{"helm.sh/chart", "app.kubernetes.io/version"}
 
-// risk rates the change from Options.Previous to the rendered objects
-// (DESIGN.md §4):
+// runsCommands are the kinds that run a command as soon as they exist.
+var runsCommands = map[string]bool{"Job": true, "Pod": true, "CronJob": true}
+
+// risk rates the change from Options.Previous (what the last applied
+// revision rendered) to the rendered objects (DESIGN.md §4):
 //   - high: a new or changed RBAC object, CRD, admission webhook or policy,
-//     NetworkPolicy or APIService, or any object of Previous that is gone;
-//   - medium: a new object, or a change beyond the low-risk fields;
+//     NetworkPolicy or APIService (hooks included), or any non-hook object
+//     of Previous that is gone;
+//   - medium: a new object, a new or changed hook (a hook runs or creates
+//     something at install or upgrade whatever its kind), or a change
+//     beyond the low-risk fields;
 //   - low: no change, or changes only to container images and resources,
 //     replicas, ConfigMap/Secret data, chart-version labels and checksum/*
-//     annotations.
+//     annotations of objects that are not hooks.
 //
-// Hooks count only when they are of a high-risk kind (Helm keeps no
-// previous copy of them to compare with).
+// Hooks are compared with the hooks of Previous (Result.Rendered carries
+// them); a hook that is gone deletes nothing, so it adds no risk.
 func (c *checker) risk(objs []Object) {
 	prev, problems := splitManifest(c.opts.Previous, false)
 	if len(problems) > 0 {
@@ -59,19 +67,30 @@ func (c *checker) risk(objs []Object) {
 	}
 	seen := map[string]bool{}
 	for _, o := range objs {
-		what, high := highRiskKinds[o.Kind]
-		if o.Hook {
-			if high {
-				add(report.RiskHigh, "%s: a hook creating a %s", o.ID(), what)
-			}
+		if o.CRDFolder {
+			// Installed from crds/ on a first install only, never
+			// upgraded by Helm: rated as new every time.
+			add(report.RiskHigh, "%s: CRD from crds/", o.ID())
 			continue
 		}
+		what, high := highRiskKinds[o.Kind]
 		key := riskKey(o)
 		seen[key] = true
 		p, existed := prevByID[key]
 		switch {
+		case o.Hook && !existed && high:
+			add(report.RiskHigh, "%s: new hook creating a %s", o.ID(), what)
+		case o.Hook && !existed:
+			add(report.RiskMedium, "%s: new hook (%s)", o.ID(), hookEvents(o))
+		case o.Hook && reflect.DeepEqual(p.Object, o.Object):
+		case o.Hook && high:
+			add(report.RiskHigh, "%s: hook creating a %s changed", o.ID(), what)
+		case o.Hook:
+			add(report.RiskMedium, "%s: hook changed (%s)", o.ID(), hookEvents(o))
 		case !existed && high:
 			add(report.RiskHigh, "%s: new %s", o.ID(), what)
+		case !existed && runsCommands[o.Kind]:
+			add(report.RiskMedium, "%s: new %s (runs a command)", o.ID(), o.Kind)
 		case !existed:
 			add(report.RiskMedium, "%s: new object", o.ID())
 		case reflect.DeepEqual(p.Object, o.Object):
@@ -84,7 +103,7 @@ func (c *checker) risk(objs []Object) {
 		}
 	}
 	for key, p := range prevByID {
-		if !seen[key] {
+		if !seen[key] && !p.Hook {
 			add(report.RiskHigh, "%s: deleted", p.ID())
 		}
 	}
@@ -103,7 +122,20 @@ func (c *checker) risk(objs []Object) {
 	}
 }
 
+// hookEvents is the hook's helm.sh/hook annotation, e.g. "pre-upgrade".
+func hookEvents(o Object) string {
+	md, _ := o.Object["metadata"].(map[string]any)
+	ann, _ := md["annotations"].(map[string]any)
+	ev, _ := ann[release.HookAnnotation].(string)
+	return ev
+}
+
+// riskKey identifies an object across revisions; hooks and installed
+// objects are apart, as Helm keeps them.
 func riskKey(o Object) string {
+	if o.Hook {
+		return "hook:" + groupOf(o.APIVersion) + "/" + o.ID()
+	}
 	return groupOf(o.APIVersion) + "/" + o.ID()
 }
 

@@ -27,6 +27,10 @@ type ChartRequest struct {
 	// SourcePrefix is joined before chart-relative file names in findings
 	// (e.g. the chart's path in the repository).
 	SourcePrefix string
+	// Confine, when set, denies every object outside Namespace that it
+	// does not allow (helm.namespace); nil checks nothing (a bare chart
+	// lint). CheckService always sets it.
+	Confine *helmcheck.Confinement
 }
 
 // ChartCheck is the result of checking one chart.
@@ -76,6 +80,7 @@ func (v *Validator) helmOptions(req ChartRequest) helmcheck.Options {
 		Timeout:      v.opts.Helm.Timeout,
 		Previous:     req.Previous,
 		SourcePrefix: req.SourcePrefix,
+		Confine:      req.Confine,
 	}
 }
 

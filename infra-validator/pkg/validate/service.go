@@ -25,8 +25,15 @@ type ServiceRequest struct {
 	// "<service>-<environment>", the Release name, which the Helm applier
 	// must use too for manifestDigest to match.
 	HelmReleaseName string
-	// PreviousManifest is the manifest applied before (for the Helm risk).
+	// PreviousManifest is what the release's last applied revision
+	// rendered (helmcheck.Result.Rendered, hooks included), for the Helm
+	// risk; "" when nothing was applied, so every object is new.
 	PreviousManifest string
+	// Confine is where the release's objects may go besides the
+	// environment's namespace (the Repository's allowedExtraNamespaces and
+	// allowedClusterKinds); the zero value allows nothing else. Every
+	// other object is a deny finding (helm.namespace).
+	Confine helmcheck.Confinement
 	// Backend, Kubernetes and Env choose the Terraform state and credentials
 	// (see PlanRequest); the zero value plans statelessly.
 	Backend    terraform.Backend
@@ -76,6 +83,8 @@ func (v *Validator) CheckService(ctx context.Context, req ServiceRequest) (*Serv
 	var findings []report.Finding
 	risk := report.RiskLow
 
+	confine := req.Confine
+	creq.Confine = &confine
 	chart, err := v.CheckChart(ctx, creq)
 	if err != nil {
 		return nil, fmt.Errorf("service %s/%s chart: %w", svc.Name, env.Name, err)

@@ -19,11 +19,13 @@
 //	func (*Validator) CheckObjects(ctx, []policy.Document) (report.Verdict, error)
 //	func (*Validator) Engine() *policy.Engine
 //	type ServiceRequest struct{ RepoRoot, ServiceDir, Environment, HelmReleaseName, PreviousManifest string;
-//	    Backend terraform.Backend; Kubernetes *terraform.KubernetesBackend; Env map[string]string; SkipTerraform bool }
+//	    Confine helmcheck.Confinement; Backend terraform.Backend; Kubernetes *terraform.KubernetesBackend;
+//	    Env map[string]string; SkipTerraform bool }
 //	type ServiceResult struct{ Service *manifest.Service; Environment *manifest.Environment; Verdict report.Verdict;
 //	    ManifestDigest, PlanDigest, PlanFileSHA256 string; PlanFile, PlanJSON []byte; PlanSummary *PlanSummary;
 //	    Chart *ChartCheck; Plan *PlanCheck }
-//	type ChartRequest struct{ Chart string; ValuesFiles []string; ReleaseName, Namespace, KubeVersion, Previous, SourcePrefix string }
+//	type ChartRequest struct{ Chart string; ValuesFiles []string; ReleaseName, Namespace, KubeVersion, Previous, SourcePrefix string;
+//	    Confine *helmcheck.Confinement }
 //	type ChartCheck struct{ Verdict report.Verdict; Render *helmcheck.Result }
 //	type PlanRequest struct{ Dir string; Vars map[string]string; Workspace string; Backend terraform.Backend;
 //	    Kubernetes *terraform.KubernetesBackend; Env map[string]string; Destroy bool }

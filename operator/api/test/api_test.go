@@ -93,7 +93,7 @@ func expectRejected(t *testing.T, err error, fragments ...string) {
 }
 
 func TestCRDs_installAndAreEstablished(t *testing.T) {
-	for _, plural := range []string{"repositories", "approvalpolicies", "releases", "changerequests", "approvals"} {
+	for _, plural := range []string{"repositories", "approvalpolicies", "releases", "changerequests", "approvals", "people"} {
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		if err := env.Client.Get(ctx(t), types.NamespacedName{Name: plural + ".gitops.sluice.dev"}, crd); err != nil {
 			t.Fatalf("CRD %s: %v", plural, err)
@@ -132,6 +132,12 @@ func TestSamples_areAcceptedAndDefaulted(t *testing.T) {
 			t.Fatalf("sample %s rejected: %v", o.file, err)
 		}
 	}
+	person := &sluicev1.Person{}
+	loadSample(t, "person.yaml", person, "")
+	if err := env.Client.Create(ctx(t), person); err != nil {
+		t.Fatalf("sample person.yaml rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), person) })
 	// The sample's digest is the one every component computes.
 	cr := objs[3].obj.(*sluicev1.ChangeRequest)
 	if got := sluicev1.ComputeApprovalDigest("sluice-demo", cr.Spec.Release, cr.Spec.ContentDigest, cr.Spec.ManifestDigest, cr.Spec.PlanDigest); got != cr.Spec.ApprovalDigest {
@@ -247,6 +253,34 @@ func TestValidation_rejectsBadInputWithReadableMessages(t *testing.T) {
 			repo.Spec.TargetNamespaces = nil
 			return repo
 		}, []string{"spec.targetNamespaces"}},
+		{"an extra namespace that is no name or glob", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "bad-extra-namespace"
+			repo.Spec.AllowedExtraNamespaces = []string{"Checkout_Prod"}
+			return repo
+		}, []string{"allowedExtraNamespaces holds namespace names or globs"}},
+		{"a cluster kind that is no kind name", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "bad-cluster-kind"
+			repo.Spec.AllowedClusterKinds = []sluicev1.GroupKind{{Group: "rbac.authorization.k8s.io", Kind: "*"}}
+			return repo
+		}, []string{"kind must be a kind name"}},
+		{"a cluster kind in a group that is no DNS subdomain", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "bad-cluster-group"
+			repo.Spec.AllowedClusterKinds = []sluicev1.GroupKind{{Group: "RBAC/x", Kind: "ClusterRole"}}
+			return repo
+		}, []string{"group must be empty or a DNS subdomain"}},
+		{"a cluster kind listed twice", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "twice-cluster-kind"
+			repo.Spec.AllowedClusterKinds = []sluicev1.GroupKind{{Kind: "Namespace"}, {Kind: "Namespace"}}
+			return repo
+		}, []string{"lists each group and kind once"}},
 		{"an approver identity without a prefix", func() client.Object {
 			a := &sluicev1.Approval{}
 			loadSample(t, "approval.yaml", a, ns)
@@ -290,6 +324,34 @@ func TestValidation_rejectsBadInputWithReadableMessages(t *testing.T) {
 			p.Spec.Rule.Required = -1
 			return p
 		}, []string{"spec.rule.required"}},
+		{"a namespace glob with characters no namespace has", func() client.Object {
+			p := &sluicev1.ApprovalPolicy{}
+			loadSample(t, "approvalpolicy.yaml", p, ns)
+			p.Name = "bad-glob"
+			p.Spec.Namespaces = []sluicev1.NamespacePattern{"[prod]"}
+			return p
+		}, []string{"spec.namespaces[0]"}},
+		{"an empty namespace selector", func() client.Object {
+			p := &sluicev1.ApprovalPolicy{}
+			loadSample(t, "approvalpolicy.yaml", p, ns)
+			p.Name = "empty-selector"
+			p.Spec.NamespaceSelector = &metav1.LabelSelector{}
+			return p
+		}, []string{"namespaceSelector must set matchLabels or matchExpressions"}},
+		{"a group among a person's identities", func() client.Object {
+			p := &sluicev1.Person{}
+			loadSample(t, "person.yaml", p, "")
+			p.Name = "group-person"
+			p.Spec.Identities = append(p.Spec.Identities, "k8s-group:sre")
+			return p
+		}, []string{"a k8s-group: entry is a group"}},
+		{"a person without identities", func() client.Object {
+			p := &sluicev1.Person{}
+			loadSample(t, "person.yaml", p, "")
+			p.Name = "nobody"
+			p.Spec.Identities = nil
+			return p
+		}, []string{"spec.identities"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

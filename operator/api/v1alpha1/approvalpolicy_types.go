@@ -4,11 +4,41 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// NamespacePattern is a glob over namespace names: lower-case letters,
+// digits and dashes, with * (any run of characters) and ? (one character).
+// +kubebuilder:validation:Pattern=`^[-a-z0-9*?]+$`
+// +kubebuilder:validation:MaxLength=63
+type NamespacePattern string
+
 // ApprovalPolicySpec is a platform admins' floor for the approval rule of the
-// Releases it selects in its namespace.
+// Releases it selects among the Releases of its own (control) namespace.
+//
+// A policy has two forms of selection, and selects a Release when either
+// form that it sets selects it:
+//
+//   - the namespace form (namespaces, namespaceSelector) selects every
+//     Release whose target namespace matches a glob of namespaces or whose
+//     Namespace object's labels match namespaceSelector, whatever the
+//     Release's environment name or labels: those are written by whoever
+//     pushes to the repository, the target namespace is what is protected;
+//   - the release form (environments, releaseSelector) selects a Release
+//     whose environment is in environments (empty: any) and whose labels
+//     match releaseSelector (unset: any).
+//
+// A policy that sets neither form selects every Release of its namespace.
+// A policy that sets only the namespace form never selects by environment.
+//
+// A Release new to its target namespace (its last applied change, if any,
+// went to another namespace) is judged by the strictest rule of every policy
+// that selects that namespace: the namespace-form policies matching it, the
+// release-form policies selecting any other Release of this namespace that
+// targets it, and the applied rules of those Releases. A new name is not a
+// new start.
+// +kubebuilder:validation:XValidation:rule="!has(self.namespaceSelector) || (has(self.namespaceSelector.matchLabels) && size(self.namespaceSelector.matchLabels) > 0) || (has(self.namespaceSelector.matchExpressions) && size(self.namespaceSelector.matchExpressions) > 0)",message="namespaceSelector must set matchLabels or matchExpressions; to select every namespace leave out all selectors"
 type ApprovalPolicySpec struct {
 	// Environments selects Releases by environment name; empty selects every
-	// environment.
+	// environment. Environment names are chosen by whoever pushes: protect
+	// a namespace with the namespace form instead.
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=set
 	// +optional
@@ -19,6 +49,20 @@ type ApprovalPolicySpec struct {
 	// +optional
 	ReleaseSelector *metav1.LabelSelector `json:"releaseSelector,omitempty"`
 
+	// Namespaces selects every Release whose target namespace matches one
+	// of these globs (e.g. "*-prod"), whatever its environment or labels.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	// +optional
+	Namespaces []NamespacePattern `json:"namespaces,omitempty"`
+
+	// NamespaceSelector selects every Release whose target Namespace object
+	// has matching labels, whatever the Release's environment or labels. A
+	// namespace that does not exist has no labels. A selector that does not
+	// parse selects every Release (the floor fails closed).
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
 	// Rule is the floor: the effective rule of a selected change is at least
 	// this strict.
 	Rule ApprovalRule `json:"rule"`
@@ -28,6 +72,7 @@ type ApprovalPolicySpec struct {
 // The syncer never writes it.
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:shortName=ap,categories=sluice
+// +kubebuilder:printcolumn:name="Namespaces",type=string,JSONPath=`.spec.namespaces`
 // +kubebuilder:printcolumn:name="Environments",type=string,JSONPath=`.spec.environments`
 // +kubebuilder:printcolumn:name="Required",type=integer,JSONPath=`.spec.rule.required`
 // +kubebuilder:printcolumn:name="Auto-Approve",type=string,JSONPath=`.spec.rule.autoApproveRisk`

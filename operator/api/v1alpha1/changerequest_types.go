@@ -29,6 +29,16 @@ const (
 	PhasePreview ChangeRequestPhase = "Preview"
 )
 
+// LabelMergedAs on a preview ChangeRequest names the commit its pull request
+// was merged as; the syncer reads the pull request's author and pushers from
+// such previews for the merge commit's changes, then deletes them.
+const LabelMergedAs = "gitops.sluice.dev/merged-as"
+
+// ReasonUnchanged (Release Synced condition and Event): the release's inputs
+// changed but its rendered manifest and plan equal the applied revision's,
+// so no ChangeRequest was made and nothing waits for approval.
+const ReasonUnchanged = "Unchanged"
+
 // IsTerminal reports whether the phase never changes again.
 func (p ChangeRequestPhase) IsTerminal() bool {
 	switch p {
@@ -185,6 +195,25 @@ type ChangeRequestSpec struct {
 	// PullRequest is set for changes built from a pull request.
 	// +optional
 	PullRequest *PullRequestRef `json:"pullRequest,omitempty"`
+
+	// PullRequestAuthor is the provider identity ("github:<login>",
+	// "gitea:<login>", "gitlab:<login>") of the author of the pull request
+	// this change was built from (previews) or merged through (changes of
+	// the tracked branch whose commits came from a pull request the syncer
+	// previewed). The gate's author exclusion (allowAuthor: false) treats
+	// it, and every identity mapped to the same person, as an author.
+	// +optional
+	PullRequestAuthor Identity `json:"pullRequestAuthor,omitempty"`
+
+	// Pushers are the provider identities of the people who pushed to that
+	// pull request (the sender of each opened, reopened and synchronize
+	// event the syncer handled), in the order first seen. Commit author
+	// and committer e-mails are in Authors. The gate's author exclusion
+	// treats every pusher as an author.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	// +optional
+	Pushers []Identity `json:"pushers,omitempty"`
 
 	// TargetNamespace is the workload's namespace, from the manifest.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`

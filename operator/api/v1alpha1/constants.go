@@ -96,6 +96,10 @@ const (
 	// ReasonNamespaceNotAllowed: the target namespace is outside the
 	// Repository's targetNamespaces.
 	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonOutsideNamespace: the change would create an object outside
+	// its target namespace (another namespace, or a cluster-scoped object)
+	// that the Repository does not allow.
+	ReasonOutsideNamespace = "OutsideNamespace"
 	// ReasonReleaseNotFound: the change's Release does not exist.
 	ReasonReleaseNotFound = "ReleaseNotFound"
 )

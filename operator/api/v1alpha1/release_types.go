@@ -162,6 +162,12 @@ type ReleaseStatus struct {
 	// +optional
 	AppliedRule *ApprovalRule `json:"appliedRule,omitempty"`
 
+	// AppliedTargetNamespace is the target namespace of the last applied
+	// change. A change to any other namespace is new to it and judged by
+	// the strictest rule protecting that namespace (see ApprovalPolicy).
+	// +optional
+	AppliedTargetNamespace string `json:"appliedTargetNamespace,omitempty"`
+
 	// History is the newest terminal changes, newest first.
 	// +kubebuilder:validation:MaxItems=20
 	// +optional

@@ -20,6 +20,30 @@ type GitReference struct {
 	Tag string `json:"tag,omitempty"`
 }
 
+// GroupKind names a kind by API group ("" for the core group) and kind.
+type GroupKind struct {
+	// Group is the API group, "" for the core group (e.g.
+	// rbac.authorization.k8s.io).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="group must be empty or a DNS subdomain"
+	// +optional
+	Group string `json:"group"`
+
+	// Kind is the kind's exact name, e.g. ClusterRoleBinding.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Z][A-Za-z0-9]*$')",message="kind must be a kind name such as ClusterRole"
+	Kind string `json:"kind"`
+}
+
+// String is "kind.group" (kubectl's form), or the kind alone in the core group.
+func (g GroupKind) String() string {
+	if g.Group == "" {
+		return g.Kind
+	}
+	return g.Kind + "." + g.Group
+}
+
 // PreviewPolicy says which pull requests get preview ChangeRequests.
 // +kubebuilder:validation:Enum=none;sameRepo;all
 type PreviewPolicy string
@@ -93,6 +117,29 @@ type RepositorySpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	ServiceAccountName string `json:"serviceAccountName"`
+
+	// AllowedExtraNamespaces are glob patterns (as targetNamespaces) of the
+	// namespaces, besides a release's own target namespace, that its rendered
+	// objects may name in metadata.namespace. Empty means every object stays
+	// in its release's target namespace: the validator denies the rest and
+	// the Helm applier refuses it (OutsideNamespace).
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.all(p, p.matches('^[a-z0-9*?-]+$'))",message="allowedExtraNamespaces holds namespace names or globs of [a-z0-9-] with * and ?"
+	// +listType=set
+	// +optional
+	AllowedExtraNamespaces []string `json:"allowedExtraNamespaces,omitempty"`
+
+	// AllowedClusterKinds are the cluster-scoped kinds (API group and kind,
+	// by name) the repository's charts may create. Empty means none: the
+	// validator denies every cluster-scoped object, and every custom kind
+	// whose scope it cannot know, and the Helm applier refuses them
+	// (OutsideNamespace).
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(x, self.exists_one(y, y.group == x.group && y.kind == x.kind))",message="allowedClusterKinds lists each group and kind once"
+	// +listType=atomic
+	// +optional
+	AllowedClusterKinds []GroupKind `json:"allowedClusterKinds,omitempty"`
 
 	// Prune deletes Releases whose service left the repository.
 	// +optional

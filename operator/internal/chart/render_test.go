@@ -223,7 +223,7 @@ func TestChart_defaultValuesPassTheDefaultPolicies(t *testing.T) {
 		kinds[o.Kind]++
 	}
 	assert.Equal(t, map[string]int{
-		"CustomResourceDefinition":         5,
+		"CustomResourceDefinition":         6, // with Person
 		"ServiceAccount":                   3, // operator, syncer, runner
 		"ClusterRole":                      6, // operator(-namespace), syncer(-namespace), sluice-viewer, sluice-approver
 		"ClusterRoleBinding":               2,

@@ -27,6 +27,7 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/gate"
+	"github.com/sluice-gitops/sluice/operator/internal/gate/gateinput"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 )
 
@@ -53,6 +54,8 @@ const maxMessage = 1024
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=approvals;approvalpolicies;repositories,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=people,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 type ChangeRequestReconciler struct {
 	// Client reads from the cache and writes to the API server.
@@ -107,7 +110,8 @@ func (r *ChangeRequestReconciler) now() time.Time {
 }
 
 // SetupWithManager watches ChangeRequests, and maps Approvals (by digest),
-// Releases and ApprovalPolicies to the changes they decide.
+// Releases, ApprovalPolicies, target Namespaces (labels) and Persons to
+// the changes they decide.
 func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("changerequest").
@@ -116,6 +120,8 @@ func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts contro
 		Watches(&sluicev1.Approval{}, handler.EnqueueRequestsFromMapFunc(r.changesForApproval), builder.WithPredicates(approvalCreatedOrDeleted())).
 		Watches(&sluicev1.Release{}, handler.EnqueueRequestsFromMapFunc(r.changesForRelease), builder.WithPredicates(releaseGateInputsChanged())).
 		Watches(&sluicev1.ApprovalPolicy{}, handler.EnqueueRequestsFromMapFunc(r.changesForPolicy)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.changesForNamespace), builder.WithPredicates(namespaceLabelsChanged())).
+		Watches(&sluicev1.Person{}, handler.EnqueueRequestsFromMapFunc(r.changesForPerson)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -305,15 +311,15 @@ func isNewer(a, b *sluicev1.ChangeRequest) bool {
 // reconcileGate evaluates the gate on cached data: Rejected, waiting, or
 // Approved (then the hand-off follows).
 func (r *ChangeRequestReconciler) reconcileGate(ctx context.Context, s *changeScope) (ctrl.Result, bool, error) {
-	var policies sluicev1.ApprovalPolicyList
-	if err := r.Client.List(ctx, &policies, client.InNamespace(s.cr.Namespace)); err != nil {
-		return ctrl.Result{}, true, fmt.Errorf("list ApprovalPolicies: %w", err)
+	in, err := gateinput.Load(ctx, r.Client, s.cr, s.release)
+	if err != nil {
+		return ctrl.Result{}, true, err
 	}
 	var approvals sluicev1.ApprovalList
 	if err := r.Client.List(ctx, &approvals, client.InNamespace(s.cr.Namespace), client.MatchingFields{IndexApprovalDigest: string(s.cr.Spec.ApprovalDigest)}); err != nil {
 		return ctrl.Result{}, true, fmt.Errorf("list Approvals: %w", err)
 	}
-	d := r.decide(s, policies.Items, approvals.Items)
+	d := r.decide(s, in, approvals.Items)
 	if !d.Passed {
 		s.setCondition(sluicev1.ConditionApproved, metav1.ConditionFalse, d.Reason, d.Message)
 		s.setPhase(d.Phase(), d.Reason, d.Message)
@@ -336,12 +342,11 @@ func (r *ChangeRequestReconciler) reconcileGate(ctx context.Context, s *changeSc
 	return ctrl.Result{}, false, nil
 }
 
-// decide evaluates the gate and records the effective rule and the counted
-// approvers in status.
-func (r *ChangeRequestReconciler) decide(s *changeScope, policies []sluicev1.ApprovalPolicy, approvals []sluicev1.Approval) gate.Decision {
-	rule, errs := gate.EffectiveRule(policies, s.release, s.cr)
-	d := gate.Evaluate(s.cr, rule, approvals)
-	api := rule.API()
+// decide evaluates the gate on its inputs (see gateinput.Load) and records
+// the effective rule and the counted approvers in status.
+func (r *ChangeRequestReconciler) decide(s *changeScope, in gate.Inputs, approvals []sluicev1.Approval) gate.Decision {
+	d, errs := gate.Decide(in, s.cr, approvals)
+	api := d.Rule.API()
 	s.cr.Status.EffectiveRule = &api
 	s.cr.Status.Approvals = int32(len(d.ApprovedBy))
 	s.cr.Status.ApprovedBy = d.ApprovedBy
@@ -407,9 +412,9 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 		s.phases = nil
 		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
 	}
-	var policies sluicev1.ApprovalPolicyList
-	if err := r.APIReader.List(ctx, &policies, client.InNamespace(s.cr.Namespace)); err != nil {
-		return ctrl.Result{}, true, fmt.Errorf("re-read ApprovalPolicies at hand-off: %w", err)
+	in, err := gateinput.Load(ctx, r.APIReader, fresh, rel)
+	if err != nil {
+		return ctrl.Result{}, true, fmt.Errorf("re-read the gate's inputs at hand-off: %w", err)
 	}
 	var all sluicev1.ApprovalList
 	if err := r.APIReader.List(ctx, &all, client.InNamespace(s.cr.Namespace)); err != nil {
@@ -422,7 +427,7 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 		}
 	}
 	s.release = rel
-	d := r.decide(s, policies.Items, approvals)
+	d := r.decide(s, in, approvals)
 	if !d.Passed {
 		reason, msg := sluicev1.ReasonGateFailedAtHandOff, "the gate no longer passed at the hand-off: "+d.Message
 		if d.Rejected() {
@@ -625,6 +630,7 @@ func recordApplied(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) {
 	rel.Status.AppliedRevision = cr.Spec.Revision
 	rel.Status.AppliedDigest = cr.Spec.ApprovalDigest
 	rel.Status.AppliedRule = cr.Spec.Rule.DeepCopy()
+	rel.Status.AppliedTargetNamespace = cr.Spec.TargetNamespace
 }
 
 // acquireLock takes the release's apply lock for cr with an

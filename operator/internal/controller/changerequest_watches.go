@@ -58,8 +58,8 @@ func approvalCreatedOrDeleted() predicate.Predicate {
 
 // releaseGateInputsChanged passes Release events that can change the
 // decision on its changes: creation and deletion, labels (policies select
-// by them), environment, the applied rule, the apply lock and the latest
-// change. The syncer's lastSyncedTree and the conditions are skipped.
+// by them), environment, target namespace, the applied rule and namespace,
+// the apply lock and the latest change. The syncer's lastSyncedTree and the conditions are skipped.
 func releaseGateInputsChanged() predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc: func(event.CreateEvent) bool { return true },
@@ -72,6 +72,8 @@ func releaseGateInputsChanged() predicate.Predicate {
 			}
 			return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 				o.Spec.Environment != n.Spec.Environment ||
+				o.Spec.TargetNamespace != n.Spec.TargetNamespace ||
+				o.Status.AppliedTargetNamespace != n.Status.AppliedTargetNamespace ||
 				o.Status.CurrentChange != n.Status.CurrentChange ||
 				o.Status.LatestChange != n.Status.LatestChange ||
 				!equality.Semantic.DeepEqual(o.Status.AppliedRule, n.Status.AppliedRule)
@@ -143,4 +145,41 @@ func (r *ChangeRequestReconciler) openChanges(ctx context.Context, namespace str
 		}
 	}
 	return out
+}
+
+// namespaceLabelsChanged passes Namespace creations, deletions and label
+// changes: ApprovalPolicies select target namespaces by their labels.
+func namespaceLabelsChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true },
+		DeleteFunc: func(event.DeleteEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return !equality.Semantic.DeepEqual(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// changesForNamespace maps a target Namespace to the open ChangeRequests
+// that deploy to it, in every control namespace the operator watches.
+func (r *ChangeRequestReconciler) changesForNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	var list sluicev1.ChangeRequestList
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "Listing ChangeRequests to wake failed", "targetNamespace", o.GetName())
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		cr := &list.Items[i]
+		if cr.Spec.TargetNamespace == o.GetName() && !cr.Status.Phase.IsTerminal() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(cr)})
+		}
+	}
+	return out
+}
+
+// changesForPerson maps a Person (who is who, for author exclusion and
+// counting) to every open ChangeRequest the operator watches.
+func (r *ChangeRequestReconciler) changesForPerson(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.openChanges(ctx, "", nil, "")
 }

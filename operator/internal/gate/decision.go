@@ -26,6 +26,9 @@ const (
 	IgnoredNotAllowed IgnoreReason = "NotAllowed"
 	// IgnoredRevoked: the approver's standing decision is a revoke.
 	IgnoredRevoked IgnoreReason = "Revoked"
+	// IgnoredSamePerson: another identity of the same person (per the
+	// Persons) already counts; one person counts once.
+	IgnoredSamePerson IgnoreReason = "SamePerson"
 )
 
 // Ignored is one Approval that does not count, and why.
@@ -152,14 +155,23 @@ func Standing(cr *sluicev1.ChangeRequest, approvals []sluicev1.Approval) (map[sl
 	return standing, ignored
 }
 
-// Evaluate applies the gate to a change under an effective rule (usually
+// Evaluate is EvaluateFor with no Persons: every identity is a person of
+// its own.
+func Evaluate(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.Approval) Decision {
+	return EvaluateFor(cr, rule, approvals, People{})
+}
+
+// EvaluateFor applies the gate to a change under an effective rule (usually
 // from EffectiveRule) with the Approvals of its namespace; Approvals for
-// other changes are ignored, so passing all of them is fine.
+// other changes are ignored, so passing all of them is fine. People say
+// which identities are one person: an approver is an author when any
+// identity of their person is, and one person's approvals under several
+// identities count once.
 //
 // A reject vetoes when its approver is allowed by the rule or is an author
 // (anyone may stop their own change); a reject from someone else is
 // ignored like their approve would be.
-func Evaluate(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.Approval) Decision {
+func EvaluateFor(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.Approval, people People) Decision {
 	d := Decision{Rule: rule}
 	for _, f := range cr.Spec.Verdict.Findings {
 		switch f.Severity {
@@ -187,9 +199,15 @@ func Evaluate(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.Approv
 		approvers = append(approvers, id)
 	}
 	slices.Sort(approvers)
+	// Small slices on the stack, not maps: a change has a few authors
+	// and approvers, and this runs on every reconcile.
+	var authorBuf, countedBuf [8]sluicev1.Identity
+	authors := authorKeys(authorBuf[:0], cr, people)
+	counted := countedBuf[:0]
 	for _, id := range approvers {
 		a := standing[id]
-		author := isAuthor(cr, id)
+		person := people.Key(id)
+		author := slices.Contains(authors, person)
 		allowed := rule.Allows(id, a.Spec.Groups, a.Spec.Source)
 		ign := Ignored{Approval: a.Name, Approver: id, Decision: a.Spec.Decision}
 		switch a.Spec.Decision {
@@ -205,7 +223,10 @@ func Evaluate(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.Approv
 				ign.Why = IgnoredAuthor
 			case !allowed:
 				ign.Why = IgnoredNotAllowed
+			case slices.Contains(counted, person):
+				ign.Why = IgnoredSamePerson
 			default:
+				counted = append(counted, person)
 				d.ApprovedBy = append(d.ApprovedBy, id)
 				continue
 			}
@@ -214,7 +235,7 @@ func Evaluate(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.Approv
 		}
 		d.Ignored = append(d.Ignored, ign)
 	}
-	d.Needed = needed(cr, rule, d.ApprovedBy)
+	d.Needed = needed(rule, d.ApprovedBy, authors, counted, people)
 
 	if len(d.RejectedBy) > 0 {
 		d.Reason = sluicev1.ReasonVetoed
@@ -245,14 +266,16 @@ func Evaluate(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.Approv
 	return d
 }
 
-// needed works out who could still approve.
-func needed(cr *sluicev1.ChangeRequest, rule Rule, approvedBy []sluicev1.Identity) Needed {
+// needed works out who could still approve: candidates whose person has
+// neither approved already nor (unless allowed) authored the change.
+func needed(rule Rule, approvedBy []sluicev1.Identity, authors, counted []sluicev1.Identity, people People) Needed {
 	n := Needed{Anyone: rule.AnyoneMayApprove(), Nobody: rule.NoApprovers, Lists: rule.ApproverLists}
 	if missing := rule.Required - int32(len(approvedBy)); missing > 0 {
 		n.Approvals = missing
 	}
 	for _, c := range rule.Candidates() {
-		if slices.Contains(approvedBy, c) || (!rule.AllowAuthor && isAuthor(cr, c)) {
+		person := people.Key(c)
+		if slices.Contains(approvedBy, c) || slices.Contains(counted, person) || (!rule.AllowAuthor && slices.Contains(authors, person)) {
 			continue
 		}
 		n.Candidates = append(n.Candidates, c)
@@ -286,16 +309,4 @@ func joinIDs(ids []sluicev1.Identity) string {
 		s[i] = string(id)
 	}
 	return strings.Join(s, ", ")
-}
-
-// isAuthor reports whether id is one of the change's authors, comparing
-// canonical identities.
-func isAuthor(cr *sluicev1.ChangeRequest, id sluicev1.Identity) bool {
-	id = id.Canonical()
-	for _, a := range cr.Spec.Authors {
-		if a.Canonical() == id {
-			return true
-		}
-	}
-	return false
 }

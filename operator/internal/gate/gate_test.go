@@ -36,13 +36,14 @@ func change(mod ...func(*sluicev1.ChangeRequest)) *sluicev1.ChangeRequest {
 	cr := &sluicev1.ChangeRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: "checkout-prod-0123456789", Namespace: ns},
 		Spec: sluicev1.ChangeRequestSpec{
-			Release:        "checkout-prod",
-			Revision:       strings.Repeat("0123456789", 4),
-			Authors:        ids("github:dave", "email:dave@example.com"),
-			ContentDigest:  contentA,
-			ManifestDigest: manifest,
-			Verdict:        sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskMedium},
-			Rule:           sluicev1.ApprovalRule{Required: 2},
+			Release:         "checkout-prod",
+			TargetNamespace: "checkout-prod",
+			Revision:        strings.Repeat("0123456789", 4),
+			Authors:         ids("github:dave", "email:dave@example.com"),
+			ContentDigest:   contentA,
+			ManifestDigest:  manifest,
+			Verdict:         sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskMedium},
+			Rule:            sluicev1.ApprovalRule{Required: 2},
 		},
 	}
 	for _, m := range mod {
@@ -238,7 +239,7 @@ func TestPolicySelects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := PolicySelects(tt.p, rel)
+			got, err := PolicySelects(tt.p, rel, "checkout-prod", nil)
 			if got != tt.want || (err != nil) != tt.wantErr {
 				t.Fatalf("PolicySelects = %v, %v; want %v, error %v", got, err, tt.want, tt.wantErr)
 			}
@@ -246,7 +247,7 @@ func TestPolicySelects(t *testing.T) {
 	}
 	other := policy(nil, nil)
 	other.Namespace = "elsewhere"
-	if ok, _ := PolicySelects(other, rel); ok {
+	if ok, _ := PolicySelects(other, rel, "checkout-prod", nil); ok {
 		t.Fatal("a policy in another namespace selected the release")
 	}
 }
@@ -255,7 +256,7 @@ func TestEffectiveRuleIsStrictestOfPolicyAppliedAndOwnRule(t *testing.T) {
 	rel := &sluicev1.Release{
 		ObjectMeta: metav1.ObjectMeta{Name: "checkout-prod", Namespace: ns},
 		Spec:       sluicev1.ReleaseSpec{Environment: "prod"},
-		Status:     sluicev1.ReleaseStatus{AppliedRule: &sluicev1.ApprovalRule{Required: 2, Approvers: ids("k8s-group:sre")}},
+		Status:     sluicev1.ReleaseStatus{AppliedTargetNamespace: "checkout-prod", AppliedRule: &sluicev1.ApprovalRule{Required: 2, Approvers: ids("k8s-group:sre")}},
 	}
 	policies := []sluicev1.ApprovalPolicy{
 		{ObjectMeta: metav1.ObjectMeta{Name: "prod-floor", Namespace: ns}, Spec: sluicev1.ApprovalPolicySpec{Environments: []sluicev1.EnvironmentName{"prod"}, Rule: sluicev1.ApprovalRule{Required: 3, AutoApproveRisk: sluicev1.AutoApproveLow}}},
@@ -265,7 +266,7 @@ func TestEffectiveRuleIsStrictestOfPolicyAppliedAndOwnRule(t *testing.T) {
 	cr := change(func(c *sluicev1.ChangeRequest) {
 		c.Spec.Rule = sluicev1.ApprovalRule{Required: 0, AllowAuthor: true, AutoApproveRisk: sluicev1.AutoApproveHigh}
 	})
-	r, errs := EffectiveRule(policies, rel, cr)
+	r, errs := EffectiveRule(Inputs{Release: rel, Policies: policies}, cr)
 	if len(errs) != 0 {
 		t.Fatalf("errors: %v", errs)
 	}
@@ -628,7 +629,7 @@ func BenchmarkEvaluate(b *testing.B) {
 	rel := &sluicev1.Release{
 		ObjectMeta: metav1.ObjectMeta{Name: "checkout-prod", Namespace: ns},
 		Spec:       sluicev1.ReleaseSpec{Environment: "prod"},
-		Status:     sluicev1.ReleaseStatus{AppliedRule: &sluicev1.ApprovalRule{Required: 2, Approvers: ids("k8s-group:sre", "k8s:bob")}},
+		Status:     sluicev1.ReleaseStatus{AppliedTargetNamespace: "checkout-prod", AppliedRule: &sluicev1.ApprovalRule{Required: 2, Approvers: ids("k8s-group:sre", "k8s:bob")}},
 	}
 	policies := []sluicev1.ApprovalPolicy{{ObjectMeta: metav1.ObjectMeta{Name: "floor", Namespace: ns}, Spec: sluicev1.ApprovalPolicySpec{Rule: sluicev1.ApprovalRule{Required: 2}}}}
 	cr := change()
@@ -638,8 +639,7 @@ func BenchmarkEvaluate(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		rule, _ := EffectiveRule(policies, rel, cr)
-		if d := Evaluate(cr, rule, approvals); !d.Passed {
+		if d, _ := Decide(Inputs{Release: rel, Policies: policies}, cr, approvals); !d.Passed {
 			b.Fatal(d.Message)
 		}
 	}

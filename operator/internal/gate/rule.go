@@ -19,9 +19,6 @@ import (
 	"slices"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -58,6 +55,10 @@ type Rule struct {
 	AutoApproveRisk sluicev1.AutoApproveRisk
 	// Origins lists where the sources came from, in order.
 	Origins []string
+	// NewToNamespace is true when the change goes to a namespace its
+	// Release has not applied to, so the rules protecting that namespace
+	// through other Releases took part (see Sources).
+	NewToNamespace bool
 }
 
 // riskRank orders risks; an unknown or empty risk ranks highest so that it
@@ -343,56 +344,4 @@ func (r Rule) String() string {
 	}
 	fmt.Fprintf(&b, ", auto-approve %s", normalizeAutoApprove(r.AutoApproveRisk))
 	return b.String()
-}
-
-// PolicySelects reports whether an ApprovalPolicy applies to a Release: same
-// namespace, environment in the policy's list (empty: all), and labels
-// matching the policy's releaseSelector (unset: all). A selector that does
-// not parse selects the Release (the floor fails closed) and the error says
-// why.
-func PolicySelects(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release) (bool, error) {
-	if p.Namespace != rel.Namespace {
-		return false, nil
-	}
-	if len(p.Spec.Environments) > 0 && !slices.Contains(p.Spec.Environments, rel.Spec.Environment) {
-		return false, nil
-	}
-	if p.Spec.ReleaseSelector == nil {
-		return true, nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.ReleaseSelector)
-	if err != nil {
-		return true, fmt.Errorf("ApprovalPolicy %s: invalid releaseSelector, applied to every release: %w", p.Name, err)
-	}
-	return sel.Matches(labels.Set(rel.Labels)), nil
-}
-
-// Sources returns the rules that make up a change's effective rule: every
-// ApprovalPolicy selecting the Release, the Release's applied rule, and the
-// change's own rule. Errors are policies with an invalid selector, which
-// are included anyway.
-func Sources(policies []sluicev1.ApprovalPolicy, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) ([]Source, []error) {
-	var out []Source
-	var errs []error
-	for i := range policies {
-		p := &policies[i]
-		ok, err := PolicySelects(p, rel)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if ok {
-			out = append(out, Source{Origin: "ApprovalPolicy/" + p.Name, Rule: p.Spec.Rule})
-		}
-	}
-	if rel.Status.AppliedRule != nil {
-		out = append(out, Source{Origin: "Release/" + rel.Name + " status.appliedRule", Rule: *rel.Status.AppliedRule})
-	}
-	out = append(out, Source{Origin: "ChangeRequest/" + cr.Name + " spec.rule", Rule: cr.Spec.Rule})
-	return out, errs
-}
-
-// EffectiveRule is Strictest(Sources(policies, rel, cr)).
-func EffectiveRule(policies []sluicev1.ApprovalPolicy, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) (Rule, []error) {
-	src, errs := Sources(policies, rel, cr)
-	return Strictest(src...), errs
 }

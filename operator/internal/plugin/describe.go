@@ -13,6 +13,7 @@ import (
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/gate"
+	"github.com/sluice-gitops/sluice/operator/internal/gate/gateinput"
 )
 
 // Description is what describe shows, also printed by -o json|yaml.
@@ -28,7 +29,12 @@ type Description struct {
 	EffectiveRuleText string `json:"effectiveRuleText"`
 	// RuleSources says where the effective rule came from.
 	RuleSources []string `json:"ruleSources"`
-	// RuleWarnings are ApprovalPolicies with invalid selectors.
+	// NewToNamespace is true when the change goes to a namespace its
+	// Release has not applied to, so the rules protecting that namespace
+	// through other Releases are among RuleSources.
+	NewToNamespace bool `json:"newToNamespace,omitempty"`
+	// RuleWarnings are ApprovalPolicies with invalid selectors, and inputs
+	// of the operator's decision the user may not read.
 	RuleWarnings []string `json:"ruleWarnings,omitempty"`
 	// Gate is the gate's verdict on the live Approvals.
 	Gate GateSummary `json:"gate"`
@@ -59,7 +65,8 @@ type ApprovalSummary struct {
 	Decision sluicev1.Decision       `json:"decision"`
 	Source   sluicev1.ApprovalSource `json:"source"`
 	Comment  string                  `json:"comment,omitempty"`
-	// Effect is counts, vetoes, superseded, author, not-allowed or revoked.
+	// Effect is counts, vetoes, superseded, author, not-allowed, revoked
+	// or same-person (another identity of the approver already counts).
 	Effect  string      `json:"effect"`
 	Created metav1.Time `json:"created"`
 }
@@ -117,23 +124,25 @@ func (a *app) describe(cmd *cobra.Command, name string) (*Description, error) {
 	case err != nil:
 		return nil, fmt.Errorf("get release %s/%s: %w", cr.Namespace, cr.Spec.Release, err)
 	}
-	var policies sluicev1.ApprovalPolicyList
-	if err := a.client.List(ctx, &policies, client.InNamespace(cr.Namespace)); err != nil {
-		return nil, fmt.Errorf("list approval policies in %s: %w", cr.Namespace, err)
+	in, warnings, err := gateinput.LoadForDisplay(ctx, a.client, cr, rel)
+	if err != nil {
+		return nil, err
 	}
 	var approvals sluicev1.ApprovalList
 	if err := a.client.List(ctx, &approvals, client.InNamespace(cr.Namespace)); err != nil {
 		return nil, fmt.Errorf("list approvals in %s: %w", cr.Namespace, err)
 	}
 
-	rule, ruleErrs := gate.EffectiveRule(policies.Items, rel, cr)
+	dec, ruleErrs := gate.Decide(in, cr, approvals.Items)
+	rule := dec.Rule
+	d.RuleWarnings = warnings
 	for _, e := range ruleErrs {
 		d.RuleWarnings = append(d.RuleWarnings, e.Error())
 	}
 	d.EffectiveRule = rule.API()
 	d.EffectiveRuleText = rule.String()
 	d.RuleSources = rule.Origins
-	dec := gate.Evaluate(cr, rule, approvals.Items)
+	d.NewToNamespace = rule.NewToNamespace
 	d.Gate = GateSummary{
 		Passed:        dec.Passed,
 		Reason:        dec.Reason,
@@ -177,6 +186,8 @@ func approvalSummaries(cr *sluicev1.ChangeRequest, dec gate.Decision, all []slui
 			s.Effect = "not-allowed"
 		case ignored && w == gate.IgnoredRevoked:
 			s.Effect = "revoked"
+		case ignored && w == gate.IgnoredSamePerson:
+			s.Effect = "same-person"
 		case ignored:
 			s.Effect = strings.ToLower(string(w))
 		case slices.Contains(dec.RejectedBy, ap.Spec.Approver):
@@ -306,7 +317,14 @@ func (a *app) printDescription(w io.Writer, d *Description) error {
 	field("  plan file", orNone(string(cr.Spec.PlanFileSHA256)))
 	field("  artifact", fmt.Sprintf("%s (%s)", cr.Spec.Artifact.URL, cr.Spec.Artifact.SHA256))
 	field("Effective rule", d.EffectiveRuleText)
-	field("  from", strings.Join(d.RuleSources, ", "))
+	// One line per source: which policies (and applied rules) made the
+	// rule, and why a release new to its namespace is held to more.
+	for _, src := range d.RuleSources {
+		field("  from", src)
+	}
+	if d.NewToNamespace {
+		field("  note", fmt.Sprintf("new to namespace: Release %s has not applied to %s before, so the rules protecting that namespace apply", cr.Spec.Release, cr.Spec.TargetNamespace))
+	}
 	for _, warn := range d.RuleWarnings {
 		field("  warning", warn)
 	}

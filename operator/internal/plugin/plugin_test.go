@@ -372,6 +372,33 @@ func TestDescribe_showsWhoIsStillNeeded(t *testing.T) {
 	require.Equal(t, "ChangeRequest", d.ChangeRequest.Kind)
 }
 
+func TestDescribe_showsThePoliciesOfTheTargetNamespaceAndNewToNamespace(t *testing.T) {
+	ctx := context.Background()
+	floor := &sluicev1.ApprovalPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "ns-floor", Namespace: "team-b"},
+		Spec:       sluicev1.ApprovalPolicySpec{Namespaces: []sluicev1.NamespacePattern{"*-nsdesc"}, Rule: sluicev1.ApprovalRule{Required: 3}},
+	}
+	require.NoError(t, env.Client.Create(ctx, floor))
+	cr := newChange(t, "team-b", "nsdesc", sluicev1.ApprovalRule{Required: 0, AutoApproveRisk: sluicev1.AutoApproveHigh})
+
+	out, _, err := sluice(t, "describe", cr.Name, "-n", "team-b")
+	require.NoError(t, err)
+	t.Log("\n" + out)
+	require.Contains(t, out, "3 approvals from anyone allowed")
+	require.Regexp(t, `from:\s+ApprovalPolicy/ns-floor`, out)
+	require.Regexp(t, `note:\s+new to namespace: Release `+cr.Spec.Release+` has not applied to `+cr.Spec.TargetNamespace, out)
+	// carol may not read Namespaces (only RBAC on Sluice's kinds): she is
+	// told that label-selected policies may be missing.
+	require.Contains(t, out, "you may not read Namespace "+cr.Spec.TargetNamespace)
+
+	out, _, err = sluice(t, "describe", cr.Name, "-n", "team-b", "-o", "json")
+	require.NoError(t, err)
+	var d plugin.Description
+	require.NoError(t, json.Unmarshal([]byte(out), &d))
+	require.True(t, d.NewToNamespace)
+	require.Contains(t, d.RuleSources, "ApprovalPolicy/ns-floor")
+}
+
 func TestDescribe_aPreviewStillShowsWhoIsNeededForItsMergeCommit(t *testing.T) {
 	ctx := context.Background()
 	rule := sluicev1.ApprovalRule{Required: 1, Approvers: []sluicev1.Identity{"github:erin"}}

@@ -5,6 +5,7 @@
 package install
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -27,13 +28,17 @@ type Options struct {
 	Listener net.Listener
 	// Workers handle deliveries asynchronously; default 4.
 	Workers int
-	// StatusProvider (github, gitea, gitlab) turns on commit statuses and,
-	// for Gitea, reviewer permission checks; empty turns them off.
+	// StatusProvider (github, gitea, gitlab) turns on commit statuses and
+	// review confirmation through the provider's API; empty turns both off,
+	// and then no review becomes an Approval.
 	StatusProvider provider.Name
 	// StatusBaseURL is the provider's API root.
 	StatusBaseURL string
 	// StatusTokenSecret holds the API token under key "token".
 	StatusTokenSecret types.NamespacedName
+	// GitLabMinAccess is the lowest GitLab access level whose approvals
+	// count (30 Developer, 40 Maintainer); default Developer.
+	GitLabMinAccess int
 	// SkipNameValidation lets several syncers run in one process (tests).
 	SkipNameValidation bool
 }
@@ -76,8 +81,14 @@ func Install(s *syncer.Syncer, opts Options) (*Installed, error) {
 			return nil, err
 		}
 		h.Statuses = sc
-		if opts.StatusProvider == provider.Gitea {
-			h.Permissions = sc
+		reader, secret := mgr.GetAPIReader(), opts.StatusTokenSecret
+		h.Reviews = &provider.API{
+			Provider: opts.StatusProvider,
+			BaseURL:  apiBaseURL(opts.StatusProvider, opts.StatusBaseURL),
+			Token: func(ctx context.Context) (string, error) {
+				return status.TokenFromSecret(ctx, reader, secret, "")
+			},
+			GitLabMinAccess: opts.GitLabMinAccess,
 		}
 	}
 	lat := &webhook.Latency{Cache: mgr.GetCache(), Metrics: m}
@@ -103,4 +114,13 @@ func Install(s *syncer.Syncer, opts Options) (*Installed, error) {
 		return nil, err
 	}
 	return &Installed{Receiver: r, Previews: h, Latency: lat, Metrics: m}, nil
+}
+
+// apiBaseURL is the provider's API root: the configured one, or GitHub's
+// public API.
+func apiBaseURL(p provider.Name, configured string) string {
+	if configured == "" && p == provider.GitHub {
+		return "https://api.github.com"
+	}
+	return configured
 }

@@ -10,9 +10,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +31,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -109,6 +114,69 @@ type world struct {
 	hookURL string
 	base    string
 	in      *install.Installed
+	api     *githubAPI
+}
+
+// githubAPI is an httptest server answering the GitHub REST calls the
+// syncer makes: commit statuses, collaborator permissions (write for
+// everyone in writers) and the reviews of a pull request, which
+// reviewBody records as GitHub would list them.
+type githubAPI struct {
+	*httptest.Server
+	mu      sync.Mutex
+	writers map[string]bool
+	reviews map[int64][]map[string]any
+}
+
+func newGitHubAPI(t testing.TB, writers ...string) *githubAPI {
+	a := &githubAPI{writers: map[string]bool{}, reviews: map[int64][]map[string]any{}}
+	for _, w := range writers {
+		a.writers[w] = true
+	}
+	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+		last := parts[len(parts)-1]
+		switch {
+		case r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/statuses/"):
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, "{}")
+		case last == "permission":
+			perm := "read"
+			if a.writers[parts[len(parts)-2]] {
+				perm = "write"
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"permission": perm, "role_name": perm, "user": map[string]any{"login": parts[len(parts)-2]}})
+		case last == "reviews":
+			n, _ := strconv.ParseInt(parts[len(parts)-2], 10, 64)
+			list := a.reviews[n]
+			if list == nil || r.URL.Query().Get("page") != "1" {
+				list = []map[string]any{}
+			}
+			_ = json.NewEncoder(w).Encode(list)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(a.Close)
+	return a
+}
+
+// record lists a review as GitHub would: a dismissal changes the state of
+// the dismissed review.
+func (a *githubAPI) record(n, id int64, state, commit, login string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if state == "dismissed" {
+		for _, r := range a.reviews[n] {
+			if r["id"] == id {
+				r["state"] = "DISMISSED"
+			}
+		}
+		return
+	}
+	a.reviews[n] = append(a.reviews[n], map[string]any{"id": id, "state": strings.ToUpper(state), "commit_id": commit, "user": map[string]any{"login": login}})
 }
 
 var deliveryID atomic.Int64
@@ -138,7 +206,12 @@ func newWorld(t testing.TB, services ...string) *world {
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	in, err := install.Install(s, install.Options{Listener: ln, SkipNameValidation: true})
+	// Reviews count only when GitHub's API confirms them.
+	api := newGitHubAPI(t, "alice", "bob")
+	require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "github-token"},
+		Data: map[string][]byte{"token": []byte("github-api-token")}}))
+	in, err := install.Install(s, install.Options{Listener: ln, SkipNameValidation: true, StatusProvider: provider.GitHub, StatusBaseURL: api.URL,
+		StatusTokenSecret: types.NamespacedName{Namespace: ns, Name: "github-token"}})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -153,7 +226,7 @@ func newWorld(t testing.TB, services ...string) *world {
 		Interval: &metav1.Duration{Duration: time.Hour}, WebhookSecretRef: &sluicev1.LocalObjectReference{Name: "infra-webhook"},
 	}}
 	require.NoError(t, k8s.Create(ctx, repo))
-	w := &world{t: t, ns: ns, git: g, repo: repo, secret: secret, base: base, in: in}
+	w := &world{t: t, ns: ns, git: g, repo: repo, secret: secret, base: base, in: in, api: api}
 	require.Eventually(t, func() bool {
 		got := &sluicev1.Repository{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(repo), got); err != nil {
@@ -250,6 +323,7 @@ func (w *world) prBody(action string, n int64, head, base string) []byte {
 }
 
 func (w *world) reviewBody(n, id int64, state, commit, head, login string) []byte {
+	w.api.record(n, id, state, commit, login)
 	fix, action := "github/pull_request_review.submitted.payload.json", "submitted"
 	if state == "dismissed" {
 		fix, action = "github/pull_request_review.dismissed.payload.json", "dismissed"

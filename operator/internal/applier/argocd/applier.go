@@ -6,7 +6,8 @@
 //
 // One Apply runs these steps, and stops at the first that fails:
 //
-//  1. the target namespace is one the Repository allows;
+//  1. the target namespace is one the Repository allows, and the
+//     Release's; no object of the verdict lies outside it;
 //  2. as the Repository's ServiceAccount (impersonation), read the
 //     Application "<release>" in the control namespace. When Argo CD already
 //     reports the approved revision synced, succeeded and healthy, the
@@ -140,6 +141,9 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	if err := impersonate.CheckNamespace(repo, cr.Spec.TargetNamespace); err != nil {
 		return applier.Result{}, err
 	}
+	if err := checkConfined(cr, rel); err != nil {
+		return applier.Result{}, err
+	}
 	if !commitSHA.MatchString(cr.Spec.Revision) {
 		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change records no commit to pin the Application to")
 	}
@@ -250,6 +254,25 @@ func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstruc
 		return nil, explain("update the Application", rel.Namespace, who, err)
 	}
 	return next, nil
+}
+
+// checkConfined refuses, with OutsideNamespace, a change whose Application
+// would not stay in the release's target namespace: a destination other than
+// the Release's, or a verdict that found objects outside it (the gate never
+// hands such a change over; this holds if it did). Argo CD renders the chart
+// itself, so objects the chart puts elsewhere are bounded at sync time only
+// by the AppProject; giving Argo CD the approved manifest and a
+// per-Repository AppProject is issue 14.
+func checkConfined(cr *sluicev1.ChangeRequest, rel *sluicev1.Release) error {
+	if rel.Spec.TargetNamespace != "" && cr.Spec.TargetNamespace != rel.Spec.TargetNamespace {
+		return applier.Permanent(sluicev1.ReasonOutsideNamespace, "the change deploys to namespace %q, its Release to %q", cr.Spec.TargetNamespace, rel.Spec.TargetNamespace)
+	}
+	for _, f := range cr.Spec.Verdict.Findings {
+		if f.Policy == "helm.namespace" && f.Severity == sluicev1.SeverityDeny {
+			return applier.Permanent(sluicev1.ReasonOutsideNamespace, "the validator found an object outside namespace %s: %s %s", cr.Spec.TargetNamespace, f.Resource, f.Message)
+		}
+	}
+	return nil
 }
 
 // desired is the Application for the change: the release's chart at the

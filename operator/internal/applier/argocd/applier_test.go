@@ -293,6 +293,31 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 	f.application()
 }
 
+func TestApply_anApplicationOutsideTheReleasesNamespaceIsNeverCreated(t *testing.T) {
+	f := newFixture(t, true)
+
+	// Allowed by the Repository, but not the Release's namespace.
+	elsewhere := f.change()
+	elsewhere.Spec.TargetNamespace = "web-staging"
+	_, err := f.apply(elsewhere)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonOutsideNamespace)
+
+	// A verdict that found an object outside the namespace (the gate never
+	// hands one over; the applier holds if it did).
+	reaching := f.change()
+	reaching.Spec.Verdict.Findings = []sluicev1.Finding{{Severity: sluicev1.SeverityDeny, Source: "helm", Policy: "helm.namespace",
+		Resource: "ClusterRoleBinding/planted", Message: "ClusterRoleBinding planted is cluster-scoped"}}
+	_, err = f.apply(reaching)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonOutsideNamespace)
+
+	err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, newApplication())
+	require.True(t, apierrors.IsNotFound(err), "no Application: %v", err)
+
+	_, err = f.apply(f.change())
+	require.NoError(t, err)
+	require.Equal(t, "web-prod", f.application().Object["spec"].(map[string]any)["destination"].(map[string]any)["namespace"])
+}
+
 func TestApply_aServiceAccountWithoutRightsFailsWithAReadableReason(t *testing.T) {
 	f := newFixture(t, false)
 	_, err := f.apply(f.change())

@@ -17,9 +17,13 @@
 //  5. recover a release an earlier attempt left behind (pending-*, or never
 //     deployed): uninstall it when nothing was ever deployed, otherwise mark
 //     the interrupted revision failed and upgrade over it;
-//  6. install or upgrade with the post-renderer that refuses any manifest
-//     other than the approved one; on failure uninstall a first install or
-//     roll back to the previous deployed revision.
+//  6. install or upgrade through the gate (postrender.go): the
+//     post-renderer refuses objects outside the target namespace that the
+//     Repository does not allow (OutsideNamespace), and the release record
+//     Helm stores before it creates anything or runs a hook must hash,
+//     manifests and hooks, to the approved manifestDigest
+//     (ManifestMismatch); on failure uninstall a first install or roll
+//     back to the previous deployed revision.
 package helm
 
 import (
@@ -198,14 +202,20 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		}
 	}
 
-	gate := digestGate(cr.Spec.ManifestDigest)
+	gate, err := newApplyGate(s, cr, repo)
+	if err != nil {
+		return applier.Result{}, err
+	}
+	if err := gate.checkCRDFolder(ch); err != nil {
+		return applier.Result{}, s.explain("check the chart's crds/", err)
+	}
 	if last == nil {
 		return a.install(hctx, s, name, cr, ch, vals, gate, log)
 	}
 	return a.upgrade(hctx, s, name, cr, ch, vals, gate, deployed, log)
 }
 
-func (a *Applier) install(ctx context.Context, s *session, name string, cr *sluicev1.ChangeRequest, ch *chart.Chart, vals map[string]any, gate *helmcheck.DigestPostRenderer, log logr.Logger) (applier.Result, error) {
+func (a *Applier) install(ctx context.Context, s *session, name string, cr *sluicev1.ChangeRequest, ch *chart.Chart, vals map[string]any, gate *applyGate, log logr.Logger) (applier.Result, error) {
 	newInstall := func() *action.Install {
 		in := action.NewInstall(s.cfg)
 		in.ReleaseName, in.Namespace = name, s.namespace
@@ -218,19 +228,26 @@ func (a *Applier) install(ctx context.Context, s *session, name string, cr *slui
 	if len(ch.CRDObjects()) > 0 {
 		// Install puts a chart's crds/ in before it renders; render first
 		// (dry run, no writes) so a refused chart installs no CRD either.
+		// A dry run stores no record, so its record is checked here.
 		dry := newInstall()
 		dry.DryRun, dry.DryRunOption = true, "server"
-		if _, err := dry.RunWithContext(ctx, ch, vals); err != nil {
+		r, err := dry.RunWithContext(ctx, ch, vals)
+		if err == nil {
+			err = gate.checkRelease(r)
+		}
+		if err != nil {
 			return applier.Result{}, s.explain("check the chart before installing its CRDs", err)
 		}
 	}
+	s.guard.arm(gate)
 	r, err := newInstall().RunWithContext(ctx, ch, vals)
+	s.guard.disarm()
 	if err == nil {
 		log.Info("Installed Helm release", "revision", r.Version)
 		return result(s.namespace, r, "installed"), nil
 	}
 	failure := s.explain("install", err)
-	if !errors.Is(err, helmcheck.ErrManifestMismatch) {
+	if !refused(err) {
 		// Nothing of a failed first install may stay behind.
 		if uerr := s.uninstall(name, true); uerr != nil {
 			return applier.Result{}, fmt.Errorf("%w; uninstalling the failed install also failed: %v", failure, uerr)
@@ -239,7 +256,7 @@ func (a *Applier) install(ctx context.Context, s *session, name string, cr *slui
 	return applier.Result{}, failure
 }
 
-func (a *Applier) upgrade(ctx context.Context, s *session, name string, cr *sluicev1.ChangeRequest, ch *chart.Chart, vals map[string]any, gate *helmcheck.DigestPostRenderer, deployed *release.Release, log logr.Logger) (applier.Result, error) {
+func (a *Applier) upgrade(ctx context.Context, s *session, name string, cr *sluicev1.ChangeRequest, ch *chart.Chart, vals map[string]any, gate *applyGate, deployed *release.Release, log logr.Logger) (applier.Result, error) {
 	up := action.NewUpgrade(s.cfg)
 	up.Namespace = s.namespace
 	up.Wait, up.Timeout = a.opts.Wait, a.opts.Timeout
@@ -247,13 +264,15 @@ func (a *Applier) upgrade(ctx context.Context, s *session, name string, cr *slui
 	up.Description = marker(cr)
 	up.Labels = map[string]string{LabelApproval: approvalLabel(cr.Spec.ApprovalDigest)}
 	up.PostRenderer = gate
+	s.guard.arm(gate)
 	r, err := up.RunWithContext(ctx, name, ch, vals)
+	s.guard.disarm()
 	if err == nil {
 		log.Info("Upgraded Helm release", "revision", r.Version)
 		return result(s.namespace, r, "upgraded"), nil
 	}
 	failure := s.explain("upgrade", err)
-	if errors.Is(err, helmcheck.ErrManifestMismatch) || deployed == nil {
+	if refused(err) || deployed == nil {
 		return applier.Result{}, failure // refused before anything was stored.
 	}
 	rb := action.NewRollback(s.cfg)
@@ -325,11 +344,20 @@ func (a *Applier) Cleanup(ctx context.Context, rel *sluicev1.Release, repo *slui
 	return nil
 }
 
+// refused reports a refusal of the gate: Helm stopped before it stored a
+// release record or touched any object.
+func refused(err error) bool {
+	return errors.Is(err, helmcheck.ErrManifestMismatch) || errors.Is(err, helmcheck.ErrOutsideNamespace)
+}
+
 // session is one impersonated Helm configuration for one namespace.
 type session struct {
 	cfg       *action.Configuration
 	namespace string
 	user      string
+	// guard is the storage driver: it checks the release records Helm
+	// creates while a gate is armed.
+	guard *guardedDriver
 }
 
 func (a *Applier) session(repo *sluicev1.Repository, ns string) (*session, error) {
@@ -354,7 +382,8 @@ func (a *Applier) session(repo *sluicev1.Repository, ns string) (*session, error
 	kc.Log = debug
 	d := driver.NewSecrets(cs.CoreV1().Secrets(ns))
 	d.Log = debug
-	store := storage.Init(d)
+	guard := &guardedDriver{Driver: d}
+	store := storage.Init(guard)
 	store.MaxHistory = a.opts.MaxHistory
 	caps := a.caps.Copy()
 	cfg := &action.Configuration{
@@ -364,7 +393,7 @@ func (a *Applier) session(repo *sluicev1.Repository, ns string) (*session, error
 		Capabilities:     caps,
 		Log:              debug,
 	}
-	return &session{cfg: cfg, namespace: ns, user: rc.Impersonate.UserName}, nil
+	return &session{cfg: cfg, namespace: ns, user: rc.Impersonate.UserName, guard: guard}, nil
 }
 
 func (s *session) history(name string) ([]*release.Release, error) {

@@ -141,6 +141,7 @@ func TestApply_aRefusedChartWithCRDsInstallsNoCRD(t *testing.T) {
 	f := newFixture(t)
 	f.chart = "withcrd"
 	f.release.Spec.Chart.Path = "charts/withcrd"
+	f.repo.Spec.AllowedClusterKinds = []sluicev1.GroupKind{{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}}
 	// The ServiceAccount may install CRDs, so only the order of the steps
 	// keeps this one out.
 	ctx := context.Background()

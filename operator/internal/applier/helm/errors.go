@@ -27,6 +27,10 @@ func (s *session) explain(op string, err error) error {
 		return &applier.Failure{Reason: sluicev1.ReasonManifestMismatch,
 			Message: "Helm would install other manifests than were approved; nothing was installed", Err: unwrapMismatch(err)}
 	}
+	if errors.Is(err, helmcheck.ErrOutsideNamespace) {
+		return &applier.Failure{Reason: sluicev1.ReasonOutsideNamespace,
+			Message: fmt.Sprintf("Helm would put an object outside namespace %s that the Repository does not allow; nothing was installed: %s", s.namespace, outsideReason(err))}
+	}
 	if retryable(err) {
 		return fmt.Errorf("helm %s in namespace %s: %w", op, s.namespace, err)
 	}
@@ -78,4 +82,14 @@ func unwrapMismatch(err error) error {
 		}
 	}
 	return err
+}
+
+// outsideReason is the gate's own message (what, where, why) from under
+// Helm's wrapping.
+func outsideReason(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, helmcheck.ErrOutsideNamespace.Error()+": "); i >= 0 {
+		return msg[i+len(helmcheck.ErrOutsideNamespace.Error())+2:]
+	}
+	return msg
 }
