@@ -40,9 +40,6 @@ const ControllerName = "gitops-syncer"
 const (
 	// eventChangeRequestCreated: a ChangeRequest was recorded for a Release.
 	eventChangeRequestCreated = "ChangeRequestCreated"
-	// eventReleasePruned: a Release whose service left the repository was
-	// deleted (spec.prune).
-	eventReleasePruned = "ReleasePruned"
 )
 
 // RepositoryReconciler reconciles Repository objects.
