@@ -37,6 +37,8 @@ var (
 		Namespace: sluiceNS,
 		Syncer:    types.NamespacedName{Namespace: sluiceNS, Name: "sluice-gitops-syncer"},
 		Operator:  types.NamespacedName{Namespace: sluiceNS, Name: "sluice-operator"},
+		// bob (group sre) may delete a Release by hand; alice may not.
+		BreakGlassGroups: []string{"oncall", "sre"},
 	}
 	// Clients of the actors. Every one has full RBAC on the Sluice kinds and
 	// on Secrets, so any denial comes from admission.
