@@ -44,6 +44,10 @@ const deleteStackTF = `variable "size" {
 resource "terraform_data" "db" {
   input = "db-${var.size}"
 }
+
+output "db" {
+  value = terraform_data.db.output
+}
 `
 
 // deleteFixture is the Helm fixture plus a Terraform stack, rights for the
@@ -246,19 +250,14 @@ func (f *deleteFixture) stateOutput() string {
 	raw, err := io.ReadAll(zr)
 	require.NoError(f.t, err)
 	var st struct {
-		Resources []struct {
-			Instances []struct {
-				Attributes struct {
-					Input any `json:"input"`
-				} `json:"attributes"`
-			} `json:"instances"`
-		} `json:"resources"`
+		Outputs   map[string]struct{ Value any } `json:"outputs"`
+		Resources []json.RawMessage              `json:"resources"`
 	}
 	require.NoError(f.t, json.Unmarshal(raw, &st))
-	if len(st.Resources) == 0 || len(st.Resources[0].Instances) == 0 {
+	if len(st.Resources) == 0 {
 		return "empty"
 	}
-	v, _ := st.Resources[0].Instances[0].Attributes.Input.(string)
+	v, _ := st.Outputs["db"].Value.(string)
 	return v
 }
 
