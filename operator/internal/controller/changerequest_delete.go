@@ -63,6 +63,13 @@ func (r *ChangeRequestReconciler) applyDelete(ctx context.Context, s *changeScop
 
 	switch {
 	case st.WorkloadRemovedAt == nil:
+		if hasPlan {
+			// A destroy plan the state has moved past would fail after
+			// the workload is gone: find out first.
+			if err := destroyer.CheckDestroyPlan(ctx, req); err != nil {
+				return r.deleteStepFailed(s, app, "check the destroy plan", err)
+			}
+		}
 		if cleaner, ok := app.(applier.Cleaner); ok {
 			if err := cleaner.Cleanup(ctx, rel, repo); err != nil {
 				return r.deleteStepFailed(s, app, "remove the workload", err)

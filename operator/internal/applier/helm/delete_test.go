@@ -289,6 +289,10 @@ func (c *counting) ApplyDestroyPlan(ctx context.Context, req applier.Request) (a
 	return c.Applier.(applier.Destroyer).ApplyDestroyPlan(ctx, req)
 }
 
+func (c *counting) CheckDestroyPlan(ctx context.Context, req applier.Request) error {
+	return c.Applier.(applier.Destroyer).CheckDestroyPlan(ctx, req)
+}
+
 func (c *counting) DeleteState(ctx context.Context, req applier.Request) error {
 	return c.Applier.(applier.Destroyer).DeleteState(ctx, req)
 }
@@ -364,8 +368,9 @@ func TestDelete_aStaleDestroyPlanIsStalePlanAndDestroysNothing(t *testing.T) {
 	got := f.waitPhase(del, sluicev1.PhaseFailed)
 	require.Contains(t, got.Status.Apply.Message, sluicev1.ReasonStalePlan)
 	require.Equal(t, "db-large", f.stateOutput(), "a stale destroy plan destroys nothing")
-	require.Nil(t, got.Status.Deletion.InfrastructureDestroyedAt)
-	require.False(t, f.releaseGone(), "and the Release stays")
+	require.Nil(t, got.Status.Deletion.WorkloadRemovedAt, "found before anything was removed")
+	require.Len(t, f.helmHistory(), 1, "the workload stays")
+	require.False(t, f.releaseGone(), "and the Release")
 }
 
 func TestDelete_aNewerChangeSupersedesAPendingDelete(t *testing.T) {
