@@ -229,8 +229,8 @@ func TestChart_defaultValuesPassTheDefaultPolicies(t *testing.T) {
 		"Deployment":                       2,
 		"Service":                          3,
 		"ConfigMap":                        1,
-		"ValidatingAdmissionPolicy":        4,
-		"ValidatingAdmissionPolicyBinding": 4,
+		"ValidatingAdmissionPolicy":        5,
+		"ValidatingAdmissionPolicyBinding": 5,
 	}, kinds)
 }
 

@@ -458,7 +458,7 @@ func TestGet_listsChangesWithReleasePhaseRiskApprovalsAndAge(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 2, out)
 	require.Regexp(t, `^NAME\s+RELEASE\s+OPERATION\s+PHASE\s+RISK\s+APPROVALS\s+AGE$`, lines[0])
-	require.Regexp(t, `^`+cr.Name+`\s+`+cr.Spec.Release+`\s+AwaitingApproval\s+medium\s+1/2\s+\d+s$`, lines[1])
+	require.Regexp(t, `^`+cr.Name+`\s+`+cr.Spec.Release+`\s+Apply\s+AwaitingApproval\s+medium\s+1/2\s+\d+s$`, lines[1])
 
 	out, _, err = sluice(t, "get", "-A", "-l", sel, "-o", "wide")
 	require.NoError(t, err)
