@@ -264,3 +264,37 @@ echo "cart-prod: unchanged at ${head2:0:10} (only values-staging.yaml changed, w
 
 step "Done: both pushes went from git to the cluster through the gate; nothing else was applied"
 sluice get
+
+# ---- Deletion is a change: removing cart's staging environment ------------
+step "Turning prune on, then removing cart's staging environment in git: the syncer proposes a Delete change and removes nothing"
+cat >"$demo/prune.yaml" <<YAML
+apiVersion: gitops.sluice.dev/v1alpha1
+kind: Repository
+metadata: {name: infra, namespace: $ns}
+spec:
+  url: file://$demo/infra.git
+  ref: {branch: main}
+  interval: 5s
+  targetNamespaces: ["cart-*"]
+  serviceAccountName: infra-deployer
+  prune: true
+YAML
+"$bin/controlplane" apply --kubeconfig "$kc" "$demo/prune.yaml"
+sed -i '/^  - name: staging$/,/^  - name: prod$/{/^  - name: prod$/!d}' "$demo/work/services/cart/service.yaml"
+git -C "$demo/work" -c user.name=Dev -c user.email=dev@example.com commit -qam "cart: retire staging"
+git -C "$demo/work" push -q origin HEAD:main
+head3=$(git -C "$demo/work" rev-parse HEAD)
+del="cart-staging-del-${head3:0:10}"
+for _ in $(seq 1 120); do sluice get -o name 2>/dev/null | grep -q "$del" && break; sleep 1; done
+for _ in $(seq 1 60); do sluice get "$del" 2>/dev/null | grep -q AwaitingApproval && break; sleep 1; done
+sluice get -l gitops.sluice.dev/release=cart-staging
+sluice describe "$del" | grep -E '^(Operation|Removes [a-zA-Z]+|Destroys|Plan|Verdict|Phase|Still needed):'
+echo "(cart-staging is still installed: nothing goes before the Delete is approved)"
+
+step "alice approves the Delete: Helm uninstalls cart-staging, terraform applies the approved destroy plan, then the Release goes"
+"$bin/kubectl-sluice" --kubeconfig "$kc-alice" -n "$ns" approve "$del" --comment "staging is retired"
+sluice wait "$del" --for applied --timeout 180s
+sluice describe "$del" | grep -E '^(Release|Operation|Phase|Deletion):'
+
+step "Done: the removal went through the gate like any change; cart-staging is gone"
+sluice get

@@ -40,9 +40,6 @@ const ControllerName = "gitops-syncer"
 const (
 	// eventChangeRequestCreated: a ChangeRequest was recorded for a Release.
 	eventChangeRequestCreated = "ChangeRequestCreated"
-	// eventReleasePruned: a Release whose service left the repository was
-	// deleted (spec.prune).
-	eventReleasePruned = "ReleasePruned"
 )
 
 // RepositoryReconciler reconciles Repository objects.
@@ -97,7 +94,7 @@ type syncMemo struct {
 
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=repositories,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=repositories/status,verbs=get;patch;update
-// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=get;list;watch;create;patch;update;delete
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=get;list;watch;create;patch;update
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases/status,verbs=get;patch
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=changerequests,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create

@@ -66,7 +66,7 @@ func TestSync_failingRenderIsARejectedChangeRequest(t *testing.T) {
 	assert.Contains(t, fmt.Sprint(gamma.Spec.Verdict.Findings), "chart repository")
 }
 
-func TestSync_removedServiceIsPrunedOnlyWhenAllowed(t *testing.T) {
+func TestSync_removedServiceIsProposedForDeletionOnlyWhenAllowed(t *testing.T) {
 	ns := newNamespace(t)
 	root := t.TempDir()
 	fixture := seedHelmRepo(t, root, "infra")
@@ -85,10 +85,18 @@ func TestSync_removedServiceIsPrunedOnlyWhenAllowed(t *testing.T) {
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(repo), current))
 	current.Spec.Prune = true
 	require.NoError(t, k8s.Update(context.Background(), current))
+	// With prune on, the removal is proposed as a Delete change; nothing
+	// is deleted before it is approved.
 	require.Eventually(t, func() bool {
-		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "beta-staging"}, &sluicev1.Release{})
-		return apierrors.IsNotFound(err)
-	}, timeout, tick, "pruned")
+		for _, cr := range changeRequests(t, ns) {
+			if cr.Spec.Release == "beta-staging" && cr.IsDelete() {
+				return true
+			}
+		}
+		return false
+	}, timeout, tick, "a Delete change for beta-staging")
+	err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "beta-staging"}, &sluicev1.Release{})
+	require.False(t, apierrors.IsNotFound(err), "the Release is kept until the Delete is applied")
 	getRelease(t, ns, "alpha-staging")
 }
 

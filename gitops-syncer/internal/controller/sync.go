@@ -280,24 +280,19 @@ func (p *syncPass) fail(ctx context.Context, release string, err error) {
 	p.retry = append(p.retry, fmt.Sprintf("%s: %s", release, git.Redact(err.Error())))
 }
 
-// prune deletes (spec.prune) or reports the owned Releases whose service or
-// environment left the repository.
+// prune proposes a Delete change (spec.prune) for, or marks Orphaned and
+// reports, the owned Releases whose service or environment left the
+// repository (see pruneOne); it never deletes a Release itself.
 func (p *syncPass) prune(ctx context.Context, wanted map[string]bool) error {
 	var gone []string
 	for i := range p.owned {
 		rel := &p.owned[i]
-		if wanted[rel.Name] || !metav1.IsControlledBy(rel, p.repo) || !rel.DeletionTimestamp.IsZero() {
+		if !metav1.IsControlledBy(rel, p.repo) || !rel.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if !p.repo.Spec.Prune {
+		if p.pruneOne(ctx, rel, wanted[rel.Name]) {
 			gone = append(gone, rel.Name)
-			continue
 		}
-		if err := p.r.Delete(ctx, rel, client.Preconditions{UID: &rel.UID}); client.IgnoreNotFound(err) != nil {
-			p.retry = append(p.retry, fmt.Sprintf("delete release %s: %s", rel.Name, err))
-			continue
-		}
-		p.r.event(p.repo, corev1.EventTypeNormal, eventReleasePruned, fmt.Sprintf("deleted Release %s: its service left the repository", rel.Name))
 	}
 	if len(gone) > 0 {
 		sort.Strings(gone)

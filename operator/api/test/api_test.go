@@ -481,13 +481,13 @@ func TestPrinterColumns_showWhatAPersonWants(t *testing.T) {
 			cells = append(cells, table.Rows[0].Cells[i])
 		}
 	}
-	want := []string{"Name", "Release", "Phase", "Revision", "Risk", "Verdict", "Approvals", "Required", "Age"}
+	want := []string{"Name", "Release", "Operation", "Phase", "Revision", "Risk", "Verdict", "Approvals", "Required", "Age"}
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("columns %v, want %v", names, want)
 	}
 	row := cells
 	t.Logf("kubectl get changerequests:\n%s", formatTable(names, row))
-	if row[2] != "AwaitingApproval" || row[4] != "low" || fmt.Sprint(row[6]) != "1" || fmt.Sprint(row[7]) != "2" {
+	if row[2] != "Apply" || row[3] != "AwaitingApproval" || row[5] != "low" || fmt.Sprint(row[7]) != "1" || fmt.Sprint(row[8]) != "2" {
 		t.Fatalf("row %v", row)
 	}
 }

@@ -165,6 +165,16 @@ type ChangeRequestSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	Release string `json:"release"`
 
+	// Operation is Apply (install or upgrade, the default) or Delete
+	// (remove the release); it is part of approvalDigest.
+	// +kubebuilder:default=Apply
+	// +optional
+	Operation Operation `json:"operation,omitempty"`
+
+	// Deletion says what a Delete change removes.
+	// +optional
+	Deletion *DeletionSpec `json:"deletion,omitempty"`
+
 	// Revision is the commit the change was built from.
 	// +kubebuilder:validation:Pattern=`^[a-f0-9]{40}([a-f0-9]{24})?$`
 	Revision string `json:"revision"`
@@ -319,6 +329,10 @@ type ChangeRequestStatus struct {
 	// Apply is the applier's result.
 	// +optional
 	Apply *ApplyResult `json:"apply,omitempty"`
+
+	// Deletion records the finished steps of a Delete change.
+	// +optional
+	Deletion *DeletionStatus `json:"deletion,omitempty"`
 }
 
 // ChangeRequest is one release at one revision, held at the approval gate.
@@ -328,6 +342,7 @@ type ChangeRequestStatus struct {
 // +kubebuilder:resource:shortName=cr;change;changes,categories=sluice
 // +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="ChangeRequest spec is immutable"
 // +kubebuilder:printcolumn:name="Release",type=string,JSONPath=`.spec.release`
+// +kubebuilder:printcolumn:name="Operation",type=string,JSONPath=`.spec.operation`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.spec.revision`
 // +kubebuilder:printcolumn:name="Risk",type=string,JSONPath=`.spec.verdict.risk`

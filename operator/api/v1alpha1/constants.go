@@ -17,6 +17,10 @@ const (
 	// ChangeRequest, False (reason SyncFailed) while making one fails and is
 	// retried.
 	ConditionSynced = "Synced"
+	// ConditionOrphaned is the syncer's: True when the release left the
+	// tracked branch while the Repository's prune is off, so nothing is
+	// proposed and the Release and its workload stay as they are.
+	ConditionOrphaned = "Orphaned"
 	// ConditionValidated is True when a change has no deny finding.
 	ConditionValidated = "Validated"
 	// ConditionApproved is True when a change passed the gate.
@@ -52,6 +56,14 @@ const (
 	ReasonHistoryRewritten = "HistoryRewritten"
 	// ReasonServiceRemoved: a service left the repository but prune is off.
 	ReasonServiceRemoved = "ServiceRemoved"
+	// ReasonInRepository: the release is in the tracked branch (Orphaned
+	// False).
+	ReasonInRepository = "InRepository"
+	// ReasonReleaseChanged: a Delete change no longer matches its release,
+	// which was applied again after the deletion was proposed.
+	ReasonReleaseChanged = "ReleaseChanged"
+	// ReasonDeleted: an approved Delete change removed the release.
+	ReasonDeleted = "Deleted"
 	// ReasonManifestInvalid: a service.yaml could not be parsed.
 	ReasonManifestInvalid = "ManifestInvalid"
 	// ReasonOwnershipConflict: a Release is owned by another Repository.

@@ -19,21 +19,35 @@ func SHA256Digest(b []byte) Digest {
 	return Digest("sha256:" + hex.EncodeToString(sum[:]))
 }
 
-// ComputeApprovalDigest is the one definition of approvalDigest: the sha256 of
+// ComputeApprovalDigest is the one definition of approvalDigest for an Apply
+// change: the sha256 of
 //
 //	release:<namespace>/<release>\ncontent:<contentDigest>\nmanifest:<manifestDigest>\nplan:<planDigest>\n
 //
 // with empty manifest or plan digests written as empty strings. Binding the
 // release (with its control namespace) means an approval for one environment
-// never counts for another with the same content.
+// never counts for another with the same content. A Delete change adds the
+// line "operation:delete\n" at the end (ComputeOperationApprovalDigest), so
+// an approval of an upgrade never counts for a removal of the same content,
+// while every Apply digest stays what it always was.
 func ComputeApprovalDigest(namespace, release string, content, manifest, plan Digest) Digest {
+	return ComputeOperationApprovalDigest(namespace, release, OperationApply, content, manifest, plan)
+}
+
+// ComputeOperationApprovalDigest is ComputeApprovalDigest for an operation:
+// Apply (or "") as documented there, Delete with "operation:delete\n"
+// appended to the preimage.
+func ComputeOperationApprovalDigest(namespace, release string, op Operation, content, manifest, plan Digest) Digest {
 	var b strings.Builder
 	fmt.Fprintf(&b, "release:%s/%s\ncontent:%s\nmanifest:%s\nplan:%s\n", namespace, release, content, manifest, plan)
+	if op == OperationDelete {
+		b.WriteString("operation:delete\n")
+	}
 	return SHA256Digest([]byte(b.String()))
 }
 
 // ExpectedApprovalDigest recomputes the approvalDigest of a ChangeRequest
 // from its own fields.
 func (c *ChangeRequest) ExpectedApprovalDigest() Digest {
-	return ComputeApprovalDigest(c.Namespace, c.Spec.Release, c.Spec.ContentDigest, c.Spec.ManifestDigest, c.Spec.PlanDigest)
+	return ComputeOperationApprovalDigest(c.Namespace, c.Spec.Release, c.Spec.Operation, c.Spec.ContentDigest, c.Spec.ManifestDigest, c.Spec.PlanDigest)
 }

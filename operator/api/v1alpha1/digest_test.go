@@ -103,3 +103,48 @@ func TestPhaseIsTerminal(t *testing.T) {
 		}
 	}
 }
+
+// Delete vectors, computed with sha256sum over the Apply preimage plus the
+// line "operation:delete\n"; the Apply vectors above are unchanged.
+func TestComputeOperationApprovalDigest_deleteAddsOneLineAndApplyIsUnchanged(t *testing.T) {
+	a := Digest("sha256:" + strings.Repeat("a", 64))
+	b := Digest("sha256:" + strings.Repeat("b", 64))
+	zero := Digest("sha256:" + strings.Repeat("0", 64))
+	tests := []struct {
+		name                    string
+		ns, release             string
+		content, manifest, plan Digest
+		want                    Digest
+	}{
+		{"helm only", "sluice-system", "checkout-staging", a, b, "", "sha256:33e102bd648f02303c146e566aad5e58a969e663f7b5cb85c74620794ed37e93"},
+		{"content and plan", "team-a", "web-prod", zero, "", a, "sha256:99c69c139774ff1fa1410725d53acae2b69bf955e38b6e664b4347ff3adb6df5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ComputeOperationApprovalDigest(tt.ns, tt.release, OperationDelete, tt.content, tt.manifest, tt.plan); got != tt.want {
+				t.Fatalf("Delete digest = %s, want %s", got, tt.want)
+			}
+			apply := ComputeApprovalDigest(tt.ns, tt.release, tt.content, tt.manifest, tt.plan)
+			for _, op := range []Operation{"", OperationApply} {
+				if got := ComputeOperationApprovalDigest(tt.ns, tt.release, op, tt.content, tt.manifest, tt.plan); got != apply {
+					t.Fatalf("operation %q gives %s, the Apply digest is %s", op, got, apply)
+				}
+			}
+			cr := &ChangeRequest{Spec: ChangeRequestSpec{Release: tt.release, Operation: OperationDelete, ContentDigest: tt.content, ManifestDigest: tt.manifest, PlanDigest: tt.plan}}
+			cr.Namespace = tt.ns
+			if cr.ExpectedApprovalDigest() != tt.want {
+				t.Fatalf("ExpectedApprovalDigest ignores the operation")
+			}
+		})
+	}
+}
+
+func TestDeleteChangeRequestName(t *testing.T) {
+	sha := "0123456789abcdef0123456789abcdef01234567"
+	if got := DeleteChangeRequestName("cart-staging", sha, 1); got != "cart-staging-del-0123456789" {
+		t.Errorf("attempt 1 = %s", got)
+	}
+	if got := DeleteChangeRequestName("cart-staging", sha, 2); got != "cart-staging-del-0123456789-r2" {
+		t.Errorf("attempt 2 = %s", got)
+	}
+}

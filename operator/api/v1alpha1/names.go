@@ -41,3 +41,14 @@ func PlanSecretName(changeRequest string, chunk int) string {
 	}
 	return fmt.Sprintf("%s%s-%d", changeRequest, PlanSecretSuffix, chunk)
 }
+
+// DeleteChangeRequestName is "<release>-del-<first 10 hex of the commit>",
+// with "-rN" for attempt N > 1: the Delete change proposed when the release
+// left the tracked branch at that commit.
+func DeleteChangeRequestName(release, commit string, attempt int32) string {
+	name := release + "-del-" + shortSHA(commit)
+	if attempt > 1 {
+		name += "-r" + strconv.Itoa(int(attempt))
+	}
+	return name
+}

@@ -121,7 +121,8 @@ type ReleaseStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Progressing, Degraded, written by the operator.
+	// Conditions: Ready, Progressing, Degraded, written by the operator;
+	// Synced and Orphaned, written by the syncer.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -167,6 +168,14 @@ type ReleaseStatus struct {
 	// the strictest rule protecting that namespace (see ApprovalPolicy).
 	// +optional
 	AppliedTargetNamespace string `json:"appliedTargetNamespace,omitempty"`
+
+	// DeletedBy is the approved Delete ChangeRequest that removed this
+	// release, set by the operator right before it deletes the Release, so
+	// the finalizer knows the workload and the Terraform state are gone
+	// already.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	DeletedBy string `json:"deletedBy,omitempty"`
 
 	// History is the newest terminal changes, newest first.
 	// +kubebuilder:validation:MaxItems=20

@@ -44,6 +44,9 @@ const (
 	KeySyncerName        = "syncerServiceAccountName"
 	KeyOperatorNamespace = "operatorServiceAccountNamespace"
 	KeyOperatorName      = "operatorServiceAccountName"
+	// KeyBreakGlassGroups lists, comma-separated, the groups whose members
+	// may delete a Release by hand (optional).
+	KeyBreakGlassGroups = "breakGlassGroups"
 )
 
 // fieldOwner names this installer in managedFields.
@@ -58,6 +61,8 @@ type Params struct {
 	Syncer types.NamespacedName
 	// Operator is the operator's ServiceAccount.
 	Operator types.NamespacedName
+	// BreakGlassGroups may delete a Release by hand (none when empty).
+	BreakGlassGroups []string
 }
 
 func (p Params) validate() error {
@@ -172,6 +177,7 @@ func ParamConfigMap(p Params) *corev1.ConfigMap {
 			KeySyncerName:        p.Syncer.Name,
 			KeyOperatorNamespace: p.Operator.Namespace,
 			KeyOperatorName:      p.Operator.Name,
+			KeyBreakGlassGroups:  strings.Join(p.BreakGlassGroups, ","),
 		},
 	}
 }

@@ -37,6 +37,8 @@ var (
 		Namespace: sluiceNS,
 		Syncer:    types.NamespacedName{Namespace: sluiceNS, Name: "sluice-gitops-syncer"},
 		Operator:  types.NamespacedName{Namespace: sluiceNS, Name: "sluice-operator"},
+		// bob (group sre) may delete a Release by hand; alice may not.
+		BreakGlassGroups: []string{"oncall", "sre"},
 	}
 	// Clients of the actors. Every one has full RBAC on the Sluice kinds and
 	// on Secrets, so any denial comes from admission.
@@ -461,8 +463,8 @@ func TestParse_rejectsUnknownFieldsAndKinds(t *testing.T) {
 func TestLoad_pointsBindingsAtTheParamNamespace(t *testing.T) {
 	p, err := admission.Load("elsewhere")
 	require.NoError(t, err)
-	require.Len(t, p.Policies, 4)
-	require.Len(t, p.Bindings, 4)
+	require.Len(t, p.Policies, 5)
+	require.Len(t, p.Bindings, 5)
 	for _, b := range p.Bindings {
 		require.Equal(t, "elsewhere", b.Spec.ParamRef.Namespace)
 		require.Equal(t, admission.ParamName, b.Spec.ParamRef.Name)

@@ -128,7 +128,7 @@ func (f *Fetcher) FetchChange(ctx context.Context, cr *sluicev1.ChangeRequest) (
 	if err != nil {
 		return nil, err
 	}
-	want := sluicev1.ComputeApprovalDigest(cr.Namespace, cr.Spec.Release, content.ContentDigest, cr.Spec.ManifestDigest, cr.Spec.PlanDigest)
+	want := sluicev1.ComputeOperationApprovalDigest(cr.Namespace, cr.Spec.Release, cr.Spec.Operation, content.ContentDigest, cr.Spec.ManifestDigest, cr.Spec.PlanDigest)
 	if want != cr.Spec.ApprovalDigest {
 		_ = content.Close()
 		return nil, applier.Permanent(sluicev1.ReasonDigestMismatch,

@@ -325,6 +325,8 @@ func TestChart_rbacIsLeastPrivilege(t *testing.T) {
 		{"the syncer may not write ChangeRequest status", syncerSA, ra("update", g, "changerequests", "status"), false},
 		{"the syncer may not change ChangeRequests", syncerSA, ra("update", g, "changerequests", ""), false},
 		{"the syncer may not delete Approvals", syncerSA, ra("delete", g, "approvals", ""), false},
+		{"the syncer may not delete Releases (it proposes Delete changes)", syncerSA, ra("delete", g, "releases", ""), false},
+		{"the operator deletes Releases (approved Delete changes)", operatorSA, ra("delete", g, "releases", ""), true},
 		{"the syncer may not write ApprovalPolicies", syncerSA, ra("create", g, "approvalpolicies", ""), false},
 		{"the syncer may not delete Secrets", syncerSA, ra("delete", "", "secrets", ""), false},
 		{"the syncer reads the Secrets its Repositories name", syncerSA, ra("get", "", "secrets", ""), true},

@@ -234,8 +234,8 @@ func TestChart_defaultValuesPassTheDefaultPolicies(t *testing.T) {
 		"Secret":                           1, // the tokens
 		"NetworkPolicy":                    3,
 		"ConfigMap":                        1,
-		"ValidatingAdmissionPolicy":        4,
-		"ValidatingAdmissionPolicyBinding": 4,
+		"ValidatingAdmissionPolicy":        5,
+		"ValidatingAdmissionPolicyBinding": 5,
 	}, kinds)
 }
 

@@ -246,6 +246,9 @@ func (r *ChangeRequestReconciler) reconcileRelease(ctx context.Context, s *chang
 	rel := &sluicev1.Release{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.cr.Namespace, Name: s.cr.Spec.Release}, rel)
 	if apierrors.IsNotFound(err) {
+		if s.cr.IsDelete() && s.cr.Status.Phase == sluicev1.PhaseApplying {
+			return r.finishDeleteOfGoneRelease(s)
+		}
 		if s.cr.Status.Phase == "" {
 			s.setPhase(sluicev1.PhasePending, sluicev1.ReasonReleaseNotFound, fmt.Sprintf("Release %s not found", s.cr.Spec.Release))
 		} else {
@@ -521,6 +524,9 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 		return ctrl.Result{}, true, fmt.Errorf("get Repository %s: %w", rel.Spec.Repository, err)
 	}
 
+	if s.cr.IsDelete() {
+		return r.applyDelete(ctx, s, app, rel, repo)
+	}
 	if s.cr.Status.Apply == nil {
 		now := metav1.NewTime(r.now())
 		s.cr.Status.Apply = &sluicev1.ApplyResult{StartedAt: &now}

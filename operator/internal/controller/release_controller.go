@@ -531,6 +531,9 @@ func (r *ReleaseReconciler) reconcileDelete(ctx context.Context, rel *sluicev1.R
 	if !controllerutil.ContainsFinalizer(rel, sluicev1.ReleaseFinalizer) {
 		return ctrl.Result{}, nil
 	}
+	if done, err := r.reconcileDeletedByChange(ctx, rel); err != nil || done {
+		return ctrl.Result{}, err
+	}
 	// An apply in flight finishes first: cleaning up under it would race.
 	if holder := rel.Status.CurrentChange; holder != "" {
 		cr := &sluicev1.ChangeRequest{}

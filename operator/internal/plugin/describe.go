@@ -279,6 +279,7 @@ func (a *app) printDescription(w io.Writer, d *Description) error {
 		rel += " (not found)"
 	}
 	field("Release", rel)
+	field("Operation", string(cr.OperationOf()))
 	rev := cr.Spec.Revision
 	if cr.Spec.Attempt > 1 {
 		rev += fmt.Sprintf(" (attempt %d)", cr.Spec.Attempt)
@@ -308,6 +309,9 @@ func (a *app) printDescription(w io.Writer, d *Description) error {
 	field("Verdict", fmt.Sprintf("%s, risk %s", orNone(string(cr.Spec.Verdict.Result)), orNone(string(cr.Spec.Verdict.Risk))))
 	if ps := cr.Spec.PlanSummary; ps != nil {
 		field("Plan", fmt.Sprintf("%d to add, %d to change, %d to destroy, %d to replace", ps.Add, ps.Change, ps.Destroy, ps.Replace))
+	}
+	for _, kv := range deletionFields(cr) {
+		field(kv[0], kv[1])
 	}
 	field("Digests", "")
 	field("  approval", string(cr.Spec.ApprovalDigest))

@@ -101,7 +101,7 @@ func TestEndToEnd_approveWithThePluginAndWaitForTheOperator(t *testing.T) {
 
 	out, _, err = sluice(t, "get", cr.Name, "-n", ns)
 	require.NoError(t, err)
-	require.Regexp(t, cr.Name+`\s+\S+\s+AwaitingApproval\s+medium\s+0/1\s`, out)
+	require.Regexp(t, cr.Name+`\s+\S+\s+Apply\s+AwaitingApproval\s+medium\s+0/1\s`, out)
 
 	type result struct {
 		out string

@@ -100,7 +100,7 @@ func (a *app) get(cmd *cobra.Command, o *getOptions, names []string) error {
 		}
 		return nil
 	}
-	headers := []string{"NAME", "RELEASE", "PHASE", "RISK", "APPROVALS", "AGE"}
+	headers := []string{"NAME", "RELEASE", "OPERATION", "PHASE", "RISK", "APPROVALS", "AGE"}
 	if o.output == outputWide {
 		headers = append(headers, "VERDICT", "REVISION", "DELIVERY", "DIGEST")
 	}
@@ -111,7 +111,7 @@ func (a *app) get(cmd *cobra.Command, o *getOptions, names []string) error {
 	now := a.opts.Now()
 	for i := range list.Items {
 		cr := &list.Items[i]
-		row := []string{cr.Name, cr.Spec.Release, phaseOf(cr), orNone(string(cr.Spec.Verdict.Risk)), approvalsColumn(cr), age(now, cr.CreationTimestamp)}
+		row := []string{cr.Name, cr.Spec.Release, string(cr.OperationOf()), phaseOf(cr), orNone(string(cr.Spec.Verdict.Risk)), approvalsColumn(cr), age(now, cr.CreationTimestamp)}
 		if o.output == outputWide {
 			row = append(row, orNone(string(cr.Spec.Verdict.Result)), short(cr.Spec.Revision), orNone(string(cr.Spec.Delivery)), string(cr.Spec.ApprovalDigest))
 		}

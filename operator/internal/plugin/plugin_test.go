@@ -484,12 +484,12 @@ func TestGet_listsChangesWithReleasePhaseRiskApprovalsAndAge(t *testing.T) {
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 2, out)
-	require.Regexp(t, `^NAME\s+RELEASE\s+PHASE\s+RISK\s+APPROVALS\s+AGE$`, lines[0])
-	require.Regexp(t, `^`+cr.Name+`\s+`+cr.Spec.Release+`\s+AwaitingApproval\s+medium\s+1/2\s+\d+s$`, lines[1])
+	require.Regexp(t, `^NAME\s+RELEASE\s+OPERATION\s+PHASE\s+RISK\s+APPROVALS\s+AGE$`, lines[0])
+	require.Regexp(t, `^`+cr.Name+`\s+`+cr.Spec.Release+`\s+Apply\s+AwaitingApproval\s+medium\s+1/2\s+\d+s$`, lines[1])
 
 	out, _, err = sluice(t, "get", "-A", "-l", sel, "-o", "wide")
 	require.NoError(t, err)
-	require.Regexp(t, `NAMESPACE\s+NAME\s+RELEASE\s+PHASE\s+RISK\s+APPROVALS\s+AGE\s+VERDICT\s+REVISION`, out)
+	require.Regexp(t, `NAMESPACE\s+NAME\s+RELEASE\s+OPERATION\s+PHASE\s+RISK\s+APPROVALS\s+AGE\s+VERDICT\s+REVISION`, out)
 	require.Regexp(t, teamNS+`\s+`+cr.Name+`\s+`, out)
 
 	out, _, err = sluice(t, "get", "-n", teamNS, "-l", sel, "-o", "json")

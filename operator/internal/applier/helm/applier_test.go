@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
@@ -25,6 +26,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The Terraform applier's runs re-execute this test binary as the
+	// sandboxed runner child.
+	runner.MaybeRunChild()
 	if file := os.Getenv(childEnv); file != "" {
 		os.Exit(runChildOperator(file))
 	}

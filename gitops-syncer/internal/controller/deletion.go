@@ -1,0 +1,448 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/operator/api/tracing"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// eventDeleteProposed: a release left the repository and a Delete
+// ChangeRequest waits at the gate for it.
+const eventDeleteProposed = "DeleteProposed"
+
+// maxDeletionObjects is the API's limit on spec.deletion.objects.
+const maxDeletionObjects = 1000
+
+// pruneOne handles one owned Release after a pass: a release still in the
+// branch loses a stale Orphaned condition; a release that left it gets a
+// Delete ChangeRequest (prune on) or the Orphaned condition (prune off),
+// and is never deleted here. It reports whether the release is orphaned.
+func (p *syncPass) pruneOne(ctx context.Context, rel *sluicev1.Release, wanted bool) bool {
+	if wanted {
+		if c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionOrphaned); c != nil && c.Status == metav1.ConditionTrue {
+			if err := p.r.setReleaseCondition(ctx, rel, sluicev1.ConditionOrphaned, metav1.ConditionFalse, sluicev1.ReasonInRepository,
+				fmt.Sprintf("back in the repository at %s", changespec.Short(p.head))); err != nil {
+				p.retry = append(p.retry, fmt.Sprintf("%s: %s", rel.Name, err))
+			}
+		}
+		return false
+	}
+	if !p.repo.Spec.Prune {
+		if err := p.r.setReleaseCondition(ctx, rel, sluicev1.ConditionOrphaned, metav1.ConditionTrue, sluicev1.ReasonServiceRemoved,
+			"the release left the repository and the Repository's prune is off: nothing is proposed, the Release and its workload stay as they are"); err != nil {
+			p.retry = append(p.retry, fmt.Sprintf("%s: %s", rel.Name, err))
+		}
+		return true
+	}
+	name, err := p.r.proposeDelete(ctx, p.repo, p.cache, p.head, rel)
+	if err != nil {
+		p.fail(ctx, rel.Name, err)
+		return false
+	}
+	if name != "" {
+		p.created = append(p.created, name)
+	}
+	return false
+}
+
+// proposeDelete records the Delete ChangeRequest of a release that left the
+// tracked branch at head, unless one is already waiting, applying or
+// applied, or ended Failed or Rejected without a re-plan asked for. Names
+// are deterministic ("<release>-del-<head>", "-rN"), so a pass interrupted
+// anywhere resumes without creating anything twice. It returns the name of
+// a newly created ChangeRequest.
+func (r *RepositoryReconciler) proposeDelete(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, head string, rel *sluicev1.Release) (string, error) {
+	var list sluicev1.ChangeRequestList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(rel.Namespace), client.MatchingLabels{sluicev1.LabelRelease: rel.Name}); err != nil {
+		return "", fmt.Errorf("list change requests: %w", err)
+	}
+	revision, attempt := head, int32(1)
+	replan := replanRequested(rel)
+	if latest := newestChange(rel.Name, list.Items); latest != nil && latest.IsDelete() {
+		switch latest.Status.Phase {
+		case sluicev1.PhaseSuperseded:
+			// What overtook it is gone; the release is still removed.
+		case sluicev1.PhaseFailed, sluicev1.PhaseRejected:
+			if replan == "" || latest.Annotations[sluicev1.AnnotationReplan] == replan {
+				return "", nil
+			}
+			revision, attempt = latest.Spec.Revision, attemptOf(latest)+1
+		default:
+			return r.completeDelete(ctx, repo, cache, rel, latest, replan)
+		}
+	}
+	taken := map[string]bool{}
+	for i := range list.Items {
+		taken[list.Items[i].Name] = true
+	}
+	for taken[sluicev1.DeleteChangeRequestName(rel.Name, revision, attempt)] {
+		attempt++
+	}
+	return r.createDelete(ctx, repo, cache, rel, revision, attempt, replan)
+}
+
+// completeDelete makes sure an existing Delete change has its plan
+// Secrets: a crash between the two writes is finished with the same plan,
+// or, when a new destroy plan differs, by the next attempt.
+func (r *RepositoryReconciler) completeDelete(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, rel *sluicev1.Release, cr *sluicev1.ChangeRequest, replan string) (string, error) {
+	ok, err := r.planSecretsComplete(ctx, cr)
+	if err != nil || ok {
+		return "", err
+	}
+	if cr.Status.Phase.IsTerminal() || cr.Status.Phase == sluicev1.PhaseApplying {
+		return "", nil
+	}
+	d, err := r.describeDelete(ctx, repo, cache, rel)
+	if err != nil {
+		return "", err
+	}
+	if d.res.PlanFileSHA256 == cr.Spec.PlanFileSHA256 {
+		return "", r.writePlanSecrets(ctx, cr, d.res.PlanFile)
+	}
+	log.FromContext(ctx).Info("Destroy plan of an existing Delete change is lost; planning a new attempt", "changeRequest", cr.Name)
+	return r.createDelete(ctx, repo, cache, rel, cr.Spec.Revision, attemptOf(cr)+1, replan)
+}
+
+// createDelete describes the removal and creates the Delete change, its
+// plan Secrets, and the syncer's status of the Release.
+func (r *RepositoryReconciler) createDelete(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, rel *sluicev1.Release, revision string, attempt int32, replan string) (string, error) {
+	if attempt > maxAttempts {
+		return "", fmt.Errorf("release %s: more than %d Delete attempts at %s", rel.Name, maxAttempts, changespec.Short(revision))
+	}
+	d, err := r.describeDelete(ctx, repo, cache, rel)
+	if err != nil {
+		return "", err
+	}
+	commit, err := cache.Commit(revision)
+	if err != nil {
+		return "", err
+	}
+	cr := r.newDeleteChangeRequest(repo, cache, rel, d, revision, attempt, commit)
+	if replan != "" {
+		cr.Annotations = map[string]string{sluicev1.AnnotationReplan: replan}
+	}
+	if tp := tracing.Inject(ctx); tp != "" {
+		if cr.Annotations == nil {
+			cr.Annotations = map[string]string{}
+		}
+		cr.Annotations[tracing.Annotation] = tp
+	}
+	if err := controllerutil.SetControllerReference(rel, cr, r.Scheme()); err != nil {
+		return "", fmt.Errorf("own change request: %w", err)
+	}
+	created := true
+	if err := r.Create(ctx, cr, client.FieldOwner(ControllerName)); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("create change request %s: %w", cr.Name, err)
+		}
+		found := &sluicev1.ChangeRequest{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cr), found); err != nil {
+			return "", fmt.Errorf("read change request %s: %w", cr.Name, err)
+		}
+		if !found.IsDelete() || found.Spec.PlanFileSHA256 != cr.Spec.PlanFileSHA256 {
+			return "", fmt.Errorf("change request %s exists with other content; retrying", cr.Name)
+		}
+		cr, created = found, false
+	}
+	if created {
+		if r.Metrics != nil {
+			r.Metrics.ChangeRequestsCreated.WithLabelValues(string(cr.Spec.Verdict.Result)).Inc()
+		}
+		msg := fmt.Sprintf("Delete ChangeRequest %s: %s left the repository at %s; nothing is removed before it is approved", cr.Name, rel.Name, changespec.Short(revision))
+		r.event(rel, corev1.EventTypeNormal, eventDeleteProposed, msg)
+		r.event(repo, corev1.EventTypeNormal, eventDeleteProposed, msg)
+		log.FromContext(ctx).Info("Proposed deletion", "release", rel.Name, "changeRequest", cr.Name)
+	}
+	if len(d.res.PlanFile) > 0 {
+		if err := r.writePlanSecrets(ctx, cr, d.res.PlanFile); err != nil {
+			return "", err
+		}
+	}
+	if err := r.recordDeleteProposed(ctx, rel, revision, cr, replan); err != nil {
+		return "", err
+	}
+	if !created {
+		return "", nil
+	}
+	return cr.Name, nil
+}
+
+// deletion is a release described at the revision it is removed from.
+type deletion struct {
+	basis string // the applied revision (else the last synced one)
+	svc   *manifest.Service
+	art   *artifact.Artifact
+	key   artifact.Key
+	res   *validation.DeleteResult
+}
+
+// describeDelete builds the release's artifact at its last applied
+// revision (the last synced one when it was never applied), and has the
+// validator list the applied objects and plan the destroy of the applied
+// configuration. Nothing of the commit that removed the release is used.
+func (r *RepositoryReconciler) describeDelete(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, rel *sluicev1.Release) (*deletion, error) {
+	planner, ok := r.Validator.(validation.DeletePlanner)
+	if !ok {
+		return nil, errors.New("the validator cannot describe deletions")
+	}
+	basis := rel.Status.AppliedRevision
+	if basis == "" {
+		basis = rel.Status.LastSyncedCommit
+	}
+	if basis == "" || !cache.HasCommit(basis) {
+		return nil, fmt.Errorf("the revision %q of release %s is not in the local git cache, so its removal cannot be described", changespec.Short(basis), rel.Name)
+	}
+	fsys, err := cache.FS(basis)
+	if err != nil {
+		return nil, err
+	}
+	scratch, err := os.MkdirTemp(r.ScratchDir, "delete-")
+	if err != nil {
+		return nil, fmt.Errorf("create scratch folder: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	servicesPath := string(repo.Spec.ServicesPath)
+	if servicesPath == "" {
+		servicesPath = "services"
+	}
+	entries, err := catalog.Discover(fsys, servicesPath, scratch)
+	if err != nil {
+		return nil, fmt.Errorf("find services at %s: %w", changespec.Short(basis), err)
+	}
+	var entry *catalog.Entry
+	for i := range entries {
+		e := &entries[i]
+		if e.Err == nil && e.Service != nil && e.Service.Name == rel.Spec.Service && e.Dir == string(rel.Spec.SourcePath) {
+			if _, ok := e.Service.Environment(string(rel.Spec.Environment)); ok {
+				entry = e
+			}
+		}
+	}
+	if entry == nil {
+		return nil, fmt.Errorf("release %s is not in the repository at its revision %s", rel.Name, changespec.Short(basis))
+	}
+	art, err := artifact.Build(fsys, entry.Inputs)
+	if err != nil {
+		return nil, fmt.Errorf("build artifact at %s: %w", changespec.Short(basis), err)
+	}
+	key := artifact.Key{Namespace: repo.Namespace, Repository: repo.Name, Revision: basis, Release: rel.Name}
+	if err := r.Store.Put(key, art.TarGz); err != nil {
+		return nil, err
+	}
+	ws, err := changespec.NewWorkspace(r.ScratchDir, "delete-", art.TarGz)
+	if err != nil {
+		return nil, err
+	}
+	defer ws.Remove()
+	res, err := planner.PlanDelete(ctx, validation.DeleteRequest{
+		RepoRoot: ws.Current, Service: entry.Service, Environment: string(rel.Spec.Environment),
+		ControlNamespace: repo.Namespace, Release: rel.Name,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("describe the removal of %s: %w", rel.Name, err)
+	}
+	return &deletion{basis: basis, svc: entry.Service, art: art, key: key, res: res}, nil
+}
+
+// newDeleteChangeRequest assembles the immutable record of a removal. Its
+// rule is the release's applied rule (the rule in force; the removed
+// environment's rule in git is gone and never loosens it), its risk high.
+func (r *RepositoryReconciler) newDeleteChangeRequest(repo *sluicev1.Repository, cache *git.Repo, rel *sluicev1.Release, d *deletion, revision string, attempt int32, commit git.CommitInfo) *sluicev1.ChangeRequest {
+	emails, err := cache.Authors(revision, d.basis, 1000)
+	if err != nil {
+		emails = []string{commit.AuthorEmail, commit.CommitterEmail}
+	}
+	rule := rel.Spec.Rule
+	if rel.Status.AppliedRule != nil {
+		rule = *rel.Status.AppliedRule.DeepCopy()
+	}
+	del := &sluicev1.DeletionSpec{
+		AppliedChange:   rel.Status.AppliedChange,
+		AppliedRevision: rel.Status.AppliedRevision,
+		AppliedDigest:   rel.Status.AppliedDigest,
+	}
+	for _, o := range d.res.Objects {
+		if len(del.Objects) == maxDeletionObjects {
+			del.ObjectsTruncated++
+			continue
+		}
+		o.APIVersion, o.Kind = changespec.Truncate(o.APIVersion, 250), changespec.Truncate(o.Kind, 60)
+		o.Namespace, o.Name = changespec.Truncate(o.Namespace, 63), changespec.Truncate(o.Name, 250)
+		del.Objects = append(del.Objects, o)
+	}
+	sort.SliceStable(del.Objects, func(i, j int) bool {
+		a, b := del.Objects[i], del.Objects[j]
+		return a.Kind+"/"+a.Namespace+"/"+a.Name < b.Kind+"/"+b.Namespace+"/"+b.Name
+	})
+	if rel.Spec.Delivery == sluicev1.DeliveryArgoCD {
+		del.Application = rel.Name
+	}
+	if dir := d.svc.TerraformDir(); dir != "" && len(d.res.PlanFile) > 0 {
+		tf := &sluicev1.TerraformSource{Dir: sluicev1.RelativePath(dir)}
+		if env, ok := d.svc.Environment(string(rel.Spec.Environment)); ok && env.Terraform != nil {
+			tf.Vars, tf.Workspace = env.Terraform.Vars, env.Terraform.Workspace
+		}
+		del.Terraform = tf
+	}
+	spec := sluicev1.ChangeRequestSpec{
+		Release:         rel.Name,
+		Operation:       sluicev1.OperationDelete,
+		Deletion:        del,
+		Revision:        revision,
+		Attempt:         attempt,
+		Authors:         changespec.EmailIdentities(emails),
+		CommitMessage:   changespec.Truncate(commit.Message, 4000),
+		TargetNamespace: rel.Spec.TargetNamespace,
+		Delivery:        rel.Spec.Delivery,
+		Artifact:        sluicev1.ArtifactReference{URL: d.key.URL(r.ArtifactBaseURL), SHA256: sluicev1.Digest(d.art.SHA256)},
+		ContentDigest:   sluicev1.Digest(d.art.ContentDigest),
+		ManifestDigest:  d.res.ManifestDigest,
+		PlanDigest:      d.res.PlanDigest,
+		PlanFileSHA256:  d.res.PlanFileSHA256,
+		PlanSummary:     d.res.PlanSummary,
+		Rule:            rule,
+	}
+	if len(d.basis) >= 40 && d.basis != revision {
+		spec.PreviousRevision = d.basis
+	}
+	findings := append([]sluicev1.Finding{}, d.res.Verdict.Findings...)
+	if !changespec.TargetAllowed(repo, rel.Spec.TargetNamespace) {
+		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "targetNamespaces",
+			Message: fmt.Sprintf("target namespace %q is not in the Repository's targetNamespaces", rel.Spec.TargetNamespace)})
+	}
+	summary := fmt.Sprintf("removes release %s: %d object(s) in %s", rel.Name, len(d.res.Objects), rel.Spec.TargetNamespace)
+	if s := d.res.PlanSummary; s != nil {
+		summary += fmt.Sprintf(", destroys %d Terraform resource(s)", s.Destroy)
+	}
+	findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityInfo, Source: "manifest", Policy: "delete", Resource: rel.Name,
+		Message: summary, File: path.Join(string(rel.Spec.SourcePath), manifest.FileName)})
+	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = changespec.CleanFindings(findings, d.res.Verdict.FindingsTruncated)
+	spec.Verdict.Result = changespec.VerdictResult(d.res.Verdict.Result, spec.Verdict.Findings)
+	// A removal is never less than high risk.
+	spec.Verdict.Risk = sluicev1.RiskHigh
+	spec.ApprovalDigest = sluicev1.ComputeOperationApprovalDigest(repo.Namespace, rel.Name, sluicev1.OperationDelete, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest)
+	return &sluicev1.ChangeRequest{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      sluicev1.DeleteChangeRequestName(rel.Name, revision, attempt),
+			Namespace: repo.Namespace,
+			Labels: map[string]string{
+				sluicev1.LabelRepository:  repo.Name,
+				sluicev1.LabelRelease:     rel.Name,
+				sluicev1.LabelService:     rel.Spec.Service,
+				sluicev1.LabelEnvironment: string(rel.Spec.Environment),
+			},
+		},
+		Spec: spec,
+	}
+}
+
+// recordDeleteProposed writes the syncer's status of a removed Release:
+// the Delete change is its latest, and its input hash is cleared, so a push
+// that brings the release back makes a new change (which supersedes the
+// pending Delete) even with the same inputs as before.
+func (r *RepositoryReconciler) recordDeleteProposed(ctx context.Context, rel *sluicev1.Release, revision string, cr *sluicev1.ChangeRequest, replan string) error {
+	if rel.Status.LastSyncedTree != "" || rel.Status.LastSyncedCommit != revision || rel.Status.LatestChange != cr.Name {
+		patch := fmt.Sprintf(`{"status":{"lastSyncedTree":null,"lastSyncedCommit":%q,"latestChange":%q}}`, revision, cr.Name)
+		if err := r.Status().Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+			return fmt.Errorf("record proposed deletion of release %s: %w", rel.Name, err)
+		}
+	}
+	if err := r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonServiceRemoved,
+		fmt.Sprintf("left the repository at %s; %s proposes its removal", changespec.Short(revision), cr.Name)); err != nil {
+		return err
+	}
+	if replan != "" && rel.Annotations[annotationReplanHandled] != replan {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotationReplanHandled, replan)
+		if err := r.Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+			return fmt.Errorf("mark re-plan of release %s handled: %w", rel.Name, err)
+		}
+	}
+	return nil
+}
+
+// newestChange is the newest non-preview ChangeRequest of a release: by
+// creation, then attempt at the same revision.
+func newestChange(release string, all []sluicev1.ChangeRequest) *sluicev1.ChangeRequest {
+	var newest *sluicev1.ChangeRequest
+	for i := range all {
+		cr := &all[i]
+		if cr.Spec.Release != release || (cr.Spec.PullRequest != nil && cr.Spec.PullRequest.Preview) {
+			continue
+		}
+		if newest == nil {
+			newest = cr
+			continue
+		}
+		switch c := cr.CreationTimestamp.Compare(newest.CreationTimestamp.Time); {
+		case c > 0:
+			newest = cr
+		case c == 0 && (attemptOf(cr) > attemptOf(newest) || (attemptOf(cr) == attemptOf(newest) && strings.Compare(cr.Name, newest.Name) > 0)):
+			newest = cr
+		}
+	}
+	return newest
+}
+
+func attemptOf(cr *sluicev1.ChangeRequest) int32 {
+	if cr.Spec.Attempt < 1 {
+		return 1
+	}
+	return cr.Spec.Attempt
+}
+
+// setReleaseCondition sets one of the syncer's conditions on a Release, as
+// setSynced does: a write carrying the resourceVersion, re-read on a
+// conflict, nothing written when it already says the same.
+func (r *RepositoryReconciler) setReleaseCondition(ctx context.Context, rel *sluicev1.Release, typ string, status metav1.ConditionStatus, reason, msg string) error {
+	want := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: changespec.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
+	if c := meta.FindStatusCondition(rel.Status.Conditions, typ); c != nil &&
+		c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration {
+		return nil
+	}
+	fresh := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := rel.DeepCopy()
+		if fresh {
+			cur = &sluicev1.Release{}
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(rel), cur); err != nil {
+				return err
+			}
+			if cur.UID != rel.UID {
+				return nil
+			}
+		}
+		fresh = true
+		orig := cur.DeepCopy()
+		if !meta.SetStatusCondition(&cur.Status.Conditions, want) {
+			return nil
+		}
+		return r.Status().Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(ControllerName))
+	})
+	if err != nil {
+		return fmt.Errorf("set %s of release %s: %w", typ, rel.Name, client.IgnoreNotFound(err))
+	}
+	return nil
+}

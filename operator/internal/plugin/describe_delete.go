@@ -1,0 +1,56 @@
+package plugin
+
+import (
+	"fmt"
+	"strings"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// maxListedObjects bounds the objects describe lists for a Delete change.
+const maxListedObjects = 20
+
+// deletionFields are the describe lines of a Delete change: what it
+// removes and how far it got.
+func deletionFields(cr *sluicev1.ChangeRequest) [][2]string {
+	d := cr.Spec.Deletion
+	if !cr.IsDelete() || d == nil {
+		return nil
+	}
+	var out [][2]string
+	if d.AppliedChange != "" {
+		out = append(out, [2]string{"Removes applied change", fmt.Sprintf("%s (revision %s)", d.AppliedChange, short(d.AppliedRevision))})
+	}
+	n := len(d.Objects) + int(d.ObjectsTruncated)
+	objs := make([]string, 0, min(len(d.Objects), maxListedObjects))
+	for i, o := range d.Objects {
+		if i == maxListedObjects {
+			break
+		}
+		objs = append(objs, o.Kind+" "+strings.TrimPrefix(o.Namespace+"/"+o.Name, "/"))
+	}
+	if n > len(objs) {
+		objs = append(objs, fmt.Sprintf("… %d more", n-len(objs)))
+	}
+	out = append(out, [2]string{"Removes objects", fmt.Sprintf("%d: %s", n, orNone(strings.Join(objs, ", ")))})
+	if d.Application != "" {
+		out = append(out, [2]string{"Removes Application", d.Application})
+	}
+	if t := d.Terraform; t != nil {
+		out = append(out, [2]string{"Destroys", fmt.Sprintf("the Terraform stack %s by the approved destroy plan", t.Dir)})
+	}
+	if st := cr.Status.Deletion; st != nil {
+		var done []string
+		if st.WorkloadRemovedAt != nil {
+			done = append(done, "workload removed")
+		}
+		if st.InfrastructureDestroyedAt != nil {
+			done = append(done, "infrastructure destroyed")
+		}
+		if st.ReleaseDeletedAt != nil {
+			done = append(done, "Release deleted")
+		}
+		out = append(out, [2]string{"Deletion", orNone(strings.Join(done, ", "))})
+	}
+	return out
+}
