@@ -25,10 +25,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
@@ -55,7 +57,9 @@ output "db" {
 // the syncer does.
 type deleteFixture struct {
 	*fixture
-	kubecfg string
+	// state serves the release's Terraform state to runs, as the syncer's
+	// and the operator's state servers do.
+	state *tfstate.Server
 }
 
 func newDeleteFixture(t *testing.T) *deleteFixture {
@@ -69,9 +73,37 @@ func newDeleteFixture(t *testing.T) *deleteFixture {
 		},
 		authorizationv1.ResourceAttributes{Verb: "delete", Resource: "secrets"}))
 	f.release.Spec.Terraform = &sluicev1.TerraformSource{Dir: "services/web/terraform", Vars: map[string]string{"size": "small"}}
-	f.kubecfg = filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, testenv.WriteKubeconfig(env.Config, f.kubecfg, f.ctl))
+	cs, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	sctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	h := &runner.Handler{}
+	addr, err := runner.Serve(sctx, "127.0.0.1:0", h)
+	require.NoError(t, err)
+	f.state, err = tfstate.NewServer(cs, tfstate.Options{BaseURL: runner.BaseURL("", addr)})
+	require.NoError(t, err)
+	h.Set(f.state.Handler())
 	return f
+}
+
+// stackDir writes the fixture's files into a new folder and returns it.
+func (f *deleteFixture) stackDir() string {
+	f.t.Helper()
+	dir := f.t.(*testing.T).TempDir()
+	for n, b := range f.files() {
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		require.NoError(f.t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(f.t, os.WriteFile(p, b, 0o644))
+	}
+	return dir
+}
+
+// credential is a run credential for the release's state.
+func (f *deleteFixture) credential(mode tfstate.Mode) map[string]string {
+	f.t.Helper()
+	cred, err := f.state.Grant(tfstate.Grant{Namespace: f.ctl, Release: f.release.Name, Mode: mode})
+	require.NoError(f.t, err)
+	return cred.Env()
 }
 
 // files is the artifact of a revision: chart, values and the stack.
@@ -81,22 +113,17 @@ func (f *deleteFixture) files() map[string][]byte {
 	return files
 }
 
-// plan plans the stack as the syncer does (kubernetes backend in the
-// control namespace, suffix = the release).
+// plan plans the stack as the syncer does: through the sandboxed runner,
+// with a plan-only credential for the release's state.
 func (f *deleteFixture) plan(size string, destroy bool) *tf.PlanResult {
 	f.t.Helper()
-	dir := f.t.(*testing.T).TempDir()
-	for n, b := range f.files() {
-		p := filepath.Join(dir, filepath.FromSlash(n))
-		require.NoError(f.t, os.MkdirAll(filepath.Dir(p), 0o755))
-		require.NoError(f.t, os.WriteFile(p, b, 0o644))
-	}
+	dir := f.stackDir()
 	res, err := tf.Plan(context.Background(), tf.PlanOptions{
-		ExecOptions: tf.ExecOptions{Env: map[string]string{"KUBE_CONFIG_PATH": f.kubecfg}},
+		ExecOptions: tf.ExecOptions{Runner: &runner.Local{}, Env: f.credential(tfstate.ModePlan)},
+		Root:        dir,
 		Dir:         filepath.Join(dir, "services/web/terraform"),
 		Vars:        map[string]string{"size": size},
-		Backend:     tf.BackendKubernetes,
-		Kubernetes:  &tf.KubernetesBackend{Namespace: f.ctl, SecretSuffix: f.release.Name},
+		Backend:     tf.BackendHTTP,
 		Destroy:     destroy,
 	})
 	require.NoError(f.t, err)
@@ -104,20 +131,16 @@ func (f *deleteFixture) plan(size string, destroy bool) *tf.PlanResult {
 }
 
 // applyDirectly changes the state behind Sluice's back (a plan of size
-// applied with admin rights).
+// applied with an apply credential of its own).
 func (f *deleteFixture) applyDirectly(size string) {
 	f.t.Helper()
 	res := f.plan(size, false)
-	dir := f.t.(*testing.T).TempDir()
-	for n, b := range f.files() {
-		p := filepath.Join(dir, filepath.FromSlash(n))
-		require.NoError(f.t, os.MkdirAll(filepath.Dir(p), 0o755))
-		require.NoError(f.t, os.WriteFile(p, b, 0o644))
-	}
+	dir := f.stackDir()
 	_, err := tf.Apply(context.Background(), tf.ApplyOptions{
-		ExecOptions: tf.ExecOptions{Env: map[string]string{"KUBE_CONFIG_PATH": f.kubecfg}},
+		ExecOptions: tf.ExecOptions{Runner: &runner.Local{}, Env: f.credential(tfstate.ModeApply)},
+		Root:        dir,
 		Dir:         filepath.Join(dir, "services/web/terraform"), PlanFile: res.PlanFile, PlanFileSHA256: res.Report.PlanFileSHA256,
-		Backend: tf.BackendKubernetes, Kubernetes: &tf.KubernetesBackend{Namespace: f.ctl, SecretSuffix: f.release.Name},
+		Backend: tf.BackendHTTP,
 	})
 	require.NoError(f.t, err)
 }
