@@ -15,8 +15,8 @@ trap 'rm -f "$out"' EXIT
 go test -count=1 -run '^$' -bench 'BenchmarkIdlePollCycle|BenchmarkCommitToChangeRequest' -benchtime 1x -timeout 40m \
   ./internal/controller/ | tee "$out" | grep -E '^(Benchmark|ok|FAIL|---)' || true
 
-metric() { # metric <benchmark> <unit>
-  awk -v b="$1" -v u="$2" '$1 ~ "^"b { for (i = 2; i < NF; i++) if ($(i+1) == u) print $i }' "$out"
+metric() { # metric <benchmark> <unit> [file]
+  awk -v b="$1" -v u="$2" '$1 ~ "^"b { for (i = 2; i < NF; i++) if ($(i+1) == u) print $i }' "${3:-$out}"
 }
 if ! grep -q '^ok' "$out"; then
   echo "gitops-syncer bench: FAILED"; exit 1
@@ -30,6 +30,18 @@ echo "gitops-syncer: idle poll cycle over $(metric BenchmarkIdlePollCycle reposi
 echo "gitops-syncer: commit visible + reconcile requested -> ChangeRequest exists over" \
   "$(metric BenchmarkCommitToChangeRequest commits) commits:" \
   "p50 $(metric BenchmarkCommitToChangeRequest p50-ms) ms, p95 $(metric BenchmarkCommitToChangeRequest p95-ms) ms"
+
+# --- issue 11: a push with a Terraform plan through the runner ------------
+tf=$(mktemp)
+go test -count=1 -run '^$' -bench 'BenchmarkCommitWithPlanToChangeRequest' -benchtime 1x -timeout 20m \
+  ./internal/controller/ | tee "$tf" | grep -E '^(Benchmark|ok|FAIL|---)' || true
+if ! grep -q '^ok' "$tf"; then
+  echo "gitops-syncer bench (terraform): FAILED"; rm -f "$tf"; exit 1
+fi
+echo "gitops-syncer: push -> ChangeRequest with a Terraform plan (20 terraform_data, sandboxed runner, state server) vs bare terraform init+plan+show of the same stack, over" \
+  "$(metric BenchmarkCommitWithPlanToChangeRequest commits "$tf") commits: p50 $(metric BenchmarkCommitWithPlanToChangeRequest push-p50-ms "$tf") ms vs" \
+  "$(metric BenchmarkCommitWithPlanToChangeRequest bare-p50-ms "$tf") ms, ratio $(metric BenchmarkCommitWithPlanToChangeRequest ratio "$tf") (target <= 1.5)"
+rm -f "$tf"
 
 # --- webhooks (issue 5): signed push webhook -> ChangeRequests -------------
 # The time from a signed GitHub push webhook reaching the receiver to both

@@ -3,7 +3,12 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -160,4 +165,100 @@ func waitUntil(b *testing.B, limit time.Duration, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// planStack is a Terraform stack of n terraform_data resources whose inputs
+// carry round, so every commit changes the plan.
+func planStack(n, round int) string {
+	var s strings.Builder
+	for i := range n {
+		fmt.Fprintf(&s, "resource \"terraform_data\" \"r%d\" {\n  input = \"round-%d-%d\"\n}\n", i, round, i)
+	}
+	return s.String()
+}
+
+// BenchmarkCommitWithPlanToChangeRequest times a push whose service has a
+// Terraform stack (20 terraform_data resources): from the commit being
+// visible and a reconcile requested to its ChangeRequest existing, the plan
+// made in the sandboxed runner against the state server and stored. In the
+// same run it times a bare terraform on the same stack (init, plan -out,
+// show -json in a fresh folder, local state, as a user would run it), and
+// reports both medians and their ratio (issue 11's target: at most 1.5x).
+func BenchmarkCommitWithPlanToChangeRequest(b *testing.B) {
+	const commits, resources = 12, 20
+	tfPath, err := exec.LookPath("terraform")
+	if err != nil {
+		b.Fatal("terraform is needed on PATH: ", err)
+	}
+	ctx := context.Background()
+	ns := benchNamespace(b)
+	root := b.TempDir()
+	srv := gittest.StartHTTP(b, root, "", "")
+	s := benchSyncer(b, ns)
+	r := gittest.NewRepo(b, root, "infra")
+	r.CopyDir(chartDir, "charts/service")
+	helmServiceB(r, "db")
+	r.WriteFile("services/db/service.yaml", "apiVersion: sluice.dev/v1alpha1\nkind: Service\nname: db\nchart: {path: charts/service}\nvalues: [values.yaml]\nterraform: {dir: terraform}\nenvironments:\n  - name: staging\n    namespace: db-staging\n")
+	r.WriteFile("services/db/terraform/main.tf", planStack(resources, 0))
+	r.Commit("initial", "alice@example.com")
+	repo := &sluicev1.Repository{
+		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: ns},
+		Spec: sluicev1.RepositorySpec{URL: srv.RepoURL("infra"), Interval: &metav1.Duration{Duration: time.Hour},
+			TargetNamespaces: []string{"*"}, ServiceAccountName: "deployer"},
+	}
+	if err := k8s.Create(ctx, repo); err != nil {
+		b.Fatal(err)
+	}
+	waitUntil(b, 5*time.Minute, func() bool { return countSynced(b, ns) == 1 })
+
+	bare := func(round int) time.Duration {
+		dir := b.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(planStack(resources, round)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for _, args := range [][]string{{"init", "-input=false", "-no-color"}, {"plan", "-input=false", "-no-color", "-out=plan.tfplan"}, {"show", "-json", "plan.tfplan"}} {
+			cmd := exec.Command(tfPath, args...)
+			cmd.Dir = dir
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "CHECKPOINT_DISABLE=1"}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("terraform %s: %v\n%s", args[0], err, out)
+			}
+		}
+		return time.Since(start)
+	}
+
+	b.ResetTimer()
+	var viaSluice, viaBare []time.Duration
+	last := ""
+	for i := range commits {
+		r.WriteFile("services/db/terraform/main.tf", planStack(resources, i+1))
+		sha := r.Commit(fmt.Sprintf("db round %d", i+1), "bob@example.com")
+		name := sluicev1.ChangeRequestName("db-staging", sha, 1)
+		last = sha
+		start := time.Now()
+		s.Trigger().Request(ns, "infra")
+		waitUntil(b, 2*time.Minute, func() bool {
+			return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &sluicev1.ChangeRequest{}) == nil
+		})
+		viaSluice = append(viaSluice, time.Since(start))
+		viaBare = append(viaBare, bare(i+1))
+	}
+	b.StopTimer()
+	cr := &sluicev1.ChangeRequest{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: sluicev1.ChangeRequestName("db-staging", last, 1)}, cr); err != nil {
+		b.Fatal(err)
+	}
+	if cr.Spec.PlanFileSHA256 == "" {
+		b.Fatal("the ChangeRequest carries no plan: the benchmark timed the wrong path")
+	}
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return d[len(d)/2].Seconds() * 1000
+	}
+	p, q := median(viaSluice), median(viaBare)
+	b.ReportMetric(p, "push-p50-ms")
+	b.ReportMetric(q, "bare-p50-ms")
+	b.ReportMetric(p/q, "ratio")
+	b.ReportMetric(float64(commits), "commits")
 }
