@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -561,34 +560,5 @@ func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePla
 // resourceVersion of rel (a conflict reads again); nothing is written when
 // rel already says the same.
 func (r *RepositoryReconciler) setSynced(ctx context.Context, rel *sluicev1.Release, status metav1.ConditionStatus, reason, msg string) error {
-	want := metav1.Condition{Type: sluicev1.ConditionSynced, Status: status, Reason: reason, Message: changespec.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
-	if c := meta.FindStatusCondition(rel.Status.Conditions, want.Type); c != nil &&
-		c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration {
-		return nil
-	}
-	// The Release in hand is usually current (the syncer has just written
-	// it); only a conflict costs a fresh read.
-	fresh := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := rel.DeepCopy()
-		if fresh {
-			cur = &sluicev1.Release{}
-			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(rel), cur); err != nil {
-				return err
-			}
-			if cur.UID != rel.UID {
-				return nil
-			}
-		}
-		fresh = true
-		orig := cur.DeepCopy()
-		if !meta.SetStatusCondition(&cur.Status.Conditions, want) {
-			return nil
-		}
-		return r.Status().Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(ControllerName))
-	})
-	if err != nil {
-		return fmt.Errorf("set Synced of release %s: %w", rel.Name, client.IgnoreNotFound(err))
-	}
-	return nil
+	return r.setReleaseCondition(ctx, rel, sluicev1.ConditionSynced, status, reason, msg)
 }

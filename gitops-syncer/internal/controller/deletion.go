@@ -413,9 +413,10 @@ func attemptOf(cr *sluicev1.ChangeRequest) int32 {
 	return cr.Spec.Attempt
 }
 
-// setReleaseCondition sets one of the syncer's conditions on a Release, as
-// setSynced does: a write carrying the resourceVersion, re-read on a
-// conflict, nothing written when it already says the same.
+// setReleaseCondition sets one of the syncer's conditions (Synced,
+// Orphaned) on a Release. The operator writes the other conditions of the
+// same list, so the write carries the resourceVersion of rel (a conflict
+// reads again); nothing is written when rel already says the same.
 func (r *RepositoryReconciler) setReleaseCondition(ctx context.Context, rel *sluicev1.Release, typ string, status metav1.ConditionStatus, reason, msg string) error {
 	want := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: changespec.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
 	if c := meta.FindStatusCondition(rel.Status.Conditions, typ); c != nil &&
