@@ -98,6 +98,16 @@ deny contains msg if {
 	if b == nil {
 		t.Fatal("four namespaces on two cores were not split")
 	}
+	// The costs are the ones heavy.rego and the light rules have when the
+	// machine is idle, so that a loaded machine cannot reorder them.
+	b.elapsed = func(rules []ruleRef, _ time.Time) time.Duration {
+		for _, r := range rules {
+			if r.namespace == "heavy" {
+				return 20 * time.Millisecond
+			}
+		}
+		return 50 * time.Microsecond * time.Duration(len(rules))
+	}
 	ctx := context.Background()
 	docs := []Document{{Path: "in.json", Value: map[string]any{"factor": 2}}}
 	first, err := e.Eval(ctx, KindTerraform, docs)
@@ -148,6 +158,11 @@ func TestBalancer_measuresOnlyImbalancedParts(t *testing.T) {
 		}
 	}
 	e := newEngine(t, Options{PolicyDirs: []string{dir}, AllNamespaces: true, NoDefaults: true})
+	// Each part takes a different, sub-millisecond time, as on an idle
+	// machine; a loaded one must not make the test measure.
+	e.terraform.split.elapsed = func(rules []ruleRef, _ time.Time) time.Duration {
+		return 100 * time.Microsecond * time.Duration(len(rules)*len(rules))
+	}
 	for range 3 * remeasureAfter {
 		if _, err := e.Eval(context.Background(), KindTerraform, []Document{{Path: "in.json", Value: map[string]any{"x": true}}}); err != nil {
 			t.Fatal(err)
