@@ -98,6 +98,12 @@ const (
 	ReasonPreview = "Preview"
 	// ReasonNoApplier: no applier handles the change's delivery.
 	ReasonNoApplier = "NoApplier"
+	// ReasonWaitingForArgoCD: Argo CD has not finished syncing (or
+	// pruning) yet; nothing failed.
+	ReasonWaitingForArgoCD = "WaitingForArgoCD"
+	// ReasonBinaryNotFound: a program the applier runs (terraform) is not
+	// installed where the operator looks for it.
+	ReasonBinaryNotFound = "BinaryNotFound"
 	// ReasonDigestMismatch: downloaded content does not match the digests.
 	ReasonDigestMismatch = "DigestMismatch"
 	// ReasonManifestMismatch: what Helm would install differs from the

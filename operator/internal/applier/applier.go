@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"time"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -39,7 +41,9 @@ type Applier interface {
 	// Name is the applier's name, recorded in status and metrics.
 	Name() string
 	// Apply applies the change. A *Failure error fails the change for good;
-	// any other error is retried with backoff.
+	// a *Waiting error means the work is under way elsewhere (look again
+	// later, nothing failed); a *Stalled error needs an administrator; any
+	// other error is retried with backoff.
 	Apply(ctx context.Context, req Request) (Result, error)
 }
 
@@ -47,7 +51,8 @@ type Applier interface {
 // Release is deleted (uninstall the Helm release, prune the Application).
 type Cleaner interface {
 	// Cleanup removes what the applier installed for the Release. It returns
-	// nil once nothing is left.
+	// nil once nothing is left, and a *Waiting error while another system
+	// (Argo CD's finalizer) is still removing it.
 	Cleanup(ctx context.Context, release *sluicev1.Release, repo *sluicev1.Repository) error
 }
 
@@ -78,6 +83,89 @@ func AsFailure(err error) (*Failure, bool) {
 	var f *Failure
 	if errors.As(err, &f) {
 		return f, true
+	}
+	return nil, false
+}
+
+// DefaultRetryAfter is how soon a Waiting outcome without RetryAfter is
+// looked at again.
+const DefaultRetryAfter = 5 * time.Second
+
+// Waiting is not a failure: the applier handed the work to another system
+// (Argo CD syncing, Argo CD pruning) that has not finished yet. The change
+// stays where it is, its status says what it waits for (Reason, a
+// condition reason constant), and it is looked at again after RetryAfter,
+// without an error, a failure metric or backoff.
+type Waiting struct {
+	Reason  string
+	Message string
+	// RetryAfter is how soon to look again; DefaultRetryAfter when zero.
+	RetryAfter time.Duration
+	// Err, if set, is what is waited for (errors.Is matches it).
+	Err error
+}
+
+func (w *Waiting) Error() string { return w.Message }
+
+func (w *Waiting) Unwrap() error { return w.Err }
+
+// After is how soon to look again.
+func (w *Waiting) After() time.Duration {
+	if w.RetryAfter > 0 {
+		return w.RetryAfter
+	}
+	return DefaultRetryAfter
+}
+
+// Wait returns a *Waiting with a formatted message.
+func Wait(reason string, after time.Duration, format string, args ...any) error {
+	return &Waiting{Reason: reason, Message: fmt.Sprintf(format, args...), RetryAfter: after}
+}
+
+// AsWaiting reports whether err is (or wraps) a *Waiting.
+func AsWaiting(err error) (*Waiting, bool) {
+	var w *Waiting
+	if errors.As(err, &w) {
+		return w, true
+	}
+	return nil, false
+}
+
+// Stalled is a problem that no retry fixes and only an administrator does
+// (a missing binary, a misconfigured operator). The change is not failed
+// (it was approved and nothing was applied); it is marked Stalled with
+// Reason and Message and not retried until the operator restarts or the
+// change is touched.
+type Stalled struct {
+	Reason  string
+	Message string
+	Err     error
+}
+
+func (s *Stalled) Error() string {
+	if s.Err != nil {
+		return fmt.Sprintf("%s: %v", s.Message, s.Err)
+	}
+	return s.Message
+}
+
+func (s *Stalled) Unwrap() error { return s.Err }
+
+// AsStalled reports whether err is (or wraps) a *Stalled, or a program the
+// applier runs that is not installed (an *exec.Error from looking it up):
+// then the message names the path that was looked for.
+func AsStalled(err error) (*Stalled, bool) {
+	var s *Stalled
+	if errors.As(err, &s) {
+		return s, true
+	}
+	var e *exec.Error
+	if errors.As(err, &e) {
+		return &Stalled{
+			Reason:  sluicev1.ReasonBinaryNotFound,
+			Message: fmt.Sprintf("the program %q was not found or cannot be run (%v); install it or point the operator's flag at it, then restart the operator", e.Name, e.Err),
+			Err:     err,
+		}, true
 	}
 	return nil, false
 }

@@ -31,10 +31,6 @@ import (
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 )
 
-// conflictRetry is how soon a pass that lost an optimistic-concurrency race
-// for the apply lock runs again.
-const conflictRetry = 100 * time.Millisecond
-
 // maxMessage bounds messages copied into status (the API allows 2048).
 const maxMessage = 1024
 
@@ -89,6 +85,9 @@ type changeScope struct {
 	// phases are the phases entered during this pass, in order; each gets
 	// an Event once the status is written.
 	phases []phaseChange
+	// readyReason and readyMessage are the Ready condition's, set by the
+	// steps and written by summarize.
+	readyReason, readyMessage string
 	// written are metrics of what this pass decided, recorded once the
 	// status that records the decision is written: a pass whose write
 	// fails is repeated, and must not count twice.
@@ -127,36 +126,73 @@ func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts contro
 }
 
 // Reconcile moves one ChangeRequest along its phases. It writes the status
-// at most once, at the end, and only when it changed.
-func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+// at most once, at the end, and only when it changed; observedGeneration
+// and the Ready, Progressing and Stalled conditions are summarised only
+// after a pass without error (see summarize).
+func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cr := &sluicev1.ChangeRequest{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if cr.Status.Phase.IsTerminal() {
-		// Terminal phases never change; only the release's lock may
-		// still have to be handed back.
-		return r.reconcileTerminal(ctx, cr)
-	}
-	if !cr.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
-	}
-
-	s := &changeScope{cr: cr, original: cr.DeepCopy()}
-	defer func() {
+	// A pass that found the cache behind the API server runs again at
+	// once on what the API server returned (bounded), rather than after a
+	// short requeue.
+	for range maxRestarts {
+		if cr.Status.Phase.IsTerminal() {
+			// Terminal phases never change; only the release's lock may
+			// still have to be handed back.
+			return r.reconcileTerminal(ctx, cr).result()
+		}
+		if !cr.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, nil
+		}
+		s := &changeScope{cr: cr, original: cr.DeepCopy()}
+		res := r.runSteps(ctx, s)
+		if fresh, ok := res.restart.(*sluicev1.ChangeRequest); ok {
+			cr = fresh
+			continue
+		}
+		if res.err == nil {
+			s.summarize(res)
+		}
 		err := r.patchStatus(ctx, s)
 		switch {
 		case apierrors.IsConflict(err):
-			// The cache was behind the API server; run again once it
-			// caught up, without growing the error backoff.
+			// The cache was behind the API server; the watch event of
+			// the newer version brings the change back (a short requeue
+			// covers a write the predicate hides).
 			log.FromContext(ctx).V(1).Info("Status write lost a race; retrying", "changeRequest", s.cr.Name)
-			result = ctrl.Result{RequeueAfter: conflictRetry}
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		case err != nil:
-			retErr = kerrors.NewAggregate([]error{retErr, err})
+			return ctrl.Result{}, kerrors.NewAggregate([]error{res.err, err})
 		}
-	}()
+		return res.result()
+	}
+	return ctrl.Result{RequeueAfter: conflictRetry}, nil
+}
 
-	steps := []func(context.Context, *changeScope) (ctrl.Result, bool, error){
+// maxRestarts bounds the passes of one Reconcile on fresher copies.
+const maxRestarts = 3
+
+// runSteps runs the steps of one pass in order and stops at the first that
+// ends it. The order matters:
+//
+//   - Preview first: a pull-request preview is only shown, whatever else
+//     holds.
+//   - Release next: every later step needs it (and a Delete change whose
+//     Release is already gone is finished here).
+//   - Apply before Supersede and Gate: a change in Applying was approved
+//     and re-checked at the hand-off and may be half applied; it is
+//     finished (or failed) by its applier, never superseded or re-gated
+//     half-way.
+//   - Supersede before Gate: a change that a newer one overtook ends
+//     without asking for approvals or the lock.
+//   - Gate before HandOff: only an approved change may take the apply lock,
+//     and the hand-off re-checks the gate on fresh data before Applying is
+//     written; the applier is called on the next pass, once Applying is
+//     stored (crash safety).
+func (r *ChangeRequestReconciler) runSteps(ctx context.Context, s *changeScope) stepResult {
+	steps := []func(context.Context, *changeScope) stepResult{
 		r.reconcilePreview,
 		r.reconcileRelease,
 		r.reconcileApply,
@@ -165,12 +201,42 @@ func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		r.reconcileHandOff,
 	}
 	for _, step := range steps {
-		res, done, err := step(ctx, s)
-		if err != nil || done {
-			return res, err
+		if res := step(ctx, s); res.stop {
+			return res
 		}
 	}
-	return ctrl.Result{}, nil
+	return done()
+}
+
+// summarize sets what a successful pass concluded, once, at its end (as
+// Cluster API's patch helper does): observedGeneration, Ready (from the
+// phase and the reason the steps gave), Progressing while the change waits
+// for another system, and Stalled while only an administrator can help.
+// A pass that ended in an error is not summarised: a user can tell a
+// processed generation from a failed one.
+func (s *changeScope) summarize(res stepResult) {
+	cr := s.cr
+	switch {
+	case res.stalled != nil:
+		meta.RemoveStatusCondition(&cr.Status.Conditions, sluicev1.ConditionProgressing)
+		s.setCondition(sluicev1.ConditionStalled, metav1.ConditionTrue, res.stalled.Reason, res.stalled.Message)
+		s.ready(res.stalled.Reason, res.stalled.Message)
+	case res.waiting != nil:
+		meta.RemoveStatusCondition(&cr.Status.Conditions, sluicev1.ConditionStalled)
+		s.setCondition(sluicev1.ConditionProgressing, metav1.ConditionTrue, res.waiting.Reason, res.waiting.Message)
+		s.ready(res.waiting.Reason, res.waiting.Message)
+	default:
+		meta.RemoveStatusCondition(&cr.Status.Conditions, sluicev1.ConditionStalled)
+		meta.RemoveStatusCondition(&cr.Status.Conditions, sluicev1.ConditionProgressing)
+	}
+	if s.readyReason != "" {
+		status := metav1.ConditionFalse
+		if cr.Status.Phase == sluicev1.PhaseApplied {
+			status = metav1.ConditionTrue
+		}
+		s.setCondition(sluicev1.ConditionReady, status, s.readyReason, s.readyMessage)
+	}
+	cr.Status.ObservedGeneration = cr.Generation
 }
 
 // setPhase moves the change to a phase and sets the Ready condition.
@@ -179,11 +245,13 @@ func (s *changeScope) setPhase(phase sluicev1.ChangeRequestPhase, reason, messag
 		s.phases = append(s.phases, phaseChange{phase: phase, reason: reason, message: message})
 	}
 	s.cr.Status.Phase = phase
-	status := metav1.ConditionFalse
-	if phase == sluicev1.PhaseApplied {
-		status = metav1.ConditionTrue
-	}
-	s.setCondition(sluicev1.ConditionReady, status, reason, message)
+	s.ready(reason, message)
+}
+
+// ready records the reason and message of the Ready condition; summarize
+// writes it at the end of a successful pass.
+func (s *changeScope) ready(reason, message string) {
+	s.readyReason, s.readyMessage = reason, message
 }
 
 func (s *changeScope) setCondition(t string, status metav1.ConditionStatus, reason, message string) {
@@ -200,7 +268,6 @@ func (s *changeScope) setCondition(t string, status metav1.ConditionStatus, reas
 // resourceVersion read, so a concurrent writer makes it fail and the pass
 // is retried), then records an Event and a metric per phase entered.
 func (r *ChangeRequestReconciler) patchStatus(ctx context.Context, s *changeScope) error {
-	s.cr.Status.ObservedGeneration = s.cr.Generation
 	if equality.Semantic.DeepEqual(s.original.Status, s.cr.Status) {
 		return nil
 	}
@@ -232,17 +299,17 @@ func (r *ChangeRequestReconciler) event(cr *sluicev1.ChangeRequest, p phaseChang
 }
 
 // reconcilePreview ends a pull-request preview: it is shown, never applied.
-func (r *ChangeRequestReconciler) reconcilePreview(_ context.Context, s *changeScope) (ctrl.Result, bool, error) {
+func (r *ChangeRequestReconciler) reconcilePreview(_ context.Context, s *changeScope) stepResult {
 	if pr := s.cr.Spec.PullRequest; pr == nil || !pr.Preview {
-		return ctrl.Result{}, false, nil
+		return next()
 	}
 	s.setPhase(sluicev1.PhasePreview, sluicev1.ReasonPreview, fmt.Sprintf("preview of pull request #%d, never applied", s.cr.Spec.PullRequest.Number))
-	return ctrl.Result{}, true, nil
+	return done()
 }
 
 // reconcileRelease loads the change's Release; without it the change stays
 // Pending until the Release appears (the Release watch wakes it).
-func (r *ChangeRequestReconciler) reconcileRelease(ctx context.Context, s *changeScope) (ctrl.Result, bool, error) {
+func (r *ChangeRequestReconciler) reconcileRelease(ctx context.Context, s *changeScope) stepResult {
 	rel := &sluicev1.Release{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.cr.Namespace, Name: s.cr.Spec.Release}, rel)
 	if apierrors.IsNotFound(err) {
@@ -252,32 +319,32 @@ func (r *ChangeRequestReconciler) reconcileRelease(ctx context.Context, s *chang
 		if s.cr.Status.Phase == "" {
 			s.setPhase(sluicev1.PhasePending, sluicev1.ReasonReleaseNotFound, fmt.Sprintf("Release %s not found", s.cr.Spec.Release))
 		} else {
-			s.setCondition(sluicev1.ConditionReady, metav1.ConditionFalse, sluicev1.ReasonReleaseNotFound, fmt.Sprintf("Release %s not found", s.cr.Spec.Release))
+			s.ready(sluicev1.ReasonReleaseNotFound, fmt.Sprintf("Release %s not found", s.cr.Spec.Release))
 		}
-		return ctrl.Result{}, true, nil
+		return done()
 	}
 	if err != nil {
-		return ctrl.Result{}, true, fmt.Errorf("get Release %s: %w", s.cr.Spec.Release, err)
+		return failed(fmt.Errorf("get Release %s: %w", s.cr.Spec.Release, err))
 	}
 	s.release = rel
-	return ctrl.Result{}, false, nil
+	return next()
 }
 
 // reconcileSupersede ends a change that a newer one of the same release
 // overtook before it started applying.
-func (r *ChangeRequestReconciler) reconcileSupersede(ctx context.Context, s *changeScope) (ctrl.Result, bool, error) {
+func (r *ChangeRequestReconciler) reconcileSupersede(ctx context.Context, s *changeScope) stepResult {
 	var list sluicev1.ChangeRequestList
 	if err := r.Client.List(ctx, &list, client.InNamespace(s.cr.Namespace), client.MatchingFields{IndexRelease: s.cr.Spec.Release}); err != nil {
-		return ctrl.Result{}, true, fmt.Errorf("list ChangeRequests of release %s: %w", s.cr.Spec.Release, err)
+		return failed(fmt.Errorf("list ChangeRequests of release %s: %w", s.cr.Spec.Release, err))
 	}
 	newer := newestOtherChange(s.cr, list.Items)
 	if newer == nil {
-		return ctrl.Result{}, false, nil
+		return next()
 	}
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonSuperseded, "superseded by "+newer.Name)
 	s.setPhase(sluicev1.PhaseSuperseded, sluicev1.ReasonSuperseded, fmt.Sprintf("ChangeRequest %s for revision %s is newer", newer.Name, newer.Spec.Revision))
 	// A change that held the lock without applying hands it back next pass.
-	return ctrl.Result{}, true, nil
+	return done()
 }
 
 // newestOtherChange returns a change of the same release newer than cr
@@ -313,14 +380,14 @@ func isNewer(a, b *sluicev1.ChangeRequest) bool {
 
 // reconcileGate evaluates the gate on cached data: Rejected, waiting, or
 // Approved (then the hand-off follows).
-func (r *ChangeRequestReconciler) reconcileGate(ctx context.Context, s *changeScope) (ctrl.Result, bool, error) {
+func (r *ChangeRequestReconciler) reconcileGate(ctx context.Context, s *changeScope) stepResult {
 	in, err := gateinput.Load(ctx, r.Client, s.cr, s.release)
 	if err != nil {
-		return ctrl.Result{}, true, err
+		return failed(err)
 	}
 	var approvals sluicev1.ApprovalList
 	if err := r.Client.List(ctx, &approvals, client.InNamespace(s.cr.Namespace), client.MatchingFields{IndexApprovalDigest: string(s.cr.Spec.ApprovalDigest)}); err != nil {
-		return ctrl.Result{}, true, fmt.Errorf("list Approvals: %w", err)
+		return failed(fmt.Errorf("list Approvals: %w", err))
 	}
 	d := r.decide(s, in, approvals.Items)
 	if !d.Passed {
@@ -342,7 +409,7 @@ func (r *ChangeRequestReconciler) reconcileGate(ctx context.Context, s *changeSc
 		s.written = append(s.written, func() { r.Metrics.ApprovalWait(wait) })
 	}
 	s.setPhase(sluicev1.PhaseApproved, d.Reason, d.Message)
-	return ctrl.Result{}, false, nil
+	return next()
 }
 
 // decide evaluates the gate on its inputs (see gateinput.Load) and records
@@ -369,10 +436,9 @@ func (r *ChangeRequestReconciler) decide(s *changeScope, in gate.Inputs, approva
 // reconcileHandOff takes the release's apply lock, re-checks the gate on
 // fresh data and moves the change to Applying. The applier is called on
 // the next pass, once Applying is stored.
-func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *changeScope) (ctrl.Result, bool, error) {
+func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *changeScope) stepResult {
 	if _, ok := r.Appliers.For(delivery(s.cr)); !ok {
-		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonNoApplier, fmt.Sprintf("no applier is registered for delivery %q", delivery(s.cr)))
-		return ctrl.Result{}, true, nil
+		return s.noApplier()
 	}
 	var (
 		rel  *sluicev1.Release
@@ -387,18 +453,18 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 	if apierrors.IsConflict(err) {
 		// Another writer touched the Release between read and write:
 		// look again right away.
-		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
+		return requeueAfter(conflictRetry)
 	}
 	if err != nil {
-		return ctrl.Result{}, true, err
+		return failed(err)
 	}
 	if !held {
 		// The message names no holder, so waiting changes are not
 		// rewritten each time the lock passes on.
 		msg := "waiting for the release's apply lock (Release.status.currentChange)"
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonWaitingForLock, msg)
-		s.setCondition(sluicev1.ConditionReady, metav1.ConditionFalse, sluicev1.ReasonWaitingForLock, msg)
-		return ctrl.Result{RequeueAfter: r.lockRetry()}, true, nil
+		s.ready(sluicev1.ReasonWaitingForLock, msg)
+		return requeueAfter(r.lockRetry())
 	}
 	if r.BeforeHandOff != nil {
 		r.BeforeHandOff(ctx, s.cr.DeepCopy())
@@ -407,21 +473,20 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 	// The re-check: nothing from the cache.
 	fresh := &sluicev1.ChangeRequest{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.cr), fresh); err != nil {
-		return ctrl.Result{}, true, fmt.Errorf("re-read ChangeRequest at hand-off: %w", err)
+		return failed(fmt.Errorf("re-read ChangeRequest at hand-off: %w", err))
 	}
 	if fresh.ResourceVersion != s.original.ResourceVersion {
-		// The cache is behind: decide again on what is current.
-		s.cr.Status = *s.original.Status.DeepCopy()
-		s.phases = nil
-		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
+		// The cache is behind: decide again, at once, on what is
+		// current (nothing of this pass is written).
+		return restartWith(fresh)
 	}
 	in, err := gateinput.Load(ctx, r.APIReader, fresh, rel)
 	if err != nil {
-		return ctrl.Result{}, true, fmt.Errorf("re-read the gate's inputs at hand-off: %w", err)
+		return failed(fmt.Errorf("re-read the gate's inputs at hand-off: %w", err))
 	}
 	var all sluicev1.ApprovalList
 	if err := r.APIReader.List(ctx, &all, client.InNamespace(s.cr.Namespace)); err != nil {
-		return ctrl.Result{}, true, fmt.Errorf("re-read Approvals at hand-off: %w", err)
+		return failed(fmt.Errorf("re-read Approvals at hand-off: %w", err))
 	}
 	var approvals []sluicev1.Approval
 	for _, a := range all.Items {
@@ -447,30 +512,15 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 	s.cr.Status.Apply = &sluicev1.ApplyResult{Applier: app.Name(), StartedAt: &now}
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, "handed to the "+app.Name()+" applier")
 	s.setPhase(sluicev1.PhaseApplying, sluicev1.ReasonApplying, "handed to the "+app.Name()+" applier")
-	return ctrl.Result{}, true, nil
+	return done()
 }
 
-// lockBusyInCache reports whether the cached Release shows the apply lock
-// held by another change that the cache shows as live. It is only a hint
-// that saves API calls while many changes wait; taking the lock always
-// reads the Release from the API server.
-func (r *ChangeRequestReconciler) lockBusyInCache(ctx context.Context, s *changeScope) bool {
-	holder := s.release.Status.CurrentChange
-	if holder == "" || holder == s.cr.Name {
-		return false
-	}
-	other := &sluicev1.ChangeRequest{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.cr.Namespace, Name: holder}, other); err != nil {
-		return false
-	}
-	return !other.Status.Phase.IsTerminal()
-}
-
-func (r *ChangeRequestReconciler) lockRetry() time.Duration {
-	if r.LockRetryInterval > 0 {
-		return r.LockRetryInterval
-	}
-	return 30 * time.Second
+// noApplier stalls a change whose delivery no applier handles: the
+// operator runs without it (a flag), which only an administrator changes.
+func (s *changeScope) noApplier() stepResult {
+	msg := fmt.Sprintf("no applier is registered for delivery %q; the operator must be started with it", delivery(s.cr))
+	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonNoApplier, msg)
+	return stalledBy(&applier.Stalled{Reason: sluicev1.ReasonNoApplier, Message: msg})
 }
 
 func delivery(cr *sluicev1.ChangeRequest) sluicev1.Delivery {
@@ -482,46 +532,46 @@ func delivery(cr *sluicev1.ChangeRequest) sluicev1.Delivery {
 
 // reconcileApply calls the applier for a change in Applying: the first
 // time, or again after a restart (appliers are idempotent per change).
-func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeScope) (ctrl.Result, bool, error) {
+func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeScope) stepResult {
 	if s.cr.Status.Phase != sluicev1.PhaseApplying {
-		return ctrl.Result{}, false, nil
+		return next()
 	}
 	app, ok := r.Appliers.For(delivery(s.cr))
 	if !ok {
-		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonNoApplier, fmt.Sprintf("no applier is registered for delivery %q", delivery(s.cr)))
-		return ctrl.Result{}, true, nil
+		return s.noApplier()
 	}
 	// A stale cache could still show Applying after the result was
 	// written; the applier is idempotent, but needs not be asked twice.
 	fresh := &sluicev1.ChangeRequest{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.cr), fresh); err != nil {
-		return ctrl.Result{}, true, client.IgnoreNotFound(fmt.Errorf("re-read ChangeRequest before applying: %w", err))
+		return failed(client.IgnoreNotFound(fmt.Errorf("re-read ChangeRequest before applying: %w", err)))
 	}
 	if fresh.ResourceVersion != s.original.ResourceVersion {
-		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
+		// Decide on what is current: it may already be terminal.
+		return restartWith(fresh)
 	}
 	rel, held, holder, err := r.acquireLock(ctx, s.cr)
 	if apierrors.IsConflict(err) {
 		// Another writer touched the Release between read and write:
 		// look again right away.
-		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
+		return requeueAfter(conflictRetry)
 	}
 	if err != nil {
-		return ctrl.Result{}, true, err
+		return failed(err)
 	}
 	if !held {
 		// Only after a manual edit of the lock: wait, never apply two
 		// changes of a release at once.
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonWaitingForLock, fmt.Sprintf("waiting for %s to finish applying", holder))
-		return ctrl.Result{RequeueAfter: r.lockRetry()}, true, nil
+		return requeueAfter(r.lockRetry())
 	}
 	repo := &sluicev1.Repository{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo); err != nil {
 		if apierrors.IsNotFound(err) {
 			s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, fmt.Sprintf("waiting for Repository %s", rel.Spec.Repository))
-			return ctrl.Result{RequeueAfter: r.lockRetry()}, true, nil
+			return requeueAfter(r.lockRetry())
 		}
-		return ctrl.Result{}, true, fmt.Errorf("get Repository %s: %w", rel.Spec.Repository, err)
+		return failed(fmt.Errorf("get Repository %s: %w", rel.Spec.Repository, err))
 	}
 
 	if s.cr.IsDelete() {
@@ -546,6 +596,8 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 	span.End()
 	took := r.now().Sub(start)
 	finished := metav1.NewTime(r.now())
+	w, waiting := applier.AsWaiting(err)
+	stalled, isStalled := applier.AsStalled(err)
 	switch f, permanent := applier.AsFailure(err); {
 	case err == nil:
 		lead := finished.Sub(s.cr.CreationTimestamp.Time)
@@ -555,7 +607,7 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 		s.cr.Status.Apply.FinishedAt = &finished
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionTrue, sluicev1.ReasonSucceeded, res.Message)
 		s.setPhase(sluicev1.PhaseApplied, sluicev1.ReasonSucceeded, "applied by the "+app.Name()+" applier")
-		return ctrl.Result{}, true, nil
+		return done()
 	case permanent:
 		s.written = append(s.written, func() { r.Metrics.Apply(app.Name(), metrics.ResultFailed, took, 0) })
 		reason := f.Reason
@@ -566,113 +618,34 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 		s.cr.Status.Apply.FinishedAt = &finished
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, reason, f.Error())
 		s.setPhase(sluicev1.PhaseFailed, reason, f.Error())
-		return ctrl.Result{}, true, nil
+		return done()
+	case waiting:
+		// Another system is at work: nothing failed, nothing to count.
+		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, w.Reason, w.Message)
+		log.FromContext(ctx).V(1).Info("Waiting", "applier", app.Name(), "reason", w.Reason, "retryAfter", w.After().String())
+		return waitingFor(w)
+	case isStalled:
+		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, stalled.Reason, stalled.Message)
+		return stalledBy(stalled)
 	case errors.Is(err, context.Canceled):
 		// The operator is stopping; the change stays Applying and is
 		// handed to the applier again after the restart.
-		return ctrl.Result{}, true, err
+		return failed(err)
 	default:
 		r.Metrics.Apply(app.Name(), metrics.ResultRetry, took, 0)
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, "apply attempt failed, retrying: "+err.Error())
-		return ctrl.Result{}, true, fmt.Errorf("apply %s with the %s applier: %w", s.cr.Name, app.Name(), err)
+		return failed(fmt.Errorf("apply %s with the %s applier: %w", s.cr.Name, app.Name(), err))
 	}
 }
 
 // reconcileTerminal hands the apply lock back once a change that held it is
 // terminal, recording an applied change on the Release in the same write.
-func (r *ChangeRequestReconciler) reconcileTerminal(ctx context.Context, cr *sluicev1.ChangeRequest) (ctrl.Result, error) {
+func (r *ChangeRequestReconciler) reconcileTerminal(ctx context.Context, cr *sluicev1.ChangeRequest) stepResult {
 	rel := &sluicev1.Release{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: cr.Spec.Release}, rel); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return orDone(client.IgnoreNotFound(err))
 	}
-	res, _, err := r.handBackLockResult(ctx, cr, rel)
-	return res, err
-}
-
-// handBackLockResult hands the lock back and turns a lost race into a
-// quick retry instead of an error with growing backoff.
-func (r *ChangeRequestReconciler) handBackLockResult(ctx context.Context, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) (ctrl.Result, bool, error) {
-	err := r.handBackLock(ctx, cr, rel)
-	if apierrors.IsConflict(err) {
-		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
-	}
-	return ctrl.Result{}, true, err
-}
-
-// handBackLock clears Release.status.currentChange when cr holds it (per
-// rel), with an optimistic-concurrency patch.
-func (r *ChangeRequestReconciler) handBackLock(ctx context.Context, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) error {
-	if rel == nil || rel.Status.CurrentChange != cr.Name {
-		return nil
-	}
-	orig := rel.DeepCopy()
-	releaseLock(rel, cr)
-	if err := r.Client.Status().Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
-		return fmt.Errorf("hand back the apply lock of Release %s: %w", rel.Name, err)
-	}
-	return nil
-}
-
-// releaseLock clears the lock held by cr on rel (in memory) and, when cr
-// was applied, records it as the release's applied change with its
-// effective rule, so the next change is judged by it.
-func releaseLock(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) {
-	if rel.Status.CurrentChange == cr.Name {
-		rel.Status.CurrentChange = ""
-	}
-	if cr.Status.Phase == sluicev1.PhaseApplied {
-		recordApplied(rel, cr)
-	}
-}
-
-// recordApplied records cr as the release's applied change. The applied
-// rule is the rule in the change's own manifest, not its effective rule: a
-// push that loosens the rule still needed the old, stricter rule to get
-// here (so it never loosened it for itself), and from now on its rule is
-// the one in force. ApprovalPolicy floors are not frozen into it; they are
-// re-read for every change, so lowering a floor takes effect too.
-func recordApplied(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) {
-	rel.Status.AppliedChange = cr.Name
-	rel.Status.AppliedRevision = cr.Spec.Revision
-	rel.Status.AppliedDigest = cr.Spec.ApprovalDigest
-	rel.Status.AppliedRule = cr.Spec.Rule.DeepCopy()
-	rel.Status.AppliedTargetNamespace = cr.Spec.TargetNamespace
-}
-
-// acquireLock takes the release's apply lock for cr with an
-// optimistic-concurrency patch of Release.status.currentChange, reading the
-// Release from the API server. A lock held by a change that is gone or
-// terminal is taken over (recording that change first). It returns the
-// fresh Release, whether cr holds the lock, and otherwise who does.
-func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.ChangeRequest) (*sluicev1.Release, bool, string, error) {
-	rel := &sluicev1.Release{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: cr.Spec.Release}, rel); err != nil {
-		return nil, false, "", fmt.Errorf("get Release %s for the apply lock: %w", cr.Spec.Release, err)
-	}
-	holder := rel.Status.CurrentChange
-	if holder == cr.Name {
-		return rel, true, "", nil
-	}
-	orig := rel.DeepCopy()
-	if holder != "" {
-		other := &sluicev1.ChangeRequest{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: holder}, other)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return nil, false, "", fmt.Errorf("get lock holder %s: %w", holder, err)
-		case other.Status.Phase.IsTerminal():
-			releaseLock(rel, other)
-		default:
-			return rel, false, holder, nil
-		}
-	}
-	rel.Status.CurrentChange = cr.Name
-	if err := r.Client.Status().Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
-		return nil, false, "", fmt.Errorf("take the apply lock of Release %s: %w", rel.Name, err)
-	}
-	log.FromContext(ctx).V(1).Info("Took the apply lock", "release", rel.Name)
-	return rel, true, "", nil
+	return r.handBackLockResult(ctx, cr, rel)
 }
 
 func truncate(s string) string {

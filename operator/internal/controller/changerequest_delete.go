@@ -7,7 +7,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -33,7 +32,7 @@ import (
 // recording it.
 //
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=delete
-func (r *ChangeRequestReconciler) applyDelete(ctx context.Context, s *changeScope, app applier.Applier, rel *sluicev1.Release, repo *sluicev1.Repository) (ctrl.Result, bool, error) {
+func (r *ChangeRequestReconciler) applyDelete(ctx context.Context, s *changeScope, app applier.Applier, rel *sluicev1.Release, repo *sluicev1.Repository) stepResult {
 	cr := s.cr
 	if cr.Status.Deletion == nil {
 		cr.Status.Deletion = &sluicev1.DeletionStatus{}
@@ -78,7 +77,7 @@ func (r *ChangeRequestReconciler) applyDelete(ctx context.Context, s *changeScop
 		st.WorkloadRemovedAt = &now
 		logger.Info("Removed the workload of a deleted release")
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, "workload removed; next: the destroy plan")
-		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
+		return requeueAfter(conflictRetry)
 
 	case st.InfrastructureDestroyedAt == nil:
 		msg := "no Terraform stack to destroy"
@@ -92,7 +91,7 @@ func (r *ChangeRequestReconciler) applyDelete(ctx context.Context, s *changeScop
 		}
 		st.InfrastructureDestroyedAt = &now
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, truncate(msg+"; next: delete the Release"))
-		return ctrl.Result{RequeueAfter: conflictRetry}, true, nil
+		return requeueAfter(conflictRetry)
 
 	case st.ReleaseDeletedAt == nil:
 		if hasPlan {
@@ -101,7 +100,7 @@ func (r *ChangeRequestReconciler) applyDelete(ctx context.Context, s *changeScop
 			}
 		}
 		if err := r.deleteRelease(ctx, cr, rel); err != nil {
-			return ctrl.Result{}, true, err
+			return failed(err)
 		}
 		st.ReleaseDeletedAt = &now
 		logger.Info("Deleted the Release")
@@ -129,7 +128,7 @@ func (r *ChangeRequestReconciler) deleteRelease(ctx context.Context, cr *sluicev
 }
 
 // deleteDone ends an approved Delete change as Applied.
-func (r *ChangeRequestReconciler) deleteDone(s *changeScope, name string) (ctrl.Result, bool, error) {
+func (r *ChangeRequestReconciler) deleteDone(s *changeScope, name string) stepResult {
 	finished := metav1.NewTime(r.now())
 	if s.cr.Status.Apply == nil {
 		s.cr.Status.Apply = &sluicev1.ApplyResult{StartedAt: &finished}
@@ -141,11 +140,11 @@ func (r *ChangeRequestReconciler) deleteDone(s *changeScope, name string) (ctrl.
 	s.written = append(s.written, func() { r.Metrics.Apply(name, metrics.ResultApplied, 0, lead) })
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionTrue, sluicev1.ReasonDeleted, s.cr.Status.Apply.Message)
 	s.setPhase(sluicev1.PhaseApplied, sluicev1.ReasonDeleted, "release removed by the "+name+" applier")
-	return ctrl.Result{}, true, nil
+	return done()
 }
 
 // deleteFailed ends a Delete change as Failed.
-func (r *ChangeRequestReconciler) deleteFailed(s *changeScope, name, reason, msg string) (ctrl.Result, bool, error) {
+func (r *ChangeRequestReconciler) deleteFailed(s *changeScope, name, reason, msg string) stepResult {
 	finished := metav1.NewTime(r.now())
 	if s.cr.Status.Apply == nil {
 		s.cr.Status.Apply = &sluicev1.ApplyResult{StartedAt: &finished}
@@ -156,13 +155,14 @@ func (r *ChangeRequestReconciler) deleteFailed(s *changeScope, name, reason, msg
 	s.written = append(s.written, func() { r.Metrics.Apply(name, metrics.ResultFailed, 0, 0) })
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, reason, msg)
 	s.setPhase(sluicev1.PhaseFailed, reason, msg)
-	return ctrl.Result{}, true, nil
+	return done()
 }
 
 // deleteStepFailed turns a failed step into the change's outcome: a
-// permanent failure fails it, a stopping operator leaves it for the
-// restart, anything else is retried with backoff.
-func (r *ChangeRequestReconciler) deleteStepFailed(s *changeScope, app applier.Applier, step string, err error) (ctrl.Result, bool, error) {
+// permanent failure fails it, a wait (Argo CD pruning) is looked at again
+// later, a stall waits for an administrator, a stopping operator leaves it
+// for the restart, anything else is retried with backoff.
+func (r *ChangeRequestReconciler) deleteStepFailed(s *changeScope, app applier.Applier, step string, err error) stepResult {
 	if f, permanent := applier.AsFailure(err); permanent {
 		reason := f.Reason
 		if reason == "" {
@@ -170,18 +170,26 @@ func (r *ChangeRequestReconciler) deleteStepFailed(s *changeScope, app applier.A
 		}
 		return r.deleteFailed(s, app.Name(), reason, step+": "+f.Error())
 	}
+	if w, ok := applier.AsWaiting(err); ok {
+		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, w.Reason, truncate(step+": "+w.Message))
+		return waitingFor(w)
+	}
+	if st, ok := applier.AsStalled(err); ok {
+		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, st.Reason, truncate(step+": "+st.Message))
+		return stalledBy(st)
+	}
 	if errors.Is(err, context.Canceled) {
-		return ctrl.Result{}, true, err
+		return failed(err)
 	}
 	r.Metrics.Apply(app.Name(), metrics.ResultRetry, 0, 0)
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, truncate(step+" failed, retrying: "+err.Error()))
-	return ctrl.Result{}, true, fmt.Errorf("delete %s: %s: %w", s.cr.Name, step, err)
+	return failed(fmt.Errorf("delete %s: %s: %w", s.cr.Name, step, err))
 }
 
 // finishDeleteOfGoneRelease ends a Delete change whose Release is gone
 // while it was applying: the operator stopped after the last step deleted
 // the Release, before it could record that.
-func (r *ChangeRequestReconciler) finishDeleteOfGoneRelease(s *changeScope) (ctrl.Result, bool, error) {
+func (r *ChangeRequestReconciler) finishDeleteOfGoneRelease(s *changeScope) stepResult {
 	st := s.cr.Status.Deletion
 	if st == nil || st.InfrastructureDestroyedAt == nil {
 		// Someone else deleted the Release before this change got that

@@ -65,6 +65,8 @@ type releaseScope struct {
 	rel      *sluicev1.Release
 	original *sluicev1.Release
 	changes  []sluicev1.ChangeRequest // newest first
+	// all are the changes before retention deleted the oldest.
+	all []sluicev1.ChangeRequest
 }
 
 func (r *ReleaseReconciler) now() time.Time {
@@ -142,7 +144,7 @@ func changePhaseChanged() predicate.Predicate {
 }
 
 // Reconcile summarises one Release and prunes its old changes.
-func (r *ReleaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+func (r *ReleaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	rel := &sluicev1.Release{}
 	if err := r.Client.Get(ctx, req.NamespacedName, rel); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -159,31 +161,43 @@ func (r *ReleaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	}
 
 	s := &releaseScope{rel: rel, original: rel.DeepCopy()}
-	defer func() {
-		err := r.patchStatus(ctx, s)
-		switch {
-		case apierrors.IsConflict(err):
-			// Another writer (the syncer, the lock) was first; run again
-			// on fresh data without growing the error backoff.
-			result = ctrl.Result{RequeueAfter: conflictRetry}
-		case err != nil:
-			retErr = kerrors.NewAggregate([]error{retErr, err})
-		}
-	}()
+	result, err := r.reconcileSteps(ctx, s)
+	if err == nil {
+		// Summarised once, at the end of a successful pass.
+		r.reconcileConditions(s)
+		s.rel.Status.ObservedGeneration = s.rel.Generation
+	}
+	perr := r.patchStatus(ctx, s)
+	switch {
+	case apierrors.IsConflict(perr):
+		// Another writer (the syncer, the lock) was first; its event
+		// brings the Release back, the short requeue covers one the
+		// predicate hides.
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	case perr != nil:
+		return ctrl.Result{}, kerrors.NewAggregate([]error{err, perr})
+	}
+	return result, err
+}
 
+// reconcileSteps runs the steps of one pass: the lock repair first (the
+// applied change it records feeds the rest), then the applied change, the
+// history, and the clean-ups that delete objects last.
+func (r *ReleaseReconciler) reconcileSteps(ctx context.Context, s *releaseScope) (ctrl.Result, error) {
+	rel := s.rel
 	var list sluicev1.ChangeRequestList
 	if err := r.Client.List(ctx, &list, client.InNamespace(rel.Namespace), client.MatchingFields{IndexRelease: rel.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list ChangeRequests of Release %s: %w", rel.Name, err)
 	}
 	s.changes = list.Items
 	slices.SortFunc(s.changes, newestFirst)
+	s.all = s.changes
 
 	if err := r.reconcileLock(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.reconcileApplied(s)
 	r.reconcileHistory(s)
-	r.reconcileConditions(s)
 	if err := r.reconcileRetention(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -210,7 +224,6 @@ func newestFirst(a, b sluicev1.ChangeRequest) int {
 
 // patchStatus writes the operator's status fields when they changed.
 func (r *ReleaseReconciler) patchStatus(ctx context.Context, s *releaseScope) error {
-	s.rel.Status.ObservedGeneration = s.rel.Generation
 	if equality.Semantic.DeepEqual(s.original.Status, s.rel.Status) {
 		return nil
 	}
@@ -354,9 +367,9 @@ func (r *ReleaseReconciler) reconcileHistory(s *releaseScope) {
 // and the newest non-preview change.
 func (r *ReleaseReconciler) reconcileConditions(s *releaseScope) {
 	var newest *sluicev1.ChangeRequest
-	for i := range s.changes {
-		if !isPreview(&s.changes[i]) {
-			newest = &s.changes[i]
+	for i := range s.all {
+		if !isPreview(&s.all[i]) {
+			newest = &s.all[i]
 			break
 		}
 	}
@@ -376,8 +389,8 @@ func (r *ReleaseReconciler) reconcileConditions(s *releaseScope) {
 
 	// Degraded: the newest change that ended for its own sake failed.
 	var lastEnded *sluicev1.ChangeRequest
-	for i := range s.changes {
-		cr := &s.changes[i]
+	for i := range s.all {
+		cr := &s.all[i]
 		if isPreview(cr) || !cr.Status.Phase.IsTerminal() || cr.Status.Phase == sluicev1.PhaseSuperseded {
 			continue
 		}
@@ -546,7 +559,13 @@ func (r *ReleaseReconciler) reconcileDelete(ctx context.Context, rel *sluicev1.R
 			return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 		}
 	}
-	return ctrl.Result{}, r.cleanup(ctx, rel)
+	err := r.cleanup(ctx, rel)
+	if w, ok := applier.AsWaiting(err); ok {
+		// Argo CD is still pruning: look again later, no error.
+		log.FromContext(ctx).V(1).Info("Cleanup waits", "reason", w.Reason, "message", w.Message)
+		return ctrl.Result{RequeueAfter: w.After()}, nil
+	}
+	return ctrl.Result{}, err
 }
 
 // cleanup runs the applier's Cleaner for the release, then removes the
@@ -566,6 +585,9 @@ func (r *ReleaseReconciler) cleanup(ctx context.Context, rel *sluicev1.Release) 
 				repo = nil
 			}
 			if err := cleaner.Cleanup(ctx, rel, repo); err != nil {
+				if _, waiting := applier.AsWaiting(err); waiting {
+					return err
+				}
 				if r.Recorder != nil {
 					r.Recorder.Eventf(rel, nil, "Warning", "CleanupFailed", "Cleanup", "the %s applier's cleanup failed: %s", app.Name(), truncate(err.Error()))
 				}

@@ -18,7 +18,7 @@
 //     the Release) and ask for a sync through its operation field;
 //  4. watch the Application until Argo CD reports the outcome, for at most
 //     Options.Wait; a failed sync fails the change, a sync still running
-//     is looked at again on the next (backed-off) call.
+//     returns applier.Waiting and is looked at again on a later call.
 //
 // The Argo CD Go types cannot be compiled next to controller-runtime v0.25,
 // so the Application is handled as an unstructured object; the field names
@@ -72,7 +72,7 @@ const InClusterServer = "https://kubernetes.default.svc"
 // Defaults.
 const (
 	DefaultProject = "default"
-	DefaultWait    = 2 * time.Minute
+	DefaultWait    = 10 * time.Second
 	pollInterval   = 500 * time.Millisecond
 )
 
@@ -87,8 +87,9 @@ type Options struct {
 	Project string
 	// Server is the destination cluster; empty means InClusterServer.
 	Server string
-	// Wait is how long one Apply watches a sync before it hands back a
-	// retryable "still syncing"; zero means DefaultWait.
+	// Wait is how long one Apply watches a sync before it hands the
+	// reconcile worker back with an applier.Waiting (looked at again after
+	// as long); zero means DefaultWait.
 	Wait time.Duration
 	// Log receives progress at V(1).
 	Log logr.Logger
@@ -128,8 +129,9 @@ func (a *Applier) Name() string { return Name }
 // commitSHA is a full git commit id (SHA-1 or SHA-256), as the API requires.
 var commitSHA = regexp.MustCompile(`^[a-f0-9]{40}([a-f0-9]{24})?$`)
 
-// ErrSyncing is returned (wrapped) while Argo CD has not finished the sync
-// of the approved revision; the operator calls again with backoff.
+// ErrSyncing is wrapped by the applier.Waiting returned while Argo CD has
+// not finished the sync of the approved revision; the operator calls again
+// later, without an error.
 var ErrSyncing = errors.New("Argo CD has not finished syncing the approved revision")
 
 // Apply implements applier.Applier.
@@ -180,8 +182,11 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 				"Argo CD's sync of revision %s ended %s: %s", short(cr.Spec.Revision), st.phase, truncate(st.message, 600))
 		}
 		if time.Now().After(deadline) {
-			return applier.Result{}, fmt.Errorf("%w %s: sync %s, operation %s, health %s %s", ErrSyncing, short(cr.Spec.Revision),
-				orNone(st.syncStatus), orNone(st.phase), orNone(st.health), truncate(st.healthMessage, 200))
+			// Not a failure: the worker is handed back and the change
+			// is looked at again after as long.
+			return applier.Result{}, &applier.Waiting{Reason: sluicev1.ReasonWaitingForArgoCD, RetryAfter: a.opts.Wait, Err: ErrSyncing,
+				Message: fmt.Sprintf("waiting for Argo CD to sync revision %s: sync %s, operation %s, health %s %s", short(cr.Spec.Revision),
+					orNone(st.syncStatus), orNone(st.phase), orNone(st.health), truncate(st.healthMessage, 200))}
 		}
 		select {
 		case <-ctx.Done():
@@ -346,7 +351,7 @@ func (a *Applier) Cleanup(ctx context.Context, rel *sluicev1.Release, repo *slui
 			return explain("delete the Application", rel.Namespace, who, err)
 		}
 	}
-	return fmt.Errorf("waiting for Argo CD to prune the Application %s/%s", rel.Namespace, rel.Name)
+	return applier.Wait(sluicev1.ReasonWaitingForArgoCD, a.opts.Wait, "waiting for Argo CD to prune the Application %s/%s", rel.Namespace, rel.Name)
 }
 
 func newApplication() *unstructured.Unstructured {
