@@ -116,6 +116,7 @@ func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts contro
 		Named("changerequest").
 		For(&sluicev1.ChangeRequest{}, builder.WithPredicates(changeRequestChanged())).
 		Watches(&sluicev1.ChangeRequest{}, handler.EnqueueRequestsFromMapFunc(r.olderChangesOfRelease), builder.WithPredicates(createdOnly())).
+		Watches(&sluicev1.ChangeRequest{}, handler.EnqueueRequestsFromMapFunc(r.olderChangesOfRelease), builder.WithPredicates(leftTheLine())).
 		Watches(&sluicev1.Approval{}, handler.EnqueueRequestsFromMapFunc(r.changesForApproval), builder.WithPredicates(approvalCreatedOrDeleted())).
 		Watches(&sluicev1.Release{}, handler.EnqueueRequestsFromMapFunc(r.changesForRelease), builder.WithPredicates(releaseGateInputsChanged())).
 		Watches(&sluicev1.ApprovalPolicy{}, handler.EnqueueRequestsFromMapFunc(r.changesForPolicy)).
@@ -445,9 +446,10 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 		held bool
 		err  error
 	)
-	// While the cache shows another live change holding the lock, wait
-	// without asking the API server (the Release watch wakes us).
-	if !r.lockBusyInCache(ctx, s) {
+	// While the cache shows another live change holding the lock, or
+	// another approved change ahead in line, wait without asking the API
+	// server (the Release watch and the one ahead wake us).
+	if !r.lockBusyInCache(ctx, s) && !r.waitInLine(ctx, s) {
 		rel, held, _, err = r.acquireLock(ctx, s.cr)
 	}
 	if apierrors.IsConflict(err) {
@@ -639,11 +641,18 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 }
 
 // reconcileTerminal hands the apply lock back once a change that held it is
-// terminal, recording an applied change on the Release in the same write.
+// terminal, recording an applied change on the Release in the same write,
+// unless another change waits for the lock: that one takes it over.
 func (r *ChangeRequestReconciler) reconcileTerminal(ctx context.Context, cr *sluicev1.ChangeRequest) stepResult {
 	rel := &sluicev1.Release{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: cr.Spec.Release}, rel); err != nil {
 		return orDone(client.IgnoreNotFound(err))
+	}
+	if rel.Status.CurrentChange != cr.Name || r.successorWaits(ctx, cr) {
+		// The next change takes the lock over and records this one in
+		// the same write (and the Release reconciler hands it back
+		// should it not).
+		return done()
 	}
 	return r.handBackLockResult(ctx, cr, rel)
 }

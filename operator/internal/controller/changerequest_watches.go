@@ -35,6 +35,25 @@ func changeRequestChanged() predicate.Predicate {
 	}
 }
 
+// leftTheLine passes a ChangeRequest that ended, left Approved, or was
+// deleted: the changes of its release waiting for the apply lock behind it
+// look again (see waitInLine and successorWaits).
+func leftTheLine() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		DeleteFunc: func(event.DeleteEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*sluicev1.ChangeRequest)
+			n, ok2 := e.ObjectNew.(*sluicev1.ChangeRequest)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return o.Status.Phase != n.Status.Phase && (n.Status.Phase.IsTerminal() || o.Status.Phase == sluicev1.PhaseApproved)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
 // createdOnly passes creations only.
 func createdOnly() predicate.Predicate {
 	return predicate.Funcs{
@@ -108,8 +127,9 @@ func (r *ChangeRequestReconciler) changesForPolicy(ctx context.Context, o client
 	return r.openChanges(ctx, o.GetNamespace(), nil, "")
 }
 
-// olderChangesOfRelease maps a new ChangeRequest to the other open changes
-// of its release, which it may supersede.
+// olderChangesOfRelease maps a ChangeRequest to the other open changes of
+// its release: a new one may supersede them, one that left the line for
+// the apply lock lets the next take it.
 func (r *ChangeRequestReconciler) olderChangesOfRelease(ctx context.Context, o client.Object) []reconcile.Request {
 	cr, ok := o.(*sluicev1.ChangeRequest)
 	if !ok || isPreview(cr) {

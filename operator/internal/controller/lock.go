@@ -6,6 +6,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -128,4 +129,63 @@ func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.
 	}
 	log.FromContext(ctx).V(1).Info("Took the apply lock", "release", rel.Name)
 	return rel, true, "", nil
+}
+
+// waitInLine reports whether another approved change of the release is
+// ahead of s.cr in the line for the apply lock (see inLineBefore), per the
+// cache. Only the first in line asks the API server for the lock, so the
+// changes of a release do not race for it: the others wait, and are woken
+// when the one ahead leaves Approved (see nextInLine).
+func (r *ChangeRequestReconciler) waitInLine(ctx context.Context, s *changeScope) bool {
+	if s.release.Status.CurrentChange == s.cr.Name {
+		return false
+	}
+	var list sluicev1.ChangeRequestList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.cr.Namespace), client.MatchingFields{IndexRelease: s.cr.Spec.Release}, client.UnsafeDisableDeepCopy); err != nil {
+		return false // only a hint: the API server decides
+	}
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.Name != s.cr.Name && waitsForLock(o) && inLineBefore(o, s.cr) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitsForLock reports whether a cached change is approved and waiting for
+// its release's apply lock: Approved, not being deleted, not a preview,
+// and not stalled (a stalled change would hold up the line).
+func waitsForLock(cr *sluicev1.ChangeRequest) bool {
+	return cr.Status.Phase == sluicev1.PhaseApproved && cr.DeletionTimestamp.IsZero() && !isPreview(cr) &&
+		!meta.IsStatusConditionTrue(cr.Status.Conditions, sluicev1.ConditionStalled)
+}
+
+// inLineBefore orders the changes waiting for a release's lock: oldest
+// first (creation, then attempt), then by name, so every replica and pass
+// agrees on who is next.
+func inLineBefore(a, b *sluicev1.ChangeRequest) bool {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c < 0
+	}
+	if a.Spec.Attempt != b.Spec.Attempt {
+		return a.Spec.Attempt < b.Spec.Attempt
+	}
+	return a.Name < b.Name
+}
+
+// successorWaits reports whether the cache shows another change of cr's
+// release waiting for the lock: it takes the lock over from the terminal
+// cr (recording cr) in one write, so cr does not hand it back first.
+func (r *ChangeRequestReconciler) successorWaits(ctx context.Context, cr *sluicev1.ChangeRequest) bool {
+	var list sluicev1.ChangeRequestList
+	if err := r.Client.List(ctx, &list, client.InNamespace(cr.Namespace), client.MatchingFields{IndexRelease: cr.Spec.Release}, client.UnsafeDisableDeepCopy); err != nil {
+		return false
+	}
+	for i := range list.Items {
+		if o := &list.Items[i]; o.Name != cr.Name && waitsForLock(o) {
+			return true
+		}
+	}
+	return false
 }

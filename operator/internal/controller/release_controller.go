@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,7 +83,8 @@ func (r *ReleaseReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.O
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("release").
 		For(&sluicev1.Release{}, builder.WithPredicates(releaseChanged())).
-		Watches(&sluicev1.ChangeRequest{}, handler.EnqueueRequestsFromMapFunc(releaseOf), builder.WithPredicates(changePhaseChanged())).
+		Watches(&sluicev1.Release{}, summarizeLater(self), builder.WithPredicates(releaseLockChanged())).
+		Watches(&sluicev1.ChangeRequest{}, summarizeLater(releaseOf), builder.WithPredicates(changePhaseChanged())).
 		Watches(&sluicev1.Approval{}, handler.EnqueueRequestsFromMapFunc(releaseOf), builder.WithPredicates(createdOnly())).
 		WithOptions(opts).
 		Complete(r)
@@ -103,10 +105,66 @@ func releaseOf(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 }
 
-// releaseChanged passes what can change the Release's outcome: creation, a
-// new generation, deletion, finalizers, and the lock and change fields of
-// its status. The syncer's lastSyncedTree and condition-only writes are
-// skipped.
+// SummaryDelay is how long the Release reconciler lets the phase changes
+// of a release's ChangeRequests and its lock hand-overs gather before it
+// summarises them: a burst of changes is one status write, not one each,
+// and it races less with the ChangeRequests taking the lock.
+const SummaryDelay = time.Second
+
+// summarizeLater enqueues the Releases fn maps an object to after
+// SummaryDelay; the queue keeps one entry per Release, at the earliest
+// time asked for.
+func summarizeLater(fn handler.MapFunc) handler.EventHandler {
+	add := func(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if o == nil {
+			return
+		}
+		for _, req := range fn(ctx, o) {
+			q.AddAfter(req, SummaryDelay)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.ObjectNew, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+	}
+}
+
+// self maps a Release to itself.
+func self(_ context.Context, o client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
+}
+
+// releaseLockChanged passes updates of the lock and change fields of a
+// Release's status (summarised after SummaryDelay).
+func releaseLockChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*sluicev1.Release)
+			n, ok2 := e.ObjectNew.(*sluicev1.Release)
+			if !ok1 || !ok2 {
+				return false
+			}
+			return o.Status.CurrentChange != n.Status.CurrentChange ||
+				o.Status.AppliedChange != n.Status.AppliedChange ||
+				o.Status.LatestChange != n.Status.LatestChange
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// releaseChanged passes what needs the Release reconciler at once:
+// creation, a new generation, deletion and finalizers. The lock and change
+// fields of its status are summarised a moment later (releaseLockChanged);
+// the syncer's lastSyncedTree and condition-only writes are skipped.
 func releaseChanged() predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc: func(event.CreateEvent) bool { return true },
@@ -119,10 +177,7 @@ func releaseChanged() predicate.Predicate {
 			}
 			return o.Generation != n.Generation ||
 				o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
-				!slices.Equal(o.Finalizers, n.Finalizers) ||
-				o.Status.CurrentChange != n.Status.CurrentChange ||
-				o.Status.AppliedChange != n.Status.AppliedChange ||
-				o.Status.LatestChange != n.Status.LatestChange
+				!slices.Equal(o.Finalizers, n.Finalizers)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}

@@ -130,6 +130,9 @@ func (s *statusCounter) Patch(ctx context.Context, obj client.Object, patch clie
 type operator struct {
 	mgr     ctrl.Manager
 	client  *writeCounter
+	// releaseClient counts the Release reconciler's writes (they are
+	// counted in client too).
+	releaseClient *writeCounter
 	changes *ChangeRequestReconciler
 	release *ReleaseReconciler
 	cancel  context.CancelFunc
@@ -166,15 +169,17 @@ func startOperator(t testing.TB, ns string, cfg operatorConfig) *operator {
 		reg[sluicev1.DeliveryHelm] = cfg.applier
 	}
 	rec := metrics.New(mgr.GetCache())
+	relWC := &writeCounter{Client: wc}
 	op := &operator{
-		mgr:    mgr,
-		client: wc,
+		mgr:           mgr,
+		client:        wc,
+		releaseClient: relWC,
 		changes: &ChangeRequestReconciler{
 			Client: wc, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("sluice-changerequest"),
 			Appliers: reg, Metrics: rec, BeforeHandOff: cfg.beforeHandOff, LockRetryInterval: cfg.lockRetry,
 		},
 		release: &ReleaseReconciler{
-			Client: wc, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("sluice-release"),
+			Client: relWC, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("sluice-release"),
 			Appliers: reg, KeepChangeRequests: cfg.keep, ApprovalGracePeriod: cfg.grace,
 		},
 		cancel: cancel,
