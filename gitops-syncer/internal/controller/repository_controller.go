@@ -150,7 +150,13 @@ func (r *RepositoryReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 
 	before := repo.DeepCopy()
 	defer func() {
-		repo.Status.ObservedGeneration = repo.Generation
+		// Only a pass that ended without an error processed the
+		// generation (a stalled one did: it returns none); a failed
+		// one still records its conditions, so a user can tell them
+		// apart.
+		if retErr == nil {
+			repo.Status.ObservedGeneration = repo.Generation
+		}
 		if equality.Semantic.DeepEqual(before.Status, repo.Status) {
 			return
 		}

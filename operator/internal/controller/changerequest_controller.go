@@ -116,9 +116,10 @@ func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts contro
 		Named("changerequest").
 		For(&sluicev1.ChangeRequest{}, builder.WithPredicates(changeRequestChanged())).
 		Watches(&sluicev1.ChangeRequest{}, handler.EnqueueRequestsFromMapFunc(r.olderChangesOfRelease), builder.WithPredicates(createdOnly())).
-		Watches(&sluicev1.ChangeRequest{}, handler.EnqueueRequestsFromMapFunc(r.olderChangesOfRelease), builder.WithPredicates(leftTheLine())).
+		Watches(&sluicev1.ChangeRequest{}, handler.EnqueueRequestsFromMapFunc(r.nextInLineAfter), builder.WithPredicates(leftTheLine())).
 		Watches(&sluicev1.Approval{}, handler.EnqueueRequestsFromMapFunc(r.changesForApproval), builder.WithPredicates(approvalCreatedOrDeleted())).
 		Watches(&sluicev1.Release{}, handler.EnqueueRequestsFromMapFunc(r.changesForRelease), builder.WithPredicates(releaseGateInputsChanged())).
+		Watches(&sluicev1.Release{}, handler.EnqueueRequestsFromMapFunc(r.lockHolderAndNextInLine), builder.WithPredicates(releaseLockMoved())).
 		Watches(&sluicev1.ApprovalPolicy{}, handler.EnqueueRequestsFromMapFunc(r.changesForPolicy)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.changesForNamespace), builder.WithPredicates(namespaceLabelsChanged())).
 		Watches(&sluicev1.Person{}, handler.EnqueueRequestsFromMapFunc(r.changesForPerson)).

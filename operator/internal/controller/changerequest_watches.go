@@ -77,8 +77,10 @@ func approvalCreatedOrDeleted() predicate.Predicate {
 
 // releaseGateInputsChanged passes Release events that can change the
 // decision on its changes: creation and deletion, labels (policies select
-// by them), environment, target namespace, the applied rule and namespace,
-// the apply lock and the latest change. The syncer's lastSyncedTree and the conditions are skipped.
+// by them), environment, target namespace, the applied rule and namespace
+// and the latest change. The syncer's lastSyncedTree and the conditions
+// are skipped; the apply lock moving wakes only the changes it concerns
+// (releaseLockMoved).
 func releaseGateInputsChanged() predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc: func(event.CreateEvent) bool { return true },
@@ -93,12 +95,95 @@ func releaseGateInputsChanged() predicate.Predicate {
 				o.Spec.Environment != n.Spec.Environment ||
 				o.Spec.TargetNamespace != n.Spec.TargetNamespace ||
 				o.Status.AppliedTargetNamespace != n.Status.AppliedTargetNamespace ||
-				o.Status.CurrentChange != n.Status.CurrentChange ||
 				o.Status.LatestChange != n.Status.LatestChange ||
 				!equality.Semantic.DeepEqual(o.Status.AppliedRule, n.Status.AppliedRule)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// releaseLockMoved passes Release updates that move the apply lock
+// (status.currentChange).
+func releaseLockMoved() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*sluicev1.Release)
+			n, ok2 := e.ObjectNew.(*sluicev1.Release)
+			return ok1 && ok2 && o.Status.CurrentChange != n.Status.CurrentChange
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// lockHolderAndNextInLine maps a Release whose lock moved to the change
+// holding it (it may be terminal and due to hand it back), to changes in
+// Applying (after a manual edit of the lock one may wait for it) and to
+// the first change waiting for it; the others wait on, woken as the line
+// moves.
+func (r *ChangeRequestReconciler) lockHolderAndNextInLine(ctx context.Context, o client.Object) []reconcile.Request {
+	rel, ok := o.(*sluicev1.Release)
+	if !ok {
+		return nil
+	}
+	var list sluicev1.ChangeRequestList
+	if err := r.Client.List(ctx, &list, client.InNamespace(rel.Namespace), client.MatchingFields{IndexRelease: rel.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "Listing ChangeRequests to wake failed", "namespace", rel.Namespace)
+		return nil
+	}
+	var out []reconcile.Request
+	if h := rel.Status.CurrentChange; h != "" {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: rel.Namespace, Name: h}})
+	}
+	var first *sluicev1.ChangeRequest
+	for i := range list.Items {
+		c := &list.Items[i]
+		switch {
+		case c.Name == rel.Status.CurrentChange:
+		case c.Status.Phase == sluicev1.PhaseApplying:
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		case waitsForLock(c) && (first == nil || inLineBefore(c, first)):
+			first = c
+		}
+	}
+	if first != nil {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(first)})
+	}
+	return out
+}
+
+// nextInLineAfter maps a change that left the line for the apply lock (it
+// ended, left Approved, or was deleted) to the first change of its release
+// still waiting.
+func (r *ChangeRequestReconciler) nextInLineAfter(ctx context.Context, o client.Object) []reconcile.Request {
+	cr, ok := o.(*sluicev1.ChangeRequest)
+	if !ok || isPreview(cr) {
+		return nil
+	}
+	return r.nextInLine(ctx, cr.Namespace, cr.Spec.Release, cr.Name)
+}
+
+// nextInLine returns the first change of a release waiting for its apply
+// lock per the cache (see waitsForLock and inLineBefore), other than
+// exclude.
+func (r *ChangeRequestReconciler) nextInLine(ctx context.Context, namespace, release, exclude string) []reconcile.Request {
+	var list sluicev1.ChangeRequestList
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{IndexRelease: release}, client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "Listing ChangeRequests to wake failed", "namespace", namespace)
+		return nil
+	}
+	var first *sluicev1.ChangeRequest
+	for i := range list.Items {
+		c := &list.Items[i]
+		if c.Name != exclude && waitsForLock(c) && (first == nil || inLineBefore(c, first)) {
+			first = c
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(first)}}
 }
 
 // changesForApproval maps an Approval to the ChangeRequests with its
@@ -127,9 +212,8 @@ func (r *ChangeRequestReconciler) changesForPolicy(ctx context.Context, o client
 	return r.openChanges(ctx, o.GetNamespace(), nil, "")
 }
 
-// olderChangesOfRelease maps a ChangeRequest to the other open changes of
-// its release: a new one may supersede them, one that left the line for
-// the apply lock lets the next take it.
+// olderChangesOfRelease maps a new ChangeRequest to the other open changes
+// of its release, which it may supersede.
 func (r *ChangeRequestReconciler) olderChangesOfRelease(ctx context.Context, o client.Object) []reconcile.Request {
 	cr, ok := o.(*sluicev1.ChangeRequest)
 	if !ok || isPreview(cr) {

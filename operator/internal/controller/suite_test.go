@@ -128,16 +128,16 @@ func (s *statusCounter) Patch(ctx context.Context, obj client.Object, patch clie
 // operator is one running manager with both reconcilers, scoped to a
 // namespace.
 type operator struct {
-	mgr     ctrl.Manager
-	client  *writeCounter
+	mgr    ctrl.Manager
+	client *writeCounter
 	// releaseClient counts the Release reconciler's writes (they are
 	// counted in client too).
 	releaseClient *writeCounter
-	changes *ChangeRequestReconciler
-	release *ReleaseReconciler
-	cancel  context.CancelFunc
-	done    chan struct{}
-	err     error
+	changes       *ChangeRequestReconciler
+	release       *ReleaseReconciler
+	cancel        context.CancelFunc
+	done          chan struct{}
+	err           error
 }
 
 type operatorConfig struct {

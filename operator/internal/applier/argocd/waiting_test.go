@@ -1,0 +1,171 @@
+package argocd
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/controller"
+)
+
+// errorLog is a log sink that keeps every error logged.
+type errorLog struct {
+	mu     sync.Mutex
+	errors []string
+}
+
+func (l *errorLog) Init(logr.RuntimeInfo)          {}
+func (l *errorLog) Enabled(int) bool               { return true }
+func (l *errorLog) Info(int, string, ...any)       {}
+func (l *errorLog) WithValues(...any) logr.LogSink { return l }
+func (l *errorLog) WithName(string) logr.LogSink   { return l }
+func (l *errorLog) Error(err error, msg string, kv ...any) {
+	l.add(fmt.Sprintf("%s: %v %v", msg, err, kv))
+}
+
+func (l *errorLog) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errors = append(l.errors, s)
+}
+
+func (l *errorLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.errors...)
+}
+
+// looks counts the calls of an applier.
+type looks struct {
+	applier.Applier
+	n atomic.Int32
+}
+
+func (l *looks) Apply(ctx context.Context, req applier.Request) (applier.Result, error) {
+	l.n.Add(1)
+	return l.Applier.Apply(ctx, req)
+}
+
+// metric sums the samples of a metric whose labels include want
+// (histograms: the sample count).
+func metric(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	// Gather returns what it collected; a collector that reads the
+	// cache fails until the manager's cache started.
+	families, _ := ctrlmetrics.Registry.Gather()
+	var sum float64
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue next
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+// A sync that Argo CD takes a while to finish is waiting, not failing: the
+// change is looked at three times (and more) without an error in the logs,
+// an error backoff or a failed or retried apply in the metrics, its status
+// says that it waits for Argo CD, and it is applied once Argo CD is done.
+func TestOperator_aSyncThatTakesThreeLooksIsWaitingNotFailing(t *testing.T) {
+	logs := &errorLog{}
+	ctrl.SetLogger(logr.New(logs))
+	t.Cleanup(func() { ctrl.SetLogger(logr.Discard()) })
+
+	f := newFixture(t, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := applier.Registry{}
+	require.NoError(t, (&Flags{Apply: true, Project: DefaultProject, Server: InClusterServer, Wait: 300 * time.Millisecond}).Register(reg, env.Config, logr.Discard()))
+	counted := &looks{Applier: reg[sluicev1.DeliveryArgoCD]}
+	reg[sluicev1.DeliveryArgoCD] = counted
+	mgr, err := controller.NewManager(ctx, env.Config, controller.ManagerOptions{
+		Options:     controller.Options{Appliers: reg, LockRetryInterval: time.Second, SkipNameValidation: true},
+		MetricsAddr: "0", ProbeAddr: "0", PprofAddr: "0",
+		Namespaces: []string{f.ctl},
+	})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	errorsBefore := metric(t, "controller_runtime_reconcile_errors_total", map[string]string{"controller": "changerequest"})
+
+	repo := f.repo.DeepCopy()
+	require.NoError(t, env.Client.Create(ctx, repo))
+	rel := f.release.DeepCopy()
+	rel.UID = ""
+	rel.Spec.Rule = sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
+	require.NoError(t, env.Client.Create(ctx, rel))
+	f.release = rel
+
+	cr := f.change()
+	f.argo.set(cr.Spec.Revision, hang)
+	cr.Labels = map[string]string{sluicev1.LabelRelease: rel.Name}
+	cr.Spec.Artifact = sluicev1.ArtifactReference{URL: "http://sluice-syncer.sluice-system.svc/artifacts/x.tar.gz", SHA256: sluicev1.SHA256Digest([]byte("a"))}
+	cr.Spec.ContentDigest = sluicev1.SHA256Digest([]byte("content " + cr.Spec.Revision))
+	cr.Spec.Verdict = sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow}
+	cr.Spec.Rule = sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
+	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+	require.NoError(t, env.Client.Create(ctx, cr))
+
+	got := &sluicev1.ChangeRequest{}
+	require.Eventually(t, func() bool {
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cr), got))
+		return counted.n.Load() >= 3 && meta.IsStatusConditionTrue(got.Status.Conditions, sluicev1.ConditionProgressing)
+	}, 90*time.Second, 100*time.Millisecond, "not looked at three times while waiting: %d looks, %+v", counted.n.Load(), got.Status.Conditions)
+	require.Equal(t, sluicev1.PhaseApplying, got.Status.Phase)
+	for _, typ := range []string{sluicev1.ConditionProgressing, sluicev1.ConditionReady, sluicev1.ConditionApplied} {
+		c := meta.FindStatusCondition(got.Status.Conditions, typ)
+		require.NotNil(t, c, typ)
+		require.Equal(t, sluicev1.ReasonWaitingForArgoCD, c.Reason, typ)
+		require.Contains(t, c.Message, "waiting for Argo CD to sync revision "+cr.Spec.Revision[:10], typ)
+		require.NotContains(t, c.Message, "failed", typ)
+	}
+	require.Equal(t, 1, f.argo.operations(), "the running sync is not asked for again")
+
+	f.argo.set(cr.Spec.Revision, succeed)
+	got, err = env.WaitChangePhase(ctx, client.ObjectKeyFromObject(cr), sluicev1.PhaseApplied, 90*time.Second)
+	require.NoError(t, err)
+	require.Nil(t, meta.FindStatusCondition(got.Status.Conditions, sluicev1.ConditionProgressing), "no longer waiting")
+
+	require.Empty(t, logs.all(), "waiting logs no error")
+	require.Equal(t, errorsBefore, metric(t, "controller_runtime_reconcile_errors_total", map[string]string{"controller": "changerequest"}), "no error backoff")
+	for _, result := range []string{"retry", "failed"} {
+		require.Zero(t, metric(t, "sluice_apply_duration_seconds", map[string]string{"applier": Name, "result": result}), result)
+	}
+	require.Zero(t, metric(t, "sluice_changes_failed_total", map[string]string{"applier": Name}))
+	require.Equal(t, 1.0, metric(t, "sluice_changes_applied_total", map[string]string{"applier": Name}))
+	require.True(t, strings.HasPrefix(got.Status.Apply.Message, "Argo CD Application"), got.Status.Apply.Message)
+}
