@@ -144,7 +144,7 @@ func TestOperator_aSyncThatTakesThreeLooksIsWaitingNotFailing(t *testing.T) {
 	require.Eventually(t, func() bool {
 		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cr), got))
 		return counted.n.Load() >= 3 && meta.IsStatusConditionTrue(got.Status.Conditions, sluicev1.ConditionProgressing)
-	}, 90*time.Second, 100*time.Millisecond, "not looked at three times while waiting: %d looks, %+v", counted.n.Load(), got.Status.Conditions)
+	}, 90*time.Second, 100*time.Millisecond, "not looked at three times while waiting (Progressing)")
 	require.Equal(t, sluicev1.PhaseApplying, got.Status.Phase)
 	for _, typ := range []string{sluicev1.ConditionProgressing, sluicev1.ConditionReady, sluicev1.ConditionApplied} {
 		c := meta.FindStatusCondition(got.Status.Conditions, typ)

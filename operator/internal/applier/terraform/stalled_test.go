@@ -81,7 +81,7 @@ func TestOperator_aMissingTerraformBinaryStallsTheChangeWithThePath(t *testing.T
 	require.Eventually(t, func() bool {
 		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cr), got))
 		return meta.IsStatusConditionTrue(got.Status.Conditions, sluicev1.ConditionStalled)
-	}, 90*time.Second, 100*time.Millisecond, "never Stalled: %+v", got.Status.Conditions)
+	}, 90*time.Second, 100*time.Millisecond, "never Stalled")
 
 	stalled := meta.FindStatusCondition(got.Status.Conditions, sluicev1.ConditionStalled)
 	require.Equal(t, sluicev1.ReasonBinaryNotFound, stalled.Reason)
