@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Operator benchmarks on envtest, printed as figures (make bench runs this):
 #  - time for 1,000 auto-approved ChangeRequests across 100 releases to reach
-#    a terminal phase with a no-op applier;
+#    a terminal phase with a no-op applier, the operator's writes per change
+#    (by the ChangeRequest and the Release reconciler) and the ChangeRequest
+#    reconciles that ended in a RequeueAfter;
 #  - write calls per reconcile at steady state (target 0);
 #  - the operator's memory with 10,000 ChangeRequests in its cache;
 #  - the pure gate's cost per decision (Go benchmark).
