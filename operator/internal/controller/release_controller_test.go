@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,4 +239,48 @@ func TestRelease_approvalGCKeepsTheApprovalOfAChangeTheCacheHasNotSeen(t *testin
 		"the approval of a change that exists but is not in the cache is kept")
 	err := f.c.Get(ctx(t), client.ObjectKeyFromObject(orphan), &sluicev1.Approval{})
 	require.True(t, apierrors.IsNotFound(err), "the approval of a deleted change is collected: %v", err)
+}
+
+// A pass that fails (here: pruning an old ChangeRequest) does not claim the
+// generation it failed on: observedGeneration moves only with a pass that
+// ended without an error, so a user can tell the two apart.
+func TestRelease_aFailedPassDoesNotMoveObservedGeneration(t *testing.T) {
+	f := newFixture(t)
+	ta := &testapplier.Applier{Client: env.Client}
+	var failing atomic.Bool
+	var failed atomic.Int32
+	startOperator(t, f.ns, operatorConfig{applier: ta, keep: 1, failDelete: func(obj client.Object) error {
+		if _, ok := obj.(*sluicev1.ChangeRequest); ok && failing.Load() {
+			failed.Add(1)
+			return apierrors.NewServiceUnavailable("the API server is away")
+		}
+		return nil
+	}})
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
+	require.Eventually(t, func() bool {
+		r := f.getRelease(rel.Name)
+		return r.Status.ObservedGeneration == r.Generation && meta.IsStatusConditionTrue(r.Status.Conditions, sluicev1.ConditionReady)
+	}, waitFor, 50*time.Millisecond)
+
+	failing.Store(true)
+	time.Sleep(time.Second) // a second apart, so the next change is newer
+	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
+	require.Eventually(t, func() bool { return failed.Load() > 0 }, waitFor, 50*time.Millisecond, "pruning the first change fails")
+	var updated *sluicev1.Release
+	require.Eventually(t, func() bool {
+		updated = f.getRelease(rel.Name)
+		updated.Spec.Values = []sluicev1.RelativePath{"services/checkout/values.yaml"}
+		return f.c.Update(ctx(t), updated) == nil
+	}, waitFor, 50*time.Millisecond)
+	seen := failed.Load()
+	require.Eventually(t, func() bool { return failed.Load() >= seen+2 }, waitFor, 50*time.Millisecond, "two more failed passes on the new generation")
+	got := f.getRelease(rel.Name)
+	require.Equal(t, updated.Generation-1, got.Status.ObservedGeneration, "a failed pass leaves observedGeneration behind")
+
+	failing.Store(false)
+	require.Eventually(t, func() bool {
+		got = f.getRelease(rel.Name)
+		return got.Status.ObservedGeneration == updated.Generation
+	}, waitFor, 50*time.Millisecond, "the first pass that succeeds records the generation")
 }

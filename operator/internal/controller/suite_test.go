@@ -69,6 +69,8 @@ type writeCounter struct {
 	writes atomic.Int64
 	// failStatus, when it returns an error, replaces a status write.
 	failStatus func(obj client.Object) error
+	// failDelete, when it returns an error, replaces a delete.
+	failDelete func(obj client.Object) error
 }
 
 func (w *writeCounter) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
@@ -88,6 +90,11 @@ func (w *writeCounter) Patch(ctx context.Context, obj client.Object, patch clien
 
 func (w *writeCounter) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
 	w.writes.Add(1)
+	if w.failDelete != nil {
+		if err := w.failDelete(obj); err != nil {
+			return err
+		}
+	}
 	return w.Client.Delete(ctx, obj, opts...)
 }
 
@@ -144,6 +151,7 @@ type operatorConfig struct {
 	applier       applier.Applier
 	beforeHandOff func(ctx context.Context, cr *sluicev1.ChangeRequest)
 	failStatus    func(obj client.Object) error
+	failDelete    func(obj client.Object) error
 	keep          int
 	grace         time.Duration
 	lockRetry     time.Duration
@@ -163,7 +171,7 @@ func startOperator(t testing.TB, ns string, cfg operatorConfig) *operator {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, IndexFields(ctx, mgr))
-	wc := &writeCounter{Client: mgr.GetClient(), failStatus: cfg.failStatus}
+	wc := &writeCounter{Client: mgr.GetClient(), failStatus: cfg.failStatus, failDelete: cfg.failDelete}
 	reg := applier.Registry{}
 	if cfg.applier != nil {
 		reg[sluicev1.DeliveryHelm] = cfg.applier
