@@ -30,7 +30,9 @@ func TestGate_reapplyOfTheAppliedDigest(t *testing.T) {
 		{"other content waits for approvals",
 			release("checkout-prod", "prod", "checkout-prod", appliedRel), change(revert, func(c *sluicev1.ChangeRequest) { c.Spec.ContentDigest = contentB }), sluicev1.ReasonAwaitingApprovals},
 		{"a chart that renders differently today waits for approvals",
-			release("checkout-prod", "prod", "checkout-prod", appliedRel), change(revert, func(c *sluicev1.ChangeRequest) { c.Spec.ManifestDigest = sluicev1.SHA256Digest([]byte("rendered today")) }), sluicev1.ReasonAwaitingApprovals},
+			release("checkout-prod", "prod", "checkout-prod", appliedRel), change(revert, func(c *sluicev1.ChangeRequest) {
+				c.Spec.ManifestDigest = sluicev1.SHA256Digest([]byte("rendered today"))
+			}), sluicev1.ReasonAwaitingApprovals},
 		{"a release that applied nothing has nothing to re-apply",
 			release("checkout-prod", "prod", "checkout-prod"), change(revert), sluicev1.ReasonAwaitingApprovals},
 		{"a deny finding still rejects it",
