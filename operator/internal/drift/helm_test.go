@@ -6,38 +6,27 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/drift/drifttest"
 )
 
-// tamper does what a person with kubectl would: edits the Deployment's
-// image and deletes the ConfigMap; and the HPA (as kube-controller-manager,
-// through the scale subresource) scales the Deployment to 3.
-func (f *fixture) tamper() {
-	ctx := context.Background()
-	dep := &appsv1.Deployment{}
-	key := client.ObjectKey{Namespace: f.target, Name: f.release.Name}
-	require.NoError(f.t, env.Client.Get(ctx, key, dep))
-	scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 3}}
-	require.NoError(f.t, env.Client.SubResource("scale").Update(ctx, dep, client.WithSubResourceBody(scale), client.FieldOwner("kube-controller-manager")))
-	require.NoError(f.t, env.Client.Get(ctx, key, dep))
-	orig := dep.DeepCopy()
-	dep.Spec.Template.Spec.Containers[0].Image = "registry.example.com/miner:6.6.6"
-	require.NoError(f.t, env.Client.Patch(ctx, dep, client.MergeFrom(orig), client.FieldOwner("kubectl-edit")))
-	require.NoError(f.t, env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.target, Name: f.release.Name + "-config"}}))
+func startWithDrift(f *drifttest.Fixture) {
+	f.Start(func(mgr ctrl.Manager) error { return Setup(mgr, Options{Config: env.Config, SkipNameValidation: true}) })
 }
 
-func (f *fixture) deployment() *appsv1.Deployment {
-	dep := &appsv1.Deployment{}
-	require.NoError(f.t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.target, Name: f.release.Name}, dep))
-	return dep
+// tamper does what a person with kubectl would (edit the Deployment's
+// image, delete the ConfigMap) after the HPA scaled the Deployment to 3.
+func tamper(f *drifttest.Fixture) {
+	f.ScaleAsHPA(3)
+	f.EditImage()
+	f.DeleteConfigMap()
 }
 
 // metric is the value of a sluice_* series in the operator's registry.
@@ -70,72 +59,72 @@ func checks(t *testing.T, result string) float64 {
 }
 
 func TestDrift_warnReportsAnEditedFieldAndADeletedObjectButNotHPAReplicas(t *testing.T) {
-	f := newFixture(t, sluicev1.DriftWarn)
-	f.startOperator()
-	applied := f.applyFirst()
-	f.waitDrifted(metav1.ConditionFalse)
+	f := drifttest.New(t, env, server, sluicev1.DriftWarn)
+	startWithDrift(f)
+	applied := f.ApplyFirst()
+	f.WaitDrifted(metav1.ConditionFalse)
 
-	f.tamper()
-	rel := f.waitDrifted(metav1.ConditionTrue)
+	tamper(f)
+	rel := f.WaitDrifted(metav1.ConditionTrue)
 	c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionDrifted)
 	require.Equal(t, sluicev1.ReasonDriftDetected, c.Reason, c.Message)
 	require.NotNil(t, rel.Status.Drift)
 	require.Equal(t, applied.Name, rel.Status.Drift.Change)
 	require.ElementsMatch(t, []sluicev1.DriftedObject{
-		{Kind: "Deployment", Namespace: f.target, Name: f.release.Name, Change: sluicev1.DriftChanged,
+		{Kind: "Deployment", Namespace: f.Target, Name: f.Release.Name, Change: sluicev1.DriftChanged,
 			Fields: []string{"spec.template.spec.containers[name=web].image"}},
-		{Kind: "ConfigMap", Namespace: f.target, Name: f.release.Name + "-config", Change: sluicev1.DriftRemoved},
+		{Kind: "ConfigMap", Namespace: f.Target, Name: f.Release.Name + "-config", Change: sluicev1.DriftRemoved},
 	}, rel.Status.Drift.Objects, "the image and the ConfigMap drifted; the HPA's replicas did not")
 	require.Empty(t, rel.Annotations[sluicev1.AnnotationReplan], "warn asks for nothing")
 
 	// warn changes nothing: the workload stays as tampered, and further
 	// checks that find the same write nothing.
-	require.Equal(t, "registry.example.com/miner:6.6.6", f.deployment().Spec.Template.Spec.Containers[0].Image)
-	require.Equal(t, int32(3), *f.deployment().Spec.Replicas)
+	require.Equal(t, drifttest.TamperedImage, f.Deployment().Spec.Template.Spec.Containers[0].Image)
+	require.Equal(t, int32(3), *f.Deployment().Spec.Replicas)
 	rv := rel.ResourceVersion
 	n := checks(t, "drifted")
 	require.Eventually(t, func() bool { return checks(t, "drifted") >= n+1 }, time.Minute, 200*time.Millisecond)
 	again := &sluicev1.Release{}
-	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.release), again))
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.Release), again))
 	require.Equal(t, rv, again.ResourceVersion, "a check that finds the same drift writes nothing")
-	require.Equal(t, 1.0, metric(t, "sluice_release_drifted", map[string]string{"namespace": f.ctl, "release": f.release.Name}))
+	require.Equal(t, 1.0, metric(t, "sluice_release_drifted", map[string]string{"namespace": f.Ctl, "release": f.Release.Name}))
 }
 
 func TestDrift_revertReappliesTheAppliedRevisionWithoutANewApproval(t *testing.T) {
-	f := newFixture(t, sluicev1.DriftRevert)
-	f.startOperator()
-	applied := f.applyFirst()
-	f.waitDrifted(metav1.ConditionFalse)
+	f := drifttest.New(t, env, server, sluicev1.DriftRevert)
+	startWithDrift(f)
+	applied := f.ApplyFirst()
+	f.WaitDrifted(metav1.ConditionFalse)
 	// The platform team raised the floor since: the applied change's one
 	// approval would no longer do for a new change.
 	require.NoError(t, env.Client.Create(context.Background(), &sluicev1.ApprovalPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "two", Namespace: f.ctl},
-		Spec: sluicev1.ApprovalPolicySpec{Namespaces: []sluicev1.NamespacePattern{sluicev1.NamespacePattern(f.target)},
+		ObjectMeta: metav1.ObjectMeta{Name: "two", Namespace: f.Ctl},
+		Spec: sluicev1.ApprovalPolicySpec{Namespaces: []sluicev1.NamespacePattern{sluicev1.NamespacePattern(f.Target)},
 			Rule: sluicev1.ApprovalRule{Required: 2, AutoApproveRisk: sluicev1.AutoApproveNone}},
 	}))
 
-	f.tamper()
-	rel := f.waitDrifted(metav1.ConditionTrue)
+	tamper(f)
+	rel := f.WaitDrifted(metav1.ConditionTrue)
 	c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionDrifted)
 	require.Equal(t, sluicev1.ReasonDriftReverting, c.Reason, c.Message)
 	require.Equal(t, RevertPrefix+applied.Name, rel.Annotations[sluicev1.AnnotationReplan])
 
 	// The syncer answers the re-plan with attempt 2 at the applied commit;
 	// it renders the same, so it carries the same approvalDigest.
-	revert := f.change(applied.Spec.Revision, 2, "message: hello from staging\nimage: registry.example.com/web:1.0.0\n")
+	revert := f.Change(applied.Spec.Revision, 2, drifttest.Values)
 	require.Equal(t, applied.Spec.ApprovalDigest, revert.Spec.ApprovalDigest)
 	done, err := env.WaitChangePhase(context.Background(), client.ObjectKeyFromObject(revert), sluicev1.PhaseApplied, 2*time.Minute)
 	require.NoError(t, err)
 	approved := meta.FindStatusCondition(done.Status.Conditions, sluicev1.ConditionApproved)
 	require.Equal(t, sluicev1.ReasonReappliesApproved, approved.Reason, approved.Message)
 	var approvals sluicev1.ApprovalList
-	require.NoError(t, env.Client.List(context.Background(), &approvals, client.InNamespace(f.ctl)))
+	require.NoError(t, env.Client.List(context.Background(), &approvals, client.InNamespace(f.Ctl)))
 	require.Len(t, approvals.Items, 1, "no new approval")
 
-	dep := f.deployment()
+	dep := f.Deployment()
 	require.Equal(t, "registry.example.com/web:1.0.0", dep.Spec.Template.Spec.Containers[0].Image, "the image is restored")
 	cm := &corev1.ConfigMap{}
-	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.target, Name: f.release.Name + "-config"}, cm), "the ConfigMap is back")
-	rel = f.waitDrifted(metav1.ConditionFalse)
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.Target, Name: f.Release.Name + "-config"}, cm), "the ConfigMap is back")
+	rel = f.WaitDrifted(metav1.ConditionFalse)
 	require.Nil(t, rel.Status.Drift)
 }
