@@ -190,7 +190,7 @@ func matches(key string, i int, el any) bool {
 		if json.Unmarshal([]byte(key[2:]), &want) != nil {
 			return false
 		}
-		return reflect.DeepEqual(normalise(el), normalise(want))
+		return sameScalar(el, want) || reflect.DeepEqual(normalise(el), normalise(want))
 	case strings.HasPrefix(key, "i:"):
 		return key[2:] == fmt.Sprint(i)
 	}
@@ -237,10 +237,84 @@ func walk(prefix string, want, live any, paths *[]string) {
 			walk(prefix+index(w[i], i), w[i], l[i], paths)
 		}
 	default:
-		if !reflect.DeepEqual(normalise(want), normalise(live)) {
+		if !sameScalar(want, live) {
 			*paths = append(*paths, orRoot(prefix))
 		}
 	}
+}
+
+// sameScalar compares two JSON scalars; numbers compare by value whatever
+// decoded them (int64 from the API machinery, float64 from encoding/json).
+func sameScalar(a, b any) bool {
+	if x, ok := number(a); ok {
+		y, ok := number(b)
+		return ok && x == y
+	}
+	switch a.(type) {
+	case map[string]any, []any:
+		return reflect.DeepEqual(normalise(a), normalise(b))
+	}
+	return a == b
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case float64:
+		return n, true
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	}
+	return 0, false
+}
+
+// Subset reports whether every field the approved object sets has the same
+// value live (lists element by element, of the same length). When it does,
+// re-applying the approved object changes nothing, so there is no drift
+// and no dry-run is needed; when it does not, the dry-run decides, since
+// the API server may write a value differently than the chart did
+// (defaults, quantities).
+func Subset(approved, live any) bool {
+	switch a := approved.(type) {
+	case map[string]any:
+		l, ok := live.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, v := range a {
+			lv, present := l[k]
+			if !present {
+				if v == nil {
+					continue
+				}
+				return false
+			}
+			if !Subset(v, lv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		l, ok := live.([]any)
+		if !ok || len(l) != len(a) {
+			return false
+		}
+		for i := range a {
+			if !Subset(a[i], l[i]) {
+				return false
+			}
+		}
+		return true
+	case nil:
+		return live == nil
+	}
+	return sameScalar(approved, live)
 }
 
 func join(prefix, k string) string {

@@ -66,3 +66,21 @@ func FuzzChangedFields(f *testing.F) {
 		}
 	})
 }
+
+func TestSubset(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		approved, live string
+		want           bool
+	}{
+		{"live adds defaults and server fields", `{"spec":{"containers":[{"name":"a","image":"x"}]}}`, `{"spec":{"containers":[{"name":"a","image":"x","imagePullPolicy":"Always"}]},"status":{}}`, true},
+		{"a changed value", `{"data":{"k":"v"}}`, `{"data":{"k":"w"}}`, false},
+		{"a missing field", `{"data":{"k":"v"}}`, `{"data":{}}`, false},
+		{"a list of another length", `{"a":[1]}`, `{"a":[1,2]}`, false},
+		{"numbers by value", `{"a":1}`, `{"a":1.0}`, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, Subset(obj(t, tt.approved), obj(t, tt.live)))
+		})
+	}
+}
