@@ -21,12 +21,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	ctrl "sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -65,12 +67,30 @@ type Reconciler struct {
 // SetupWithManager registers the controller ("release-drift"); a change of
 // a Repository's drift policy wakes its Releases.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager, opts controller.Options) error {
-	return ctrl.ControllerManagedBy(mgr).
+	return builder.ControllerManagedBy(mgr).
 		Named("release-drift").
-		For(&sluicev1.Release{}).
+		For(&sluicev1.Release{}, builder.WithPredicates(appliedChanged())).
 		Watches(&sluicev1.Repository{}, handler.EnqueueRequestsFromMapFunc(r.releasesOf)).
 		WithOptions(opts).
 		Complete(r)
+}
+
+// appliedChanged lets through the Release updates that change what a check
+// compares with or whether it may run (the applied change, the apply lock,
+// the spec); its own status writes and the other controllers' do not wake
+// it, the interval does.
+func appliedChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*sluicev1.Release)
+			n, ok2 := e.ObjectNew.(*sluicev1.Release)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return o.Generation != n.Generation || o.Status.AppliedChange != n.Status.AppliedChange ||
+				o.Status.CurrentChange != n.Status.CurrentChange || !n.DeletionTimestamp.IsZero()
+		},
+	}
 }
 
 func (r *Reconciler) releasesOf(ctx context.Context, o client.Object) []reconcile.Request {
@@ -231,9 +251,6 @@ func (r *Reconciler) patchStatus(ctx context.Context, rel *sluicev1.Release, con
 		return nil
 	}
 	if err := r.Client.Status().Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
-		if apierrors.IsConflict(err) {
-			return fmt.Errorf("patch the drift status of Release %s (retried): %w", rel.Name, err)
-		}
 		return fmt.Errorf("patch the drift status of Release %s: %w", rel.Name, err)
 	}
 	return nil
