@@ -21,6 +21,10 @@ const (
 	// tracked branch while the Repository's prune is off, so nothing is
 	// proposed and the Release and its workload stay as they are.
 	ConditionOrphaned = "Orphaned"
+	// ConditionDrifted is the operator's drift check of a Release: True when
+	// the live state differs from the last applied change, False when it
+	// matches, Unknown when the check failed.
+	ConditionDrifted = "Drifted"
 	// ConditionValidated is True when a change has no deny finding.
 	ConditionValidated = "Validated"
 	// ConditionApproved is True when a change passed the gate.
@@ -118,6 +122,19 @@ const (
 	// its target namespace (another namespace, or a cluster-scoped object)
 	// that the Repository does not allow.
 	ReasonOutsideNamespace = "OutsideNamespace"
+	// ReasonNoDrift: the live state matches the last applied change.
+	ReasonNoDrift = "NoDrift"
+	// ReasonDriftDetected: the live state differs from the last applied
+	// change.
+	ReasonDriftDetected = "DriftDetected"
+	// ReasonDriftReverting: drift was found and a re-apply of the last
+	// applied revision was asked for.
+	ReasonDriftReverting = "DriftReverting"
+	// ReasonDriftCheckFailed: the drift check could not compare.
+	ReasonDriftCheckFailed = "DriftCheckFailed"
+	// ReasonReappliesApproved: the change re-applies the approvalDigest
+	// its release has applied, so the approval of that change carries it.
+	ReasonReappliesApproved = "ReappliesApproved"
 	// ReasonReleaseNotFound: the change's Release does not exist.
 	ReasonReleaseNotFound = "ReleaseNotFound"
 )

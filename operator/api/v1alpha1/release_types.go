@@ -121,7 +121,8 @@ type ReleaseStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Progressing, Degraded, written by the operator;
+	// Conditions: Ready, Progressing, Degraded and Drifted, written by the
+	// operator;
 	// Synced and Orphaned, written by the syncer.
 	// +listType=map
 	// +listMapKey=type
@@ -176,6 +177,11 @@ type ReleaseStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	DeletedBy string `json:"deletedBy,omitempty"`
+
+	// Drift is the result of the last drift check, while the live state
+	// differs from the last applied change (see the Drifted condition).
+	// +optional
+	Drift *DriftStatus `json:"drift,omitempty"`
 
 	// History is the newest terminal changes, newest first.
 	// +kubebuilder:validation:MaxItems=20

@@ -153,6 +153,11 @@ type RepositorySpec struct {
 	// Suspend stops polling and syncing.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// Drift is the drift detection of the repository's releases (off by
+	// default). Accepting a drift is a commit to git.
+	// +optional
+	Drift *DriftPolicy `json:"drift,omitempty"`
 }
 
 // RepositoryStatus is what the syncer last saw of a Repository.

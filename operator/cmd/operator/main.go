@@ -24,6 +24,7 @@ import (
 	helmapplier "github.com/sluice-gitops/sluice/operator/internal/applier/helm"
 	tfapplier "github.com/sluice-gitops/sluice/operator/internal/applier/terraform"
 	"github.com/sluice-gitops/sluice/operator/internal/controller"
+	"github.com/sluice-gitops/sluice/operator/internal/drift"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
 )
 
@@ -38,10 +39,12 @@ func main() {
 		helmFlags    helmapplier.Flags
 		tfFlags      tfapplier.Flags
 		argoFlags    argoapplier.Flags
+		driftFlags   drift.Flags
 	)
 	helmFlags.Bind(flag.CommandLine)
 	argoFlags.Bind(flag.CommandLine)
 	tfFlags.Bind(flag.CommandLine)
+	driftFlags.Bind(flag.CommandLine)
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics endpoint (\"0\" disables it).")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
@@ -70,13 +73,13 @@ func main() {
 	if namespaces != "" {
 		o.Namespaces = strings.Split(namespaces, ",")
 	}
-	if err := run(log, o, testAppliers, helmFlags, argoFlags, tfFlags); err != nil {
+	if err := run(log, o, testAppliers, helmFlags, argoFlags, tfFlags, driftFlags); err != nil {
 		log.Error(err, "Operator failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helmFlags helmapplier.Flags, argoFlags argoapplier.Flags, tfFlags tfapplier.Flags) error {
+func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helmFlags helmapplier.Flags, argoFlags argoapplier.Flags, tfFlags tfapplier.Flags, driftFlags drift.Flags) error {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
@@ -123,6 +126,9 @@ func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helm
 
 	mgr, err := controller.NewManager(ctx, cfg, o)
 	if err != nil {
+		return err
+	}
+	if err := driftFlags.Register(mgr, cfg, o.Concurrency); err != nil {
 		return err
 	}
 	log.Info("Starting", "version", version.String("operator"))

@@ -174,9 +174,11 @@ func EffectiveRule(in Inputs, cr *sluicev1.ChangeRequest) (Rule, []error) {
 }
 
 // Decide is the whole gate: the effective rule from the inputs, then
-// EvaluateFor with the inputs' People. Rule errors are policies with an
-// invalid selector (included anyway).
+// EvaluateFor with the inputs' People, and a change that re-applies its
+// Release's applied digest passes without new approvals (reapplied).
+// Rule errors are policies with an invalid selector (included anyway).
 func Decide(in Inputs, cr *sluicev1.ChangeRequest, approvals []sluicev1.Approval) (Decision, []error) {
 	rule, errs := EffectiveRule(in, cr)
-	return EvaluateFor(cr, rule, approvals, in.People), errs
+	d := EvaluateFor(cr, rule, approvals, in.People)
+	return reapplied(d, in.Release, cr), errs
 }

@@ -61,8 +61,9 @@ type app struct {
 	opts  Options
 	flags *genericclioptions.ConfigFlags
 
-	client    client.WithWatch
-	namespace string
+	client     client.WithWatch
+	restConfig *rest.Config
+	namespace  string
 }
 
 // NewCommand builds the `kubectl sluice` command tree.
@@ -101,6 +102,7 @@ and kubectl sluice approve records one in your own Kubernetes name.`,
 		newDecideCommand(a, sluicev1.DecisionReject),
 		newDecideCommand(a, sluicev1.DecisionRevoke),
 		newWaitCommand(a),
+		newAuditCommand(a),
 	)
 	return root
 }
@@ -153,6 +155,7 @@ func (a *app) connect() error {
 		return fmt.Errorf("connect to the API server: %w", err)
 	}
 	a.client = c
+	a.restConfig = cfg
 	return nil
 }
 
