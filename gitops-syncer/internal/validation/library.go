@@ -35,6 +35,8 @@ type Library struct {
 // (*tfstate.Server).
 type StateGranter interface {
 	Grant(g tfstate.Grant) (tfstate.Credential, error)
+	// Revoke ends a credential whose run died, freeing its lock.
+	Revoke(ctx context.Context, c tfstate.Credential) error
 }
 
 // LibraryOptions configure NewLibrary.
@@ -87,20 +89,25 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 		PreviousManifest: previous,
 		Confine:          req.Confine,
 	}
+	var granted *tfstate.Credential
 	if l.state != nil && req.Service.TerraformDir() != "" {
 		workspace := ""
 		if env, ok := req.Service.Environment(req.Environment); ok && env.Terraform != nil {
 			workspace = env.Terraform.Workspace
 		}
 		// The credential (and a lock its run may leave behind) lives as
-		// long as the run may.
+		// long as the run may, unless the run is known lost (endLostRun).
 		cred, err := l.state.Grant(tfstate.Grant{Namespace: req.ControlNamespace, Release: req.Release, Workspace: workspace, Mode: tfstate.ModePlan, TTL: terraform.DefaultTimeout + 5*time.Minute})
 		if err != nil {
 			return rejected([]sluicev1.Finding{{Severity: sluicev1.SeverityDeny, Source: "terraform", Policy: "terraform.state", Message: "no state credential: " + err.Error()}}), nil
 		}
 		sreq.Backend, sreq.Env = terraform.BackendHTTP, cred.Env()
+		granted = &cred
 	}
 	res, err := l.checkService(ctx, sreq, req.Service)
+	if granted != nil {
+		l.endLostRun(ctx, *granted, err)
+	}
 	var merr *manifest.Error
 	var tfErr *terraform.RunError
 	switch {
@@ -145,6 +152,20 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 	return out, nil
+}
+
+// endLostRun revokes cred when its run ended without a result (the runner
+// died, err wraps terraform.ErrRunnerLost): a lock the run held is freed
+// at once, so the retry need not wait for the credential to expire, and
+// the credential opens nothing any more. Plans never write the state, so
+// this holds even when a runner workload lost only the connection.
+func (l *Library) endLostRun(ctx context.Context, cred tfstate.Credential, err error) {
+	if !errors.Is(err, terraform.ErrRunnerLost) {
+		return
+	}
+	if rerr := l.state.Revoke(context.WithoutCancel(ctx), cred); rerr != nil {
+		log.FromContext(ctx).Error(rerr, "Freeing the state lock of a lost terraform run failed; it frees when the run's credential expires")
+	}
 }
 
 // checkService is V.CheckService with the Terraform plan run beside the
