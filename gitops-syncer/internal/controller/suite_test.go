@@ -87,8 +87,9 @@ func run(m *testing.M) int {
 	chartDir = filepath.Join(root, "charts", "service")
 	servicesDir = filepath.Join(root, "services")
 
-	// Terraform runs in a sandboxed child and reaches its release's state
-	// only through the state server, with a plan-only credential.
+	// Terraform runs in a sandboxed child (a spare one waits, as in the
+	// syncer by default) and reaches its release's state only through the
+	// state server, with a plan-only credential.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	state, err := validation.ServeState(ctx, env.Config, "127.0.0.1:0", "", logr.Discard())
@@ -96,7 +97,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	validator, err = validation.NewLibrary(ctx, validation.LibraryOptions{Runner: &runner.Local{}, State: state})
+	validator, err = validation.NewLibrary(ctx, validation.LibraryOptions{Runner: &runner.Local{Spare: true}, State: state})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

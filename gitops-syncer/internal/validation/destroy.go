@@ -103,6 +103,7 @@ func (l *Library) PlanDelete(ctx context.Context, req DeleteRequest) (*DeleteRes
 	}
 	pr.Env = cred.Env()
 	plan, err := l.V.PlanAndCheck(ctx, pr)
+	l.endLostRun(ctx, cred, err)
 	var tfErr *terraform.RunError
 	switch {
 	case errors.As(err, &tfErr) && tfErr.Kind == terraform.ErrorConfiguration:

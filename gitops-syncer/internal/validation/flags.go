@@ -22,6 +22,7 @@ type Flags struct {
 	Kubeconfig      string
 	Runner          string
 	RunnerTokenFile string
+	RunnerSpare     bool
 	PluginCacheDir  string
 	AllowPorts      string
 	PassEnv         string
@@ -35,6 +36,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.Kubeconfig, "terraform-kubeconfig", "", "Kubeconfig the state server reads and locks the Terraform state with (default: the syncer's own connection). Terraform itself never gets it.")
 	fs.StringVar(&f.Runner, "terraform-runner", runner.LocalName, "Where terraform runs: \"local\" (a sandboxed child process) or the runner workload's URL, e.g. http://sluice-runner:8090.")
 	fs.StringVar(&f.RunnerTokenFile, "terraform-runner-token-file", "", "File holding the runner workload's bearer token (with a --terraform-runner URL).")
+	fs.BoolVar(&f.RunnerSpare, "terraform-runner-spare", true, "Keep one local runner child started ahead of the next plan, waiting for its job (saves starting it and terraform's version check on every plan; costs one idle process).")
 	fs.StringVar(&f.PluginCacheDir, "terraform-plugin-cache-dir", "", "Provider plugin cache local runs may read (never write).")
 	fs.StringVar(&f.AllowPorts, "terraform-allow-ports", "", "Comma-separated TCP ports local runs may connect to besides the state server's (provider endpoints).")
 	fs.StringVar(&f.PassEnv, "terraform-env", "", "Comma-separated names of this process's environment variables passed to terraform in its runner (provider settings); nothing else of the environment is.")
@@ -62,12 +64,17 @@ func (f *Flags) Library(ctx context.Context, cfg *rest.Config, kubeVersion strin
 	if err != nil {
 		return nil, fmt.Errorf("--terraform-allow-ports: %w", err)
 	}
-	run, err := runner.FromFlag(f.Runner, f.RunnerTokenFile, &runner.Local{
-		TerraformPath: f.Path, PluginCacheDir: f.PluginCacheDir, AllowPorts: ports, Log: log,
-	}, log)
+	local := &runner.Local{
+		TerraformPath: f.Path, PluginCacheDir: f.PluginCacheDir, AllowPorts: ports, Log: log, Spare: f.RunnerSpare,
+	}
+	run, err := runner.FromFlag(f.Runner, f.RunnerTokenFile, local, log)
 	if err != nil {
 		return nil, err
 	}
+	go func() {
+		<-ctx.Done()
+		local.Close()
+	}()
 	stateCfg := cfg
 	if f.Kubeconfig != "" {
 		if stateCfg, err = clientcmd.BuildConfigFromFlags("", f.Kubeconfig); err != nil {

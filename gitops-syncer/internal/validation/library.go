@@ -35,6 +35,8 @@ type Library struct {
 // (*tfstate.Server).
 type StateGranter interface {
 	Grant(g tfstate.Grant) (tfstate.Credential, error)
+	// Revoke ends a credential whose run died, freeing its lock.
+	Revoke(ctx context.Context, c tfstate.Credential) error
 }
 
 // LibraryOptions configure NewLibrary.
@@ -87,20 +89,25 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 		PreviousManifest: previous,
 		Confine:          req.Confine,
 	}
+	var granted *tfstate.Credential
 	if l.state != nil && req.Service.TerraformDir() != "" {
 		workspace := ""
 		if env, ok := req.Service.Environment(req.Environment); ok && env.Terraform != nil {
 			workspace = env.Terraform.Workspace
 		}
 		// The credential (and a lock its run may leave behind) lives as
-		// long as the run may.
+		// long as the run may, unless the run is known lost (endLostRun).
 		cred, err := l.state.Grant(tfstate.Grant{Namespace: req.ControlNamespace, Release: req.Release, Workspace: workspace, Mode: tfstate.ModePlan, TTL: terraform.DefaultTimeout + 5*time.Minute})
 		if err != nil {
 			return rejected([]sluicev1.Finding{{Severity: sluicev1.SeverityDeny, Source: "terraform", Policy: "terraform.state", Message: "no state credential: " + err.Error()}}), nil
 		}
 		sreq.Backend, sreq.Env = terraform.BackendHTTP, cred.Env()
+		granted = &cred
 	}
-	res, err := l.V.CheckService(ctx, sreq)
+	res, err := l.checkService(ctx, sreq, req.Service)
+	if granted != nil {
+		l.endLostRun(ctx, *granted, err)
+	}
 	var merr *manifest.Error
 	var tfErr *terraform.RunError
 	switch {
@@ -144,6 +151,82 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 			out.Verdict.Result = sluicev1.VerdictWarn
 		}
 	}
+	return out, nil
+}
+
+// endLostRun revokes cred when its run ended without a result (the runner
+// died, err wraps terraform.ErrRunnerLost): a lock the run held is freed
+// at once, so the retry need not wait for the credential to expire, and
+// the credential opens nothing any more. Plans never write the state, so
+// this holds even when a runner workload lost only the connection.
+func (l *Library) endLostRun(ctx context.Context, cred tfstate.Credential, err error) {
+	if !errors.Is(err, terraform.ErrRunnerLost) {
+		return
+	}
+	if rerr := l.state.Revoke(context.WithoutCancel(ctx), cred); rerr != nil {
+		log.FromContext(ctx).Error(rerr, "Freeing the state lock of a lost terraform run failed; it frees when the run's credential expires")
+	}
+}
+
+// checkService is V.CheckService with the Terraform plan run beside the
+// chart's render and checks instead of after them: the plan mostly waits
+// on terraform in its runner, the chart on this process. The result and
+// the errors are CheckService's: a chart or manifest error comes first
+// (the plan is then stopped and dropped), then a plan error.
+func (l *Library) checkService(ctx context.Context, sreq validate.ServiceRequest, svc *manifest.Service) (*validate.ServiceResult, error) {
+	tfDir := ""
+	if svc != nil {
+		tfDir = svc.TerraformDir()
+	}
+	if tfDir == "" || sreq.SkipTerraform {
+		return l.V.CheckService(ctx, sreq)
+	}
+	dir, err := manifest.ConfinedPath(sreq.RepoRoot, tfDir)
+	if err != nil {
+		return l.V.CheckService(ctx, sreq) // reports it after the chart's problems, as always
+	}
+	pr := validate.PlanRequest{Root: sreq.RepoRoot, Dir: dir, Backend: sreq.Backend, Kubernetes: sreq.Kubernetes, Env: sreq.Env}
+	if env, ok := svc.Environment(sreq.Environment); ok && env.Terraform != nil {
+		pr.Vars, pr.Workspace = env.Terraform.Vars, env.Terraform.Workspace
+	}
+	planCtx, stopPlan := context.WithCancel(ctx)
+	defer stopPlan()
+	type planned struct {
+		check *validate.PlanCheck
+		err   error
+	}
+	plans := make(chan planned, 1)
+	go func() {
+		c, err := l.V.PlanAndCheck(planCtx, pr)
+		plans <- planned{c, err}
+	}()
+
+	chartOnly := sreq
+	chartOnly.SkipTerraform = true
+	out, err := l.V.CheckService(ctx, chartOnly)
+	if err != nil {
+		return nil, err
+	}
+	p := <-plans
+	if p.err != nil {
+		return nil, fmt.Errorf("service %s/%s terraform: %w", out.Service.Name, out.Environment.Name, p.err)
+	}
+	plan := p.check
+	// Findings name the stack folder relative to the checkout.
+	for i := range plan.Verdict.Findings {
+		if plan.Verdict.Findings[i].File == dir {
+			plan.Verdict.Findings[i].File = filepath.ToSlash(tfDir)
+		}
+	}
+	out.Plan = plan
+	out.PlanDigest = plan.Report.PlanDigest
+	out.PlanFileSHA256 = plan.Report.PlanFileSHA256
+	out.PlanFile = plan.PlanFile
+	out.PlanJSON = plan.PlanJSON
+	summary := plan.Summary
+	out.PlanSummary = &summary
+	findings := append(append([]report.Finding(nil), out.Verdict.Findings...), plan.Verdict.Findings...)
+	out.Verdict = report.NewVerdict(report.MaxRisk(out.Verdict.Risk, plan.Verdict.Risk), findings)
 	return out, nil
 }
 

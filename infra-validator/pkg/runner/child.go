@@ -54,12 +54,20 @@ func ChildMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "runner child:", err)
 		return 2
 	}
+	// terraform's version is asked while the job is on its way (or, for
+	// a spare child, while it waits for one): no input of the job is
+	// involved.
+	prepared, err := terraform.Prepare(context.Background(), *tfPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "runner child:", err)
+		return 2
+	}
 	var job Job
 	if err := json.NewDecoder(io.LimitReader(stdin, MaxJobBytes)).Decode(&job); err != nil {
 		fmt.Fprintln(stderr, "runner child: read the job:", err)
 		return 2
 	}
-	res := runJob(context.Background(), &job, childConfig{work: *work, terraform: *tfPath, pluginCache: *cache, readOnly: readOnly, ports: extra})
+	res := runJob(context.Background(), &job, childConfig{work: *work, terraform: *tfPath, pluginCache: *cache, readOnly: readOnly, ports: extra, prepared: prepared})
 	if err := json.NewEncoder(stdout).Encode(res); err != nil {
 		fmt.Fprintln(stderr, "runner child: write the result:", err)
 		return 1
@@ -71,6 +79,9 @@ type childConfig struct {
 	work, terraform, pluginCache string
 	readOnly                     []string
 	ports                        []uint16
+	// prepared runs terraform in the current folder; runJob changes
+	// into the stack folder to use it.
+	prepared *terraform.Prepared
 }
 
 // runJob confines this process, then runs job in cfg.work.
@@ -80,6 +91,11 @@ func runJob(ctx context.Context, job *Job, cfg childConfig) *Result {
 		if !slices.Contains(ports, p) {
 			ports = append(ports, p)
 		}
+	}
+	if cfg.prepared != nil {
+		// Its `terraform version` started unconfined; nothing runs
+		// beside the job's terraform once the sandbox is on.
+		cfg.prepared.Wait()
 	}
 	sb, err := confine(cfg.work, cfg.terraform, cfg.pluginCache, cfg.readOnly, ports)
 	if err != nil {
@@ -114,6 +130,9 @@ func runJob(ctx context.Context, job *Job, cfg childConfig) *Result {
 		return res
 	}
 	exec := terraform.ExecOptions{ExecPath: cfg.terraform, Env: job.Env, Secrets: job.Secrets, Timeout: job.Timeout}
+	if cfg.prepared != nil && os.Chdir(dir) == nil {
+		exec.Prepared = cfg.prepared
+	}
 	switch job.Op {
 	case OpPlan:
 		planFile, planJSON, err := terraform.PlanFiles(ctx, terraform.PlanOptions{

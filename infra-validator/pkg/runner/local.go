@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -42,8 +43,19 @@ type Local struct {
 	// Log gets one line per run at V(1) and the sandbox in use at start.
 	Log logr.Logger
 
+	// Spare keeps one child started ahead of the next run, waiting for
+	// its job: a run then skips starting a child (a re-exec of a large
+	// binary) and terraform's version check, which the waiting child does
+	// meanwhile. Each child still runs one job only, and confines itself
+	// once it has read it. It costs one idle process; Close stops it.
+	Spare bool
+
 	// started is called with the child's process id once it runs (tests).
 	started func(pid int)
+
+	mu     sync.Mutex
+	spare  *child
+	closed bool
 }
 
 var _ terraform.Runner = (*Local)(nil)
@@ -54,10 +66,15 @@ func (l *Local) SetStarted(f func(pid int)) { l.started = f }
 
 // Check resolves the terraform binary and probes the sandbox once, so a
 // missing binary or Landlock shows at start: the returned Sandbox says
-// what runs will be confined by.
+// what runs will be confined by. With Spare, it also starts the first
+// spare child.
 func (l *Local) Check() (Sandbox, error) {
-	if _, err := l.terraform(); err != nil {
+	tf, err := l.terraform()
+	if err != nil {
 		return Sandbox{}, err
+	}
+	if l.Spare {
+		go l.refill(tf)
 	}
 	return Probe(), nil
 }
@@ -121,7 +138,8 @@ func (l *Local) Run(ctx context.Context, job *Job) (*Result, error) {
 	return res, nil
 }
 
-// run starts the child and reads its Result (failed or not).
+// run hands the job to a child (the spare, or a new one) and reads its
+// Result (failed or not).
 func (l *Local) run(ctx context.Context, job *Job) (*Result, error) {
 	tf, err := l.terraform()
 	if err != nil {
@@ -131,6 +149,132 @@ func (l *Local) run(ctx context.Context, job *Job) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("terraform runner: %w", err)
 	}
+	c, err := l.take(tf)
+	if err != nil {
+		return nil, err
+	}
+	defer c.remove()
+	if l.Spare {
+		// The next spare starts once this run is over, not beside it:
+		// on a busy machine its start would slow this run down.
+		defer func() { go l.refill(tf) }()
+	}
+	if l.started != nil {
+		l.started(c.cmd.Process.Pid)
+	}
+	start := time.Now()
+	go func() {
+		// A child that died before reading all of it runs nothing: its
+		// decode fails. Its death is reported below.
+		_, _ = c.stdin.Write(body)
+		_ = c.stdin.Close()
+	}()
+	var waitErr error
+	select {
+	case <-c.exited:
+		waitErr = c.waitErr
+	case <-ctx.Done():
+		// Stop gently (terraform releases its lock and saves its state),
+		// then for good.
+		terminate(c.cmd, false)
+		select {
+		case <-c.exited:
+		case <-time.After(30 * time.Second):
+			terminate(c.cmd, true)
+			<-c.exited
+		}
+		waitErr = c.waitErr
+	}
+	killGroup(c.cmd) // whatever the run left behind (a provisioner's children)
+	var res Result
+	if derr := json.Unmarshal(c.stdout.Bytes(), &res); derr != nil || c.stdout.Len() == 0 {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", terraform.ErrRunnerLost, ctx.Err())
+		}
+		msg := strings.TrimSpace(terraform.Redact(c.stderr.String(), job.secrets()))
+		return nil, fmt.Errorf("%w: the runner child ended (%v) without a result%s", terraform.ErrRunnerLost, waitErr, suffix(msg))
+	}
+	l.Log.V(1).Info("Terraform run finished", "op", job.Op, "duration", time.Since(start).Round(time.Millisecond).String(), "sandbox", res.Sandbox.String())
+	return &res, nil
+}
+
+// child is a started runner child waiting for its job on stdin.
+type child struct {
+	cmd            *exec.Cmd
+	stdin          io.WriteCloser
+	stdout, stderr *limitedBuffer
+	work, tf       string
+	exited         chan struct{} // closed once cmd.Wait returned
+	waitErr        error
+}
+
+// alive reports whether the child still runs.
+func (c *child) alive() bool {
+	select {
+	case <-c.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// remove stops what is left of the child and removes its folder.
+func (c *child) remove() {
+	killGroup(c.cmd)
+	_ = c.stdin.Close()
+	<-c.exited
+	_ = os.RemoveAll(c.work)
+}
+
+// take returns the spare child when it still waits and runs the same
+// terraform, otherwise a new child.
+func (l *Local) take(tf string) (*child, error) {
+	l.mu.Lock()
+	c := l.spare
+	l.spare = nil
+	l.mu.Unlock()
+	if c != nil && c.alive() && c.tf == tf {
+		return c, nil
+	}
+	if c != nil {
+		c.remove()
+	}
+	return l.start(tf)
+}
+
+// refill starts the next spare child unless one waits already.
+func (l *Local) refill(tf string) {
+	c, err := l.start(tf)
+	if err != nil {
+		l.Log.V(1).Info("Starting a spare terraform runner failed; the next run starts its own", "error", err.Error())
+		return
+	}
+	l.mu.Lock()
+	keep := l.spare == nil && !l.closed
+	if keep {
+		l.spare = c
+	}
+	l.mu.Unlock()
+	if !keep {
+		c.remove()
+	}
+}
+
+// Close stops the spare child, if any, and keeps new ones from being
+// started; runs still work, each in a child of its own.
+func (l *Local) Close() {
+	l.mu.Lock()
+	c := l.spare
+	l.spare, l.closed = nil, true
+	l.mu.Unlock()
+	if c != nil {
+		c.remove()
+	}
+}
+
+// start starts a child in a working folder of its own; it waits for its
+// job on stdin.
+func (l *Local) start(tf string) (_ *child, err error) {
 	parent := l.WorkDir
 	if parent == "" {
 		parent = os.TempDir()
@@ -139,7 +283,11 @@ func (l *Local) run(ctx context.Context, job *Job) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("terraform runner: working folder: %w", err)
 	}
-	defer func() { _ = os.RemoveAll(work) }()
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(work)
+		}
+	}()
 	for _, d := range []string{"home", "tmp"} {
 		if err := os.Mkdir(filepath.Join(work, d), 0o700); err != nil {
 			return nil, fmt.Errorf("terraform runner: working folder: %w", err)
@@ -171,46 +319,23 @@ func (l *Local) run(ctx context.Context, job *Job) (*Result, error) {
 	cmd := exec.Command(argv[0], args...)
 	cmd.Dir = work
 	cmd.Env = l.env(work)
-	cmd.Stdin = bytes.NewReader(body)
-	var stdout, stderr limitedBuffer
-	stdout.max, stderr.max = MaxJobBytes, 16<<10
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("terraform runner: %w", err)
+	}
+	c := &child{cmd: cmd, stdin: stdin, stdout: &limitedBuffer{max: MaxJobBytes}, stderr: &limitedBuffer{max: 16 << 10},
+		work: work, tf: tf, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = c.stdout, c.stderr
 	setProcessGroup(cmd)
-
-	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		_ = stdin.Close()
 		return nil, fmt.Errorf("terraform runner: start: %w", err)
 	}
-	if l.started != nil {
-		l.started(cmd.Process.Pid)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var waitErr error
-	select {
-	case waitErr = <-done:
-	case <-ctx.Done():
-		// Stop gently (terraform releases its lock and saves its state),
-		// then for good.
-		terminate(cmd, false)
-		select {
-		case waitErr = <-done:
-		case <-time.After(30 * time.Second):
-			terminate(cmd, true)
-			waitErr = <-done
-		}
-	}
-	killGroup(cmd) // whatever the run left behind (a provisioner's children)
-	var res Result
-	if derr := json.Unmarshal(stdout.Bytes(), &res); derr != nil || stdout.Len() == 0 {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %w", terraform.ErrRunnerLost, ctx.Err())
-		}
-		msg := strings.TrimSpace(terraform.Redact(stderr.String(), job.secrets()))
-		return nil, fmt.Errorf("%w: the runner child ended (%v) without a result%s", terraform.ErrRunnerLost, waitErr, suffix(msg))
-	}
-	l.Log.V(1).Info("Terraform run finished", "op", job.Op, "duration", time.Since(start).Round(time.Millisecond).String(), "sandbox", res.Sandbox.String())
-	return &res, nil
+	go func() {
+		c.waitErr = cmd.Wait()
+		close(c.exited)
+	}()
+	return c, nil
 }
 
 func suffix(msg string) string {

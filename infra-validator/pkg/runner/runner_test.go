@@ -54,9 +54,16 @@ func requireNoSecret(t *testing.T, value string, texts ...string) {
 // TestLocal_aPlanCannotReadItsCallersCredentials: a stack reads the
 // caller's token file and /proc/self/environ through file() and an error
 // message; the read is refused and nothing of the token comes back.
+// With Spare, the second and third runs use a child started ahead of them.
 func TestLocal_aPlanCannotReadItsCallersCredentials(t *testing.T) {
+	for _, spare := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spare=%v", spare), func(t *testing.T) { planCannotReadCallersCredentials(t, &runner.Local{Spare: spare}) })
+	}
+}
+
+func planCannotReadCallersCredentials(t *testing.T, local *runner.Local) {
 	token, value := secret(t)
-	local := &runner.Local{}
+	defer local.Close()
 	for name, expr := range map[string]string{
 		"the token file":      fmt.Sprintf("file(%q)", token),
 		"its own environment": `file("/proc/self/environ")`,
@@ -78,9 +85,16 @@ func TestLocal_aPlanCannotReadItsCallersCredentials(t *testing.T) {
 // TestLocal_plansAndAppliesWithAnEnvironmentBuiltFromNothing: a real
 // plan and apply through the child; a provisioner that prints its whole
 // environment finds none of the caller's, only what the run was given.
+// With Spare, the apply runs in a child started ahead of it.
 func TestLocal_plansAndAppliesWithAnEnvironmentBuiltFromNothing(t *testing.T) {
+	for _, spare := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spare=%v", spare), func(t *testing.T) { plansAndAppliesWithAnEmptyEnvironment(t, &runner.Local{Spare: spare}) })
+	}
+}
+
+func plansAndAppliesWithAnEmptyEnvironment(t *testing.T, local *runner.Local) {
 	_, value := secret(t)
-	local := &runner.Local{}
+	defer local.Close()
 	dir := stack(t, `terraform {
   backend "local" {}
 }

@@ -103,6 +103,9 @@ type ExecOptions struct {
 	// Runner, when set, runs terraform (see Runner); nil runs it as a
 	// child of this process.
 	Runner Runner
+	// Prepared, when set and the run's folder is the process's current
+	// one, is the handle the run uses (its version already asked).
+	Prepared *Prepared
 }
 
 // PlanOptions describe one plan of a stack.
@@ -236,9 +239,12 @@ func (o ExecOptions) terraform(ctx context.Context, dir, home string) (*tfexec.T
 		}
 		execPath = p
 	}
-	tf, err := tfexec.NewTerraform(dir, execPath)
-	if err != nil {
-		return nil, fmt.Errorf("terraform: %w", err)
+	tf := o.Prepared.take(dir)
+	if tf == nil || tf.ExecPath() != execPath {
+		var err error
+		if tf, err = tfexec.NewTerraform(dir, execPath); err != nil {
+			return nil, fmt.Errorf("terraform: %w", err)
+		}
 	}
 	env, err := childEnv(o, home)
 	if err != nil {

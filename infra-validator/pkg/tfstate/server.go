@@ -91,6 +91,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "", &httpError{status: http.StatusUnauthorized, msg: "the run credential is invalid or expired: " + reason})
 		return
 	}
+	if s.isRevoked(c.Run, s.now()) {
+		s.fail(w, r, c.Run, &httpError{status: http.StatusUnauthorized, msg: "the run credential was revoked: its run ended"})
+		return
+	}
 	if c.Namespace != st.Namespace || c.Workspace != st.Workspace || c.Release != st.Release {
 		s.fail(w, r, c.Run, refuse(http.StatusForbidden, "the run credential is for another state"))
 		return

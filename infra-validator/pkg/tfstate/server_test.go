@@ -349,6 +349,52 @@ func TestServer_lockExcludesOtherRunsUntilReleasedOrExpired(t *testing.T) {
 	}
 }
 
+// TestServer_revokingADeadRunsCredentialFreesItsLockAtOnce: a run killed
+// while holding the lock no longer blocks the state until its token
+// expires once its caller revokes the credential; the revoked token opens
+// nothing, and a lock of another run stays where it is.
+func TestServer_revokingADeadRunsCredentialFreesItsLockAtOnce(t *testing.T) {
+	ns := newNamespace(t)
+	s := newStateServer(t, tfstate.Options{})
+	g := tfstate.Grant{Namespace: ns, Release: "web", Mode: tfstate.ModeApply, TTL: time.Hour}
+	dead := s.grant(t, g)
+	if code, b := do(t, "LOCK", dead.LockAddress, &dead, lockBody("dead-lock")); code != http.StatusOK {
+		t.Fatalf("LOCK: %d %s", code, b)
+	}
+	next := s.grant(t, g)
+	if code, b := do(t, "LOCK", next.LockAddress, &next, lockBody("next-lock")); code != http.StatusLocked {
+		t.Fatalf("LOCK while the dead run holds it: %d %s, want 423", code, b)
+	}
+
+	// Revoking another run's credential frees nothing.
+	if err := s.Revoke(context.Background(), next); err != nil {
+		t.Fatal(err)
+	}
+	third := s.grant(t, g)
+	if code, b := do(t, "LOCK", third.LockAddress, &third, lockBody("third-lock")); code != http.StatusLocked {
+		t.Fatalf("LOCK after revoking a run that holds nothing: %d %s, want 423", code, b)
+	}
+
+	if err := s.Revoke(context.Background(), dead); err != nil {
+		t.Fatal(err)
+	}
+	if code, b := do(t, "LOCK", third.LockAddress, &third, lockBody("third-lock")); code != http.StatusOK {
+		t.Fatalf("LOCK after the dead run's credential was revoked: %d %s, want 200", code, b)
+	}
+	state, _ := json.Marshal(map[string]any{"version": 4, "serial": 1, "lineage": "l"})
+	for _, m := range []string{http.MethodGet, "LOCK", "UNLOCK"} {
+		if code, b := do(t, m, dead.Address, &dead, lockBody("dead-lock")); code != http.StatusUnauthorized {
+			t.Fatalf("%s with the revoked credential: %d %s, want 401", m, code, b)
+		}
+	}
+	if code, b := do(t, http.MethodPost, dead.Address+"?ID=dead-lock", &dead, state); code != http.StatusUnauthorized {
+		t.Fatalf("POST with the revoked credential: %d %s, want 401", code, b)
+	}
+	if code, b := do(t, "UNLOCK", third.UnlockAddress, &third, lockBody("third-lock")); code != http.StatusOK {
+		t.Fatalf("UNLOCK by the holder: %d %s", code, b)
+	}
+}
+
 func TestServer_kubernetesBackendAndHTTPBackendLocksExcludeEachOther(t *testing.T) {
 	ns := newNamespace(t)
 	s := newStateServer(t, tfstate.Options{})

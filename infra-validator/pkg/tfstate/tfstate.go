@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -108,6 +109,11 @@ type Server struct {
 	maxSize int64
 	now     func() time.Time
 	key     []byte
+
+	// revoked holds the runs whose credentials Revoke ended, with their
+	// expiry.
+	revokedMu sync.Mutex
+	revoked   map[string]int64
 }
 
 // NewServer returns a Server reading and writing state through cs, with a

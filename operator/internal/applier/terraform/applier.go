@@ -59,6 +59,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -77,6 +78,8 @@ const DefaultTokenTTL = time.Hour
 // (*tfstate.Server).
 type StateGranter interface {
 	Grant(g tfstate.Grant) (tfstate.Credential, error)
+	// Revoke ends a credential whose run is known dead, freeing its lock.
+	Revoke(ctx context.Context, c tfstate.Credential) error
 }
 
 // Options configure the Terraform applier.
@@ -242,6 +245,15 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		// The runner may have applied the plan before it went: from now
 		// on, only look.
 		a.interrupted.Store(key, struct{}{})
+		if _, local := a.opts.Runner.(*runner.Local); local {
+			// A local child is known dead (its process group was
+			// killed): free its lock now, not when the credential
+			// expires. A runner workload may still be applying, so its
+			// lock stays until then.
+			if rerr := a.opts.State.Revoke(context.WithoutCancel(ctx), cred); rerr != nil {
+				log.Error(rerr, "Freeing the state lock of a lost terraform run failed; it frees when the run's credential expires")
+			}
+		}
 		return applier.Result{}, fmt.Errorf("terraform apply: %w", err)
 	}
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -139,6 +140,11 @@ func TestApply_aRunnerKilledMidApplyNeverAppliesTwice(t *testing.T) {
 	require.Error(t, err)
 	_, permanent := applier.AsFailure(err)
 	require.False(t, permanent, "a lost runner is retried: %v", err)
+	// The dead run's lock is freed at once, not when its credential
+	// expires: the next change of the release can take it.
+	var lease coordinationv1.Lease
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ctl, Name: "lock-tfstate-default-" + f.release.Name}, &lease))
+	require.Nil(t, lease.Spec.HolderIdentity, "the dead run's lock is freed")
 
 	// The retry only looks; the state does not hold the approved
 	// configuration (the run died before it saved), so: StalePlan.
