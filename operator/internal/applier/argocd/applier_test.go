@@ -117,7 +117,7 @@ func TestArgoCD_aRepositoryOverrideFileIsRefusedAndNothingIsApplied(t *testing.T
 			// ConfigMap for it to apply; the chart's approved output is
 			// harmless.
 			cr := f.change("message: approved\n", map[string]string{
-				"services/web/" + file: "plugin: null\ndirectory:\n  include: 'planted.yaml'\n",
+				"services/web/" + file:      "plugin: null\ndirectory:\n  include: 'planted.yaml'\n",
 				"services/web/planted.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: planted\ndata:\n  message: unapproved\n",
 			})
 			_, err := f.apply(cr)
