@@ -273,12 +273,6 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 	_, err := f.applier.Apply(context.Background(), applier.Request{Change: outside, Release: f.release, Repository: f.repo})
 	appliertest.RequireFailure(t, err, sluicev1.ReasonNamespaceNotAllowed)
 
-	// Allowed by the Repository, but not the Release's namespace.
-	elsewhere := f.change("message: approved\n", nil)
-	elsewhere.Spec.TargetNamespace = "web-staging"
-	_, err = f.applier.Apply(context.Background(), applier.Request{Change: elsewhere, Release: f.release, Repository: f.repo})
-	appliertest.RequireFailure(t, err, sluicev1.ReasonOutsideNamespace)
-
 	// An Application of the same name that the Release does not control.
 	foreign := newApplication()
 	foreign.SetNamespace(f.ctl)
@@ -306,6 +300,30 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 	require.NoError(t, env.Client.Create(context.Background(), proj))
 	_, err = g.apply(g.change("message: approved\n", nil))
 	appliertest.RequireFailure(t, err, sluicev1.ReasonOwnershipConflict)
+}
+
+func TestApply_anApplicationOutsideTheReleasesNamespaceIsNeverCreated(t *testing.T) {
+	f := newFixture(t, true)
+	request := func(cr *sluicev1.ChangeRequest) applier.Request {
+		return applier.Request{Change: cr, Release: f.release, Repository: f.repo}
+	}
+
+	// Allowed by the Repository, but not the Release's namespace.
+	elsewhere := f.change("message: approved\n", nil)
+	elsewhere.Spec.TargetNamespace = "web-staging"
+	_, err := f.applier.Apply(context.Background(), request(elsewhere))
+	appliertest.RequireFailure(t, err, sluicev1.ReasonOutsideNamespace)
+
+	// A verdict that found an object outside the namespace (the gate never
+	// hands one over; the applier holds if it did).
+	reaching := f.change("message: approved\n", nil)
+	reaching.Spec.Verdict.Findings = []sluicev1.Finding{{Severity: sluicev1.SeverityDeny, Source: "helm", Policy: "helm.namespace",
+		Resource: "ClusterRoleBinding/planted", Message: "ClusterRoleBinding planted is cluster-scoped"}}
+	_, err = f.applier.Apply(context.Background(), request(reaching))
+	appliertest.RequireFailure(t, err, sluicev1.ReasonOutsideNamespace)
+
+	err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, newApplication())
+	require.True(t, apierrors.IsNotFound(err), "no Application: %v", err)
 }
 
 func TestApply_aServiceAccountWithoutRightsFailsWithAReadableReason(t *testing.T) {
