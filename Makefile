@@ -90,6 +90,10 @@ bench: envtest ## Run the benchmarks and print the figures the issues ask for.
 demo: envtest build ## Push-to-applied walkthrough on an embedded control plane.
 	operator/hack/demo.sh
 
+.PHONY: demo-argocd
+demo-argocd: envtest argocd redis build ## One release delivered through a real Argo CD and the Sluice plugin.
+	operator/hack/argocd/demo.sh
+
 .PHONY: tidy
 tidy: ## go mod tidy every module, then align them on one dependency set.
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy); done
