@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -257,9 +258,12 @@ func runCMP(kubeconfig, baseURL, tokenFile, kubeVersion string, timeout time.Dur
 	if baseURL == "" {
 		return errors.New("--artifact-base-url is required")
 	}
-	cfg, err := ctrl.GetConfig()
+	var cfg *rest.Config
+	var err error
 	if kubeconfig != "" {
 		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = ctrl.GetConfig()
 	}
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
