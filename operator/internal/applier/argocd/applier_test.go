@@ -348,3 +348,41 @@ func TestFlags_registerWhenArgoCDsApplicationKindIsServed(t *testing.T) {
 		require.False(t, ok, "%+v", off)
 	}
 }
+
+func TestCMP_printsTheManifestOfAnApprovedChangeOnlyAndTakesNoOverrides(t *testing.T) {
+	f := newFixture(t, true)
+	cr := f.change("message: approved\n", nil)
+	p := &CMP{Client: env.Client, Fetcher: f.applier.opts.Fetcher}
+	appEnv := []string{"ARGOCD_APP_NAME=" + f.ctl + "_" + f.release.Name, "ARGOCD_APP_REVISION=" + cr.Spec.Revision, "ARGOCD_APP_PARAMETERS=null"}
+	generate := func(env ...string) (string, error) {
+		var out strings.Builder
+		err := p.Generate(context.Background(), env, &out)
+		return out.String(), err
+	}
+
+	// Not approved yet (no lock, phase Pending): nothing.
+	out, err := generate(appEnv...)
+	require.ErrorContains(t, err, "no approved change of the Release")
+	require.Empty(t, out)
+
+	f.take(cr)
+	out, err = generate(appEnv...)
+	require.NoError(t, err)
+	require.Contains(t, out, "name: web-prod-config")
+	require.Contains(t, out, `message: "approved"`)
+
+	for _, extra := range []string{"ARGOCD_ENV_MESSAGE=evil", "PARAM_MESSAGE=evil", `ARGOCD_APP_PARAMETERS=[{"name":"message","string":"evil"}]`} {
+		out, err = generate(append(appEnv, extra)...)
+		require.ErrorContains(t, err, "the Sluice plugin takes no parameters or env", extra)
+		require.Empty(t, out)
+	}
+	// An Application in Argo CD's own namespace is no Sluice Application.
+	_, err = generate("ARGOCD_APP_NAME="+f.release.Name, "ARGOCD_APP_REVISION="+cr.Spec.Revision)
+	require.ErrorContains(t, err, "not a Sluice Application")
+
+	// Applied: later refreshes still render it.
+	f.finish(cr)
+	out, err = generate(appEnv...)
+	require.NoError(t, err)
+	require.Contains(t, out, `message: "approved"`)
+}
