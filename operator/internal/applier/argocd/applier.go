@@ -221,7 +221,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 			return applier.Result{Message: fmt.Sprintf("Argo CD Application %s/%s synced revision %s and is Healthy", rel.Namespace, rel.Name, short(cr.Spec.Revision))}, nil
 		case st.failedFor(cr.Name):
 			return applier.Result{}, applier.Permanent(sluicev1.ReasonApplyFailed,
-				"Argo CD's sync of revision %s ended %s: %s", short(cr.Spec.Revision), st.phase, truncate(st.message, 600))
+				"Argo CD's sync of revision %s ended %s: %s", short(cr.Spec.Revision), st.phase, truncate(st.message, 1200))
 		}
 		if time.Now().After(deadline) {
 			return applier.Result{}, fmt.Errorf("%w %s: sync %s, operation %s, health %s %s", ErrSyncing, short(cr.Spec.Revision),
@@ -287,6 +287,11 @@ func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstruc
 	}
 	next.SetLabels(labels)
 	if !slices.Contains(next.GetFinalizers(), ResourcesFinalizer) {
+		// A narrower or older resources finalizer is replaced: Sluice
+		// prunes with background propagation.
+		next.SetFinalizers(slices.DeleteFunc(next.GetFinalizers(), func(f string) bool {
+			return strings.HasPrefix(f, "resources-finalizer.argocd.argoproj.io")
+		}))
 		next.SetFinalizers(append(next.GetFinalizers(), ResourcesFinalizer))
 	}
 	// The resourceVersion read makes a concurrent change a conflict,
@@ -456,6 +461,19 @@ func readStatus(app *unstructured.Unstructured) appStatus {
 	s.syncRevision, _, _ = unstructured.NestedString(app.Object, "status", "sync", "revision")
 	s.phase, _, _ = unstructured.NestedString(app.Object, "status", "operationState", "phase")
 	s.message, _, _ = unstructured.NestedString(app.Object, "status", "operationState", "message")
+	// Argo CD says why per object (e.g. "… is not permitted in project …").
+	resources, _, _ := unstructured.NestedSlice(app.Object, "status", "operationState", "syncResult", "resources")
+	for _, r := range resources {
+		m, _ := r.(map[string]any)
+		status, _ := m["status"].(string)
+		msg, _ := m["message"].(string)
+		if msg == "" || status == "Synced" || status == "Pruned" {
+			continue
+		}
+		kind, _ := m["kind"].(string)
+		name, _ := m["name"].(string)
+		s.message += fmt.Sprintf("; %s/%s: %s", kind, name, msg)
+	}
 	s.opRevision, _, _ = unstructured.NestedString(app.Object, "status", "operationState", "operation", "sync", "revision")
 	if s.opRevision == "" {
 		s.opRevision, _, _ = unstructured.NestedString(app.Object, "status", "operationState", "syncResult", "revision")
