@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -140,11 +141,15 @@ func TestArgoCD_aParameterOverrideOnTheApplicationIsRefusedByThePlugin(t *testin
 
 	// Someone with rights on the Application adds plugin env and asks
 	// Argo CD for a sync of it.
-	app := f.application()
-	require.NoError(t, unstructured.SetNestedSlice(app.Object, []any{map[string]any{"name": "MESSAGE", "value": "overridden"}},
-		"spec", "source", "plugin", "env"))
-	app.Object["operation"] = map[string]any{"sync": map[string]any{"revision": cr.Spec.Revision}, "initiatedBy": map[string]any{"username": "someone"}}
-	require.NoError(t, env.Client.Update(context.Background(), app))
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		app := f.application()
+		if err := unstructured.SetNestedSlice(app.Object, []any{map[string]any{"name": "MESSAGE", "value": "overridden"}},
+			"spec", "source", "plugin", "env"); err != nil {
+			return err
+		}
+		app.Object["operation"] = map[string]any{"sync": map[string]any{"revision": cr.Spec.Revision}, "initiatedBy": map[string]any{"username": "someone"}}
+		return env.Client.Update(context.Background(), app)
+	}))
 	var msg string
 	require.Eventually(t, func() bool {
 		app := f.application()
