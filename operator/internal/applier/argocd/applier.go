@@ -219,6 +219,14 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 				return applier.Result{}, err
 			}
 			return applier.Result{Message: fmt.Sprintf("Argo CD Application %s/%s synced revision %s and is Healthy", rel.Namespace, rel.Name, short(cr.Spec.Revision))}, nil
+		case st.failedFor(cr.Name) && projectNotSeenYet(st.message, project) && time.Now().Before(deadline):
+			// Argo CD's cache had not seen a just-created AppProject yet:
+			// ask again, nothing was applied.
+			time.Sleep(pollInterval)
+			if app, err = a.requestSync(ctx, c, app, cr, rel, repo, project, who); err != nil {
+				return applier.Result{}, err
+			}
+			continue
 		case st.failedFor(cr.Name):
 			return applier.Result{}, applier.Permanent(sluicev1.ReasonApplyFailed,
 				"Argo CD's sync of revision %s ended %s: %s", short(cr.Spec.Revision), st.phase, truncate(st.message, 1200))
@@ -537,6 +545,12 @@ func explain(step, namespace, who string, err error) error {
 			Message: fmt.Sprintf("%s may not %s in namespace %s (give it a Role there for argoproj.io applications)", who, step, namespace), Err: err}
 	}
 	return fmt.Errorf("%s: %w", step, err)
+}
+
+// projectNotSeenYet reports an operation that failed only because Argo
+// CD did not know the project yet.
+func projectNotSeenYet(message, project string) bool {
+	return strings.Contains(message, fmt.Sprintf("appproject.argoproj.io %q not found", project))
 }
 
 // syncedAsSet checks that what Argo CD reports it compared and synced is

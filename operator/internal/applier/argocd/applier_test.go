@@ -110,22 +110,22 @@ func TestArgoCD_aLaterUnapprovedPushDoesNotAlterThePendingApprovedChange(t *test
 }
 
 func TestArgoCD_aRepositoryOverrideFileIsRefusedAndNothingIsApplied(t *testing.T) {
-	for _, file := range []string{".argocd-source.yaml", ".argocd-source-web-prod.yaml"} {
-		t.Run(file, func(t *testing.T) {
+	for _, perApp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "for every Application", true: "for this Application"}[perApp], func(t *testing.T) {
 			f := newFixture(t, true)
-			// The pusher adds an override that drops the plugin, so Argo CD
-			// would apply the folder's YAML as a plain directory, and a
-			// ConfigMap for it to apply; the chart's approved output is
-			// harmless.
+			// Argo CD merges .argocd-source.yaml and .argocd-source-<app>.yaml
+			// (app: "<namespace>_<name>") of the source path into the source
+			// before rendering: the pusher tries to hand the plugin env.
+			file := ".argocd-source.yaml"
+			if perApp {
+				file = ".argocd-source-" + f.ctl + "_" + f.release.Name + ".yaml"
+			}
 			cr := f.change("message: approved\n", map[string]string{
-				"services/web/" + file:      "plugin: null\ndirectory:\n  include: 'planted.yaml'\n",
-				"services/web/planted.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: planted\ndata:\n  message: unapproved\n",
+				"services/web/" + file: "plugin:\n  env:\n    - {name: MESSAGE, value: unapproved}\n",
 			})
 			_, err := f.apply(cr)
 			fail := appliertest.RequireFailure(t, err, sluicev1.ReasonManifestMismatch)
 			require.Contains(t, fail.Message, "services/web/"+file)
-			err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.target, Name: "planted"}, &corev1.ConfigMap{})
-			require.True(t, apierrors.IsNotFound(err), "nothing planted: %v", err)
 			require.Empty(t, f.message(), "nothing applied")
 			err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, newApplication())
 			require.True(t, apierrors.IsNotFound(err), "no Application: %v", err)
