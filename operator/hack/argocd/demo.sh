@@ -22,11 +22,11 @@ ns=sluice-demo
 pids=()
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+cmp_pid=
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 1
   # argocd-cmp-server does not exit on SIGTERM.
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  [ -z "$cmp_pid" ] || { sleep 1; kill -9 "$cmp_pid" 2>/dev/null || true; }
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -194,6 +194,7 @@ spec:
               "--artifact-base-url", "http://127.0.0.1:19190/", "--artifact-token-file", "$demo/artifact-token"]
 YAML
 "$argo/argocd-cmp-server" --config-dir-path "$demo/cmp" --loglevel warn >"$demo/cmp-server.log" 2>&1 &
+cmp_pid=$!
 pids+=($!)
 "$argo/argocd-repo-server" --address 127.0.0.1 --port "$repo_port" --metrics-address 127.0.0.1 --metrics-port "$repo_metrics" \
   --disable-tls --redis "127.0.0.1:$redis_port" --loglevel warn >"$demo/repo-server.log" 2>&1 &
