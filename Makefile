@@ -8,6 +8,7 @@ GOOS   := $(shell go env GOOS)
 GOARCH := $(shell go env GOARCH)
 K8S_VERSION  ?= 1.37.2
 ETCD_VERSION ?= 3.6.6
+ARGOCD_VERSION ?= v2.14.21
 ENVTEST_DIR  := $(CURDIR)/bin/k8s/$(K8S_VERSION)-$(GOOS)-$(GOARCH)
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
@@ -51,6 +52,18 @@ verify-generate: generate ## Fail when generated files are stale.
 envtest: ## Build kube-apiserver and etcd for tests (once; cached in bin/k8s).
 	@K8S_VERSION=$(K8S_VERSION) ETCD_VERSION=$(ETCD_VERSION) operator/hack/envtest.sh
 
+.PHONY: argocd
+argocd: ## Build Argo CD's controller, repo-server and plugin server for tests (once; cached in bin/argocd).
+	@ARGOCD_VERSION=$(ARGOCD_VERSION) operator/hack/argocd/build.sh
+
+.PHONY: redis
+redis: ## Install redis-server (Debian package) for the Argo CD tests when it is missing.
+	@if command -v redis-server >/dev/null; then echo "redis: $$(redis-server --version | cut -d' ' -f1-3)"; \
+	elif [ "$$(id -u)" = 0 ]; then echo "redis: installing redis-server with apt-get"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null; }; \
+	  redis-server --version; \
+	else echo "redis: redis-server is missing and only root can install it: run 'sudo apt-get install -y redis-server'" >&2; exit 1; fi
+
 .PHONY: build
 build: ## Build every module and the binaries into bin/.
 	@mkdir -p bin
@@ -64,7 +77,7 @@ lint: ## gofmt and go vet over every module.
 	@for m in $(MODULES); do echo "go vet ./$$m/..."; go vet ./$$m/...; done
 
 .PHONY: test
-test: envtest verify-generate lint ## Lint, check generated files, run every module's tests against a real control plane.
+test: envtest argocd redis verify-generate lint ## Lint, check generated files, run every module's tests against a real control plane.
 	@echo "KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS)"
 	@for m in $(MODULES); do echo "== go test ./$$m/..."; go test $(GOTEST_FLAGS) -timeout $(TEST_TIMEOUT) ./$$m/...; done
 
@@ -76,6 +89,10 @@ bench: envtest ## Run the benchmarks and print the figures the issues ask for.
 .PHONY: demo
 demo: envtest build ## Push-to-applied walkthrough on an embedded control plane.
 	operator/hack/demo.sh
+
+.PHONY: demo-argocd
+demo-argocd: envtest argocd redis build ## One release delivered through a real Argo CD and the Sluice plugin.
+	operator/hack/argocd/demo.sh
 
 .PHONY: tidy
 tidy: ## go mod tidy every module, then align them on one dependency set.

@@ -31,6 +31,11 @@ import (
 func main() {
 	// A Terraform run re-executes this binary as its sandboxed child.
 	runner.MaybeRunChild()
+	// Argo CD's repo-server runs `operator argocd-cmp generate` as the
+	// Sluice config management plugin.
+	if len(os.Args) > 1 && os.Args[1] == argoapplier.CMPCommand {
+		os.Exit(argoapplier.RunCMP(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	var (
 		o            controller.ManagerOptions
 		namespaces   string
@@ -100,6 +105,7 @@ func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helm
 	if err := helmFlags.Register(o.Appliers, cfg, ctrl.Log.WithName("helm")); err != nil {
 		return err
 	}
+	argoFlags.ArtifactBaseURL, argoFlags.ArtifactTokenFile = helmFlags.ArtifactBaseURL, helmFlags.ArtifactTokenFile
 	if err := argoFlags.Register(o.Appliers, cfg, ctrl.Log.WithName("argocd")); err != nil {
 		return err
 	}

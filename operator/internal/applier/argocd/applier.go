@@ -1,36 +1,50 @@
-// Package argocd is the applier for delivery argocd (DESIGN.md §5): it
-// drives an Argo CD Application owned by the Release, pinned to the
-// approved commit, and counts the change applied only once Argo CD reports
-// that very revision synced, the sync operation succeeded and the
+// Package argocd is the applier for delivery argocd (DESIGN.md §5, §9.6):
+// it drives an Argo CD Application owned by the Release, pinned to the
+// approved commit, whose source is the Sluice config management plugin
+// (cmp.go), so Argo CD applies exactly the approved manifest, inside a
+// per-Repository AppProject that bounds where Argo CD may put it. The
+// change counts as applied only once Argo CD reports that very revision
+// synced through the plugin, the sync operation succeeded and the
 // application healthy.
 //
 // One Apply runs these steps, and stops at the first that fails:
 //
 //  1. the target namespace is one the Repository allows, and the
-//     Release's; no object of the verdict lies outside it;
-//  2. as the Repository's ServiceAccount (impersonation), read the
+//     Release's; no object of the verdict lies outside it; the change
+//     records a commit and a manifestDigest;
+//  2. with the operator's own rights, create or update the Repository's
+//     AppProject in Argo CD's namespace (project.go): destinations are the
+//     Repository's target (and extra) namespaces, cluster-scoped kinds
+//     only those the Repository allows, sources its URL, Applications only
+//     from its control namespace;
+//  3. as the Repository's ServiceAccount (impersonation), read the
 //     Application "<release>" in the control namespace. When Argo CD already
 //     reports the approved revision synced, succeeded and healthy, the
 //     change is applied: return (a re-run after a restart repeats nothing);
-//  3. unless a sync of the approved revision is in flight or finished,
-//     create or patch the Application (source pinned to the commit, the
-//     release's chart and values, destination the target namespace, owner
-//     the Release) and ask for a sync through its operation field;
-//  4. watch the Application until Argo CD reports the outcome, for at most
-//     Options.Wait; a failed sync fails the change, a sync still running
-//     returns applier.Waiting and is looked at again on a later call.
+//  4. unless a sync of the approved revision is in flight or finished,
+//     download and verify the artifact and refuse a .argocd-source*.yaml in
+//     the service folder (Argo CD would merge it into the source, and could
+//     drop the plugin); then create or patch the Application, built from
+//     the approved change only (repository URL, commit, service folder,
+//     plugin, target namespace, project), and ask for a sync through its
+//     operation field;
+//  5. watch the Application until Argo CD reports the outcome, for at most
+//     Options.Wait; a failed sync fails the change with Argo CD's message,
+//     a sync of anything but the source Sluice set fails it too, a sync
+//     still running returns applier.Waiting and is looked at again on a
+//     later call.
 //
 // The Argo CD Go types cannot be compiled next to controller-runtime v0.25,
-// so the Application is handled as an unstructured object; the field names
-// are Argo CD's argoproj.io/v1alpha1 API.
+// so Applications and AppProjects are handled as unstructured objects; the
+// field names are Argo CD's argoproj.io/v1alpha1 API.
 package argocd
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -47,8 +61,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact"
 	"github.com/sluice-gitops/sluice/operator/internal/impersonate"
 )
 
@@ -59,8 +75,11 @@ const Name = "argocd"
 var ApplicationGVK = schema.GroupVersionKind{Group: argoapp.Group, Version: "v1alpha1", Kind: argoapp.ApplicationKind}
 
 // ResourcesFinalizer makes Argo CD delete what an Application deployed
-// before the Application goes (Argo CD's resources-finalizer).
-const ResourcesFinalizer = "resources-finalizer.argocd.argoproj.io"
+// before the Application goes (Argo CD's resources-finalizer), with
+// background propagation: the objects go at once and the cluster's garbage
+// collector removes their dependents (foreground propagation would hold
+// the Application until every dependent is gone).
+const ResourcesFinalizer = "resources-finalizer.argocd.argoproj.io/background"
 
 // infoChangeRequest names the operation info entry carrying the
 // ChangeRequest that asked for a sync.
@@ -71,20 +90,23 @@ const InClusterServer = "https://kubernetes.default.svc"
 
 // Defaults.
 const (
-	DefaultProject = "default"
-	DefaultWait    = 10 * time.Second
-	pollInterval   = 500 * time.Millisecond
+	DefaultNamespace = "argocd"
+	DefaultWait      = 10 * time.Second
+	pollInterval     = 500 * time.Millisecond
 )
 
 // Options configure the Argo CD applier.
 type Options struct {
 	// Config is the operator's own connection; it must be allowed to
 	// impersonate the Repositories' ServiceAccounts, which need rights on
-	// argoproj.io applications in the control namespace.
+	// argoproj.io applications in the control namespace, and to manage
+	// argoproj.io appprojects in Namespace.
 	Config *rest.Config
-	// Project is the Argo CD AppProject of the Applications; it bounds what
-	// Argo CD itself may deploy. Empty means DefaultProject.
-	Project string
+	// Fetcher downloads and verifies artifacts (the Helm applier's).
+	Fetcher *artifact.Fetcher
+	// Namespace is Argo CD's own namespace, where the per-Repository
+	// AppProjects live. Empty means DefaultNamespace.
+	Namespace string
 	// Server is the destination cluster; empty means InClusterServer.
 	Server string
 	// Wait is how long one Apply watches a sync before it hands the
@@ -99,6 +121,8 @@ type Options struct {
 type Applier struct {
 	opts   Options
 	scheme *runtime.Scheme
+	// own is the operator's own client, for the AppProjects only.
+	own client.Client
 }
 
 var (
@@ -111,8 +135,11 @@ func New(opts Options) (*Applier, error) {
 	if opts.Config == nil {
 		return nil, errors.New("argocd applier: no rest config")
 	}
-	if opts.Project == "" {
-		opts.Project = DefaultProject
+	if opts.Fetcher == nil {
+		return nil, errors.New("argocd applier: no artifact fetcher")
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
 	}
 	if opts.Server == "" {
 		opts.Server = InClusterServer
@@ -120,7 +147,12 @@ func New(opts Options) (*Applier, error) {
 	if opts.Wait == 0 {
 		opts.Wait = DefaultWait
 	}
-	return &Applier{opts: opts, scheme: runtime.NewScheme()}, nil
+	scheme := runtime.NewScheme()
+	own, err := client.New(opts.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("argocd applier: %w", err)
+	}
+	return &Applier{opts: opts, scheme: scheme, own: own}, nil
 }
 
 // Name implements applier.Applier.
@@ -149,8 +181,15 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	if !commitSHA.MatchString(cr.Spec.Revision) {
 		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change records no commit to pin the Application to")
 	}
-	if rel.Spec.Chart.Path == "" {
-		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "delivery argocd needs a chart in the infra repository (chart.path)")
+	if !sluicev1.ValidDigest(string(cr.Spec.ManifestDigest)) {
+		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change records no manifestDigest, so nothing can be checked against it")
+	}
+	if _, err := sourcePath(rel); err != nil {
+		return applier.Result{}, err
+	}
+	project, err := a.ensureProject(ctx, repo)
+	if err != nil {
+		return applier.Result{}, err
 	}
 	c, err := impersonate.Client(a.opts.Config, repo, a.scheme)
 	if err != nil {
@@ -165,7 +204,10 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	}
 	pinned := app != nil && targetRevision(app) == cr.Spec.Revision
 	if !pinned || (!syncing(app, cr.Name) && !readStatus(app).doneFor(cr.Spec.Revision)) {
-		if app, err = a.requestSync(ctx, c, app, cr, rel, repo, who); err != nil {
+		if err := a.checkNoOverrides(ctx, cr, rel); err != nil {
+			return applier.Result{}, err
+		}
+		if app, err = a.requestSync(ctx, c, app, cr, rel, repo, project, who); err != nil {
 			return applier.Result{}, err
 		}
 		log.V(1).Info("Sync requested")
@@ -176,10 +218,21 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		st := readStatus(app)
 		switch {
 		case st.doneFor(cr.Spec.Revision):
+			if err := syncedAsSet(app, a.desiredSource(cr, rel, repo), cr.Spec.TargetNamespace); err != nil {
+				return applier.Result{}, err
+			}
 			return applier.Result{Message: fmt.Sprintf("Argo CD Application %s/%s synced revision %s and is Healthy", rel.Namespace, rel.Name, short(cr.Spec.Revision))}, nil
+		case st.failedFor(cr.Name) && projectNotSeenYet(st.message, project) && time.Now().Before(deadline):
+			// Argo CD's cache had not seen a just-created AppProject yet:
+			// ask again, nothing was applied.
+			time.Sleep(pollInterval)
+			if app, err = a.requestSync(ctx, c, app, cr, rel, repo, project, who); err != nil {
+				return applier.Result{}, err
+			}
+			continue
 		case st.failedFor(cr.Name):
 			return applier.Result{}, applier.Permanent(sluicev1.ReasonApplyFailed,
-				"Argo CD's sync of revision %s ended %s: %s", short(cr.Spec.Revision), st.phase, truncate(st.message, 600))
+				"Argo CD's sync of revision %s ended %s: %s", short(cr.Spec.Revision), st.phase, truncate(st.message, 1200))
 		}
 		if time.Now().After(deadline) {
 			// Not a failure: the worker is handed back and the change
@@ -220,17 +273,14 @@ func (a *Applier) get(ctx context.Context, c client.Client, rel *sluicev1.Releas
 
 // requestSync creates or updates the Application for the change and sets
 // its operation to a sync of the approved revision.
-func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstructured.Unstructured, cr *sluicev1.ChangeRequest, rel *sluicev1.Release, repo *sluicev1.Repository, who string) (*unstructured.Unstructured, error) {
+func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstructured.Unstructured, cr *sluicev1.ChangeRequest, rel *sluicev1.Release, repo *sluicev1.Repository, project, who string) (*unstructured.Unstructured, error) {
 	if cur != nil {
 		if owner := metav1.GetControllerOf(cur); owner == nil || owner.UID != rel.UID {
 			return nil, applier.Permanent(sluicev1.ReasonOwnershipConflict,
 				"the Argo CD Application %s/%s exists and is not controlled by this Release; it is left alone", rel.Namespace, rel.Name)
 		}
 	}
-	want, err := a.desired(cr, rel, repo)
-	if err != nil {
-		return nil, err
-	}
+	want := a.desired(cr, rel, repo, project)
 	if cur == nil {
 		if err := c.Create(ctx, want); err != nil {
 			return nil, explain("create the Application", rel.Namespace, who, err)
@@ -251,6 +301,11 @@ func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstruc
 	}
 	next.SetLabels(labels)
 	if !slices.Contains(next.GetFinalizers(), ResourcesFinalizer) {
+		// A narrower or older resources finalizer is replaced: Sluice
+		// prunes with background propagation.
+		next.SetFinalizers(slices.DeleteFunc(next.GetFinalizers(), func(f string) bool {
+			return strings.HasPrefix(f, "resources-finalizer.argocd.argoproj.io")
+		}))
 		next.SetFinalizers(append(next.GetFinalizers(), ResourcesFinalizer))
 	}
 	// The resourceVersion read makes a concurrent change a conflict,
@@ -266,8 +321,8 @@ func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstruc
 // the Release's, or a verdict that found objects outside it (the gate never
 // hands such a change over; this holds if it did). Argo CD renders the chart
 // itself, so objects the chart puts elsewhere are bounded at sync time only
-// by the AppProject; giving Argo CD the approved manifest and a
-// per-Repository AppProject is issue 14.
+// by the Repository's AppProject, and Argo CD applies only the approved
+// manifest (cmp.go).
 func checkConfined(cr *sluicev1.ChangeRequest, rel *sluicev1.Release) error {
 	if rel.Spec.TargetNamespace != "" && cr.Spec.TargetNamespace != rel.Spec.TargetNamespace {
 		return applier.Permanent(sluicev1.ReasonOutsideNamespace, "the change deploys to namespace %q, its Release to %q", cr.Spec.TargetNamespace, rel.Spec.TargetNamespace)
@@ -280,20 +335,13 @@ func checkConfined(cr *sluicev1.ChangeRequest, rel *sluicev1.Release) error {
 	return nil
 }
 
-// desired is the Application for the change: the release's chart at the
-// approved commit with its values files, into the target namespace.
-func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel *sluicev1.Release, repo *sluicev1.Repository) (*unstructured.Unstructured, error) {
-	chartPath := path.Clean(string(rel.Spec.Chart.Path))
-	valueFiles := make([]any, 0, len(rel.Spec.Values))
-	for _, v := range rel.Spec.Values {
-		// Argo CD resolves value files against the source path; the
-		// Release's are repository-relative.
-		rp, err := relPath(chartPath, path.Clean(string(v)))
-		if err != nil {
-			return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "values file %q: %v", v, err)
-		}
-		valueFiles = append(valueFiles, rp)
-	}
+// desired is the Application for the change, built from the approved
+// change only: the Repository's URL at the approved commit, the service
+// folder, the Sluice plugin (no parameters, no env), into the change's
+// target namespace, in the Repository's AppProject. The Release gives its
+// identity only (name, owner, service folder); the chart and values come
+// from the verified artifact, in the plugin.
+func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel *sluicev1.Release, repo *sluicev1.Repository, project string) *unstructured.Unstructured {
 	app := newApplication()
 	app.SetNamespace(rel.Namespace)
 	app.SetName(rel.Name)
@@ -307,16 +355,8 @@ func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel *sluicev1.Release, rep
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false),
 	}})
 	app.Object["spec"] = map[string]any{
-		"project": a.opts.Project,
-		"source": map[string]any{
-			"repoURL":        repo.Spec.URL,
-			"targetRevision": cr.Spec.Revision,
-			"path":           chartPath,
-			"helm": map[string]any{
-				"releaseName": rel.Name,
-				"valueFiles":  valueFiles,
-			},
-		},
+		"project": project,
+		"source":  a.desiredSource(cr, rel, repo),
 		"destination": map[string]any{
 			"server":    a.opts.Server,
 			"namespace": cr.Spec.TargetNamespace,
@@ -327,7 +367,64 @@ func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel *sluicev1.Release, rep
 		"info":        []any{map[string]any{"name": infoChangeRequest, "value": cr.Name}},
 		"sync":        map[string]any{"revision": cr.Spec.Revision},
 	}
-	return app, nil
+	return app
+}
+
+// desiredSource is the Application's source for the change.
+func (a *Applier) desiredSource(cr *sluicev1.ChangeRequest, rel *sluicev1.Release, repo *sluicev1.Repository) map[string]any {
+	p, _ := sourcePath(rel)
+	return map[string]any{
+		"repoURL":        repo.Spec.URL,
+		"targetRevision": cr.Spec.Revision,
+		"path":           p,
+		"plugin":         map[string]any{"name": PluginName},
+	}
+}
+
+// sourcePath is the Application's source path: the service folder, whose
+// content the verified artifact holds (checkNoOverrides looks there).
+func sourcePath(rel *sluicev1.Release) (string, error) {
+	p := path.Clean(string(rel.Spec.SourcePath))
+	if rel.Spec.SourcePath == "" || p == "." || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
+		return "", applier.Permanent(sluicev1.ReasonInvalidSpec, "the Release names no service folder inside the repository (sourcePath %q)", rel.Spec.SourcePath)
+	}
+	return p, nil
+}
+
+// checkNoOverrides downloads and verifies the change's artifact and
+// refuses, with ManifestMismatch, an Argo CD override file in the service
+// folder. Argo CD's repo-server merges .argocd-source.yaml and
+// .argocd-source-<app>.yaml from the source path into the source before it
+// renders; a pusher's file could set plugin parameters (the plugin
+// refuses those) or remove the plugin, so that Argo CD would apply the
+// folder's files unverified. The artifact holds the service folder as it
+// is at the approved commit, so what Argo CD checks out is what is looked
+// at here.
+func (a *Applier) checkNoOverrides(ctx context.Context, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) error {
+	content, err := a.opts.Fetcher.FetchChange(ctx, cr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = content.Close() }()
+	p, err := sourcePath(rel)
+	if err != nil {
+		return err
+	}
+	dir, err := manifest.ConfinedPath(content.Dir, p)
+	if err != nil {
+		return applier.Permanent(sluicev1.ReasonInvalidSpec, "the service folder %s: %v", p, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved content has no service folder %s", p)
+	}
+	for _, e := range entries {
+		if n := e.Name(); n == ".argocd-source.yaml" || (strings.HasPrefix(n, ".argocd-source-") && strings.HasSuffix(n, ".yaml")) {
+			return applier.Permanent(sluicev1.ReasonManifestMismatch,
+				"refused: %s/%s would make Argo CD override the source Sluice sets (Argo CD merges it before rendering); remove it from the repository", p, n)
+		}
+	}
+	return nil
 }
 
 // Cleanup implements applier.Cleaner: it deletes the Release's Application
@@ -378,6 +475,19 @@ func readStatus(app *unstructured.Unstructured) appStatus {
 	s.syncRevision, _, _ = unstructured.NestedString(app.Object, "status", "sync", "revision")
 	s.phase, _, _ = unstructured.NestedString(app.Object, "status", "operationState", "phase")
 	s.message, _, _ = unstructured.NestedString(app.Object, "status", "operationState", "message")
+	// Argo CD says why per object (e.g. "… is not permitted in project …").
+	resources, _, _ := unstructured.NestedSlice(app.Object, "status", "operationState", "syncResult", "resources")
+	for _, r := range resources {
+		m, _ := r.(map[string]any)
+		status, _ := m["status"].(string)
+		msg, _ := m["message"].(string)
+		if msg == "" || status == "Synced" || status == "Pruned" {
+			continue
+		}
+		kind, _ := m["kind"].(string)
+		name, _ := m["name"].(string)
+		s.message += fmt.Sprintf("; %s/%s: %s", kind, name, msg)
+	}
 	s.opRevision, _, _ = unstructured.NestedString(app.Object, "status", "operationState", "operation", "sync", "revision")
 	if s.opRevision == "" {
 		s.opRevision, _, _ = unstructured.NestedString(app.Object, "status", "operationState", "syncResult", "revision")
@@ -443,17 +553,29 @@ func explain(step, namespace, who string, err error) error {
 	return fmt.Errorf("%s: %w", step, err)
 }
 
-// relPath is target relative to the folder base (both slash-separated and
-// repository-relative), refusing paths that leave the repository.
-func relPath(base, target string) (string, error) {
-	if path.IsAbs(target) || target == ".." || strings.HasPrefix(target, "../") {
-		return "", errors.New("leaves the repository")
+// projectNotSeenYet reports an operation that failed only because Argo
+// CD did not know the project yet.
+func projectNotSeenYet(message, project string) bool {
+	return strings.Contains(message, fmt.Sprintf("appproject.argoproj.io %q not found", project))
+}
+
+// syncedAsSet checks that what Argo CD reports it compared and synced is
+// the source Sluice set, rendered by the Sluice plugin, into the target
+// namespace: a changed or overridden source fails the change.
+func syncedAsSet(app *unstructured.Unstructured, want map[string]any, ns string) error {
+	got, _, _ := unstructured.NestedMap(app.Object, "status", "sync", "comparedTo", "source")
+	gotNS, _, _ := unstructured.NestedString(app.Object, "status", "sync", "comparedTo", "destination", "namespace")
+	sourceType, _, _ := unstructured.NestedString(app.Object, "status", "sourceType")
+	plugin, _, _ := unstructured.NestedMap(got, "plugin")
+	wantPlugin, _ := want["plugin"].(map[string]any)
+	same := got["repoURL"] == want["repoURL"] && got["targetRevision"] == want["targetRevision"] && got["path"] == want["path"] &&
+		plugin != nil && plugin["name"] == wantPlugin["name"] && plugin["env"] == nil && plugin["parameters"] == nil &&
+		got["helm"] == nil && got["kustomize"] == nil && got["directory"] == nil && got["chart"] == nil
+	if !same || sourceType != "Plugin" || gotNS != ns {
+		return applier.Permanent(sluicev1.ReasonManifestMismatch,
+			"Argo CD synced a source other than the one Sluice set (source type %q, namespace %q, source %v)", sourceType, gotNS, got)
 	}
-	rel, err := filepath.Rel(filepath.FromSlash(base), filepath.FromSlash(target))
-	if err != nil {
-		return "", err
-	}
-	return filepath.ToSlash(rel), nil
+	return nil
 }
 
 func short(rev string) string { return rev[:min(len(rev), 10)] }

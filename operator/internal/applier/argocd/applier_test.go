@@ -2,278 +2,281 @@ package argocd
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
-	authorizationv1 "k8s.io/api/authorization/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 )
 
-// Argo CD cannot run here (it is a set of controllers and a repo server
-// from container images). The tests run against the real Application CRD
-// on a real API server, with argoStandIn doing what Argo CD's application
-// controller does with an Application: take the operation, report the sync
-// outcome and health in the status, and honour the resources finalizer.
-
-var (
-	env     *testenv.Env
-	counter atomic.Int32
-)
-
-func TestMain(m *testing.M) {
-	var err error
-	if env, err = testenv.Start(testenv.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+func startedAt(app *unstructured.Unstructured) string {
+	s, _, _ := unstructured.NestedString(app.Object, "status", "operationState", "startedAt")
+	return s
 }
 
-// outcome is what the stand-in makes of a sync of a revision.
-type outcome string
-
-const (
-	succeed outcome = "succeed"
-	fail    outcome = "fail"
-	hang    outcome = "hang" // Running, until told otherwise
-)
-
-// argoStandIn plays Argo CD's application controller for one namespace.
-type argoStandIn struct {
-	ns       string
-	mu       sync.Mutex
-	outcomes map[string]outcome // by revision; succeed when unset
-	ops      int                // operations taken
-}
-
-func startArgo(t *testing.T, ns string) *argoStandIn {
-	a := &argoStandIn{ns: ns, outcomes: map[string]outcome{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			a.step(ctx)
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return a
-}
-
-func (a *argoStandIn) set(rev string, o outcome) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.outcomes[rev] = o
-}
-
-func (a *argoStandIn) operations() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.ops
-}
-
-func (a *argoStandIn) step(ctx context.Context) {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(ApplicationGVK.GroupVersion().WithKind("ApplicationList"))
-	if err := env.Client.List(ctx, list, client.InNamespace(a.ns)); err != nil {
-		return
-	}
-	for i := range list.Items {
-		app := &list.Items[i]
-		if app.GetDeletionTimestamp() != nil {
-			// Pruned what it deployed: let the Application go.
-			app.SetFinalizers(nil)
-			_ = env.Client.Update(ctx, app)
-			continue
-		}
-		a.mu.Lock()
-		op, pending, _ := unstructured.NestedMap(app.Object, "operation")
-		rev, _, _ := unstructured.NestedString(app.Object, "status", "operationState", "operation", "sync", "revision")
-		if pending {
-			rev, _, _ = unstructured.NestedString(op, "sync", "revision")
-			a.ops++
-			delete(app.Object, "operation")
-			_ = unstructured.SetNestedMap(app.Object, map[string]any{
-				"phase": "Running", "message": "syncing", "operation": op, "startedAt": time.Now().UTC().Format(time.RFC3339),
-			}, "status", "operationState")
-		}
-		o := a.outcomes[rev]
-		a.mu.Unlock()
-		phase, _, _ := unstructured.NestedString(app.Object, "status", "operationState", "phase")
-		if phase != "Running" {
-			continue
-		}
-		switch o {
-		case hang:
-		case fail:
-			_ = unstructured.SetNestedField(app.Object, "Failed", "status", "operationState", "phase")
-			_ = unstructured.SetNestedField(app.Object, "one or more objects failed to apply: Deployment.apps \"web\" is invalid", "status", "operationState", "message")
-		default:
-			_ = unstructured.SetNestedField(app.Object, "Succeeded", "status", "operationState", "phase")
-			_ = unstructured.SetNestedField(app.Object, "successfully synced (all tasks run)", "status", "operationState", "message")
-			_ = unstructured.SetNestedField(app.Object, rev, "status", "operationState", "syncResult", "revision")
-			_ = unstructured.SetNestedField(app.Object, "Synced", "status", "sync", "status")
-			_ = unstructured.SetNestedField(app.Object, rev, "status", "sync", "revision")
-			_ = unstructured.SetNestedField(app.Object, "Healthy", "status", "health", "status")
-		}
-		_ = env.Client.Update(ctx, app)
-	}
-}
-
-type fixture struct {
-	t       *testing.T
-	ctl     string
-	repo    *sluicev1.Repository
-	release *sluicev1.Release
-	applier *Applier
-	argo    *argoStandIn
-}
-
-func newFixture(t *testing.T, rbac bool) *fixture {
-	t.Helper()
-	ctx := context.Background()
-	f := &fixture{t: t, ctl: fmt.Sprintf("argo-ctl-%d", counter.Add(1))}
-	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ctl}}))
-	if rbac {
-		require.NoError(t, env.GrantRole(ctx, f.ctl, "argocd-apps", types.NamespacedName{Namespace: f.ctl, Name: "deployer"},
-			[]rbacv1.PolicyRule{{APIGroups: []string{"argoproj.io"}, Resources: []string{"applications"}, Verbs: []string{"*"}}},
-			authorizationv1.ResourceAttributes{Verb: "create", Group: "argoproj.io", Resource: "applications"}))
-	}
-	f.repo = &sluicev1.Repository{
-		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: f.ctl},
-		Spec:       sluicev1.RepositorySpec{URL: "https://git.example.com/platform/infra.git", ServiceAccountName: "deployer", TargetNamespaces: []string{"web-*"}},
-	}
-	f.release = &sluicev1.Release{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-prod", Namespace: f.ctl, UID: types.UID(appliertest.RandomSHA())},
-		Spec: sluicev1.ReleaseSpec{
-			Repository: "infra", Service: "web", Environment: "prod", SourcePath: "services/web",
-			TargetNamespace: "web-prod", Chart: sluicev1.ChartSource{Path: "charts/service"},
-			Values: []sluicev1.RelativePath{"services/web/values.yaml", "services/web/values-prod.yaml"}, Delivery: sluicev1.DeliveryArgoCD,
-		},
-	}
-	a, err := New(Options{Config: env.Config, Wait: 20 * time.Second, Log: logr.Discard()})
-	require.NoError(t, err)
-	f.applier = a
-	f.argo = startArgo(t, f.ctl)
-	return f
-}
-
-func (f *fixture) change() *sluicev1.ChangeRequest {
-	rev := appliertest.RandomSHA()
-	return &sluicev1.ChangeRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(f.release.Name, rev, 1), Namespace: f.ctl},
-		Spec: sluicev1.ChangeRequestSpec{
-			Release: f.release.Name, Revision: rev, Attempt: 1, TargetNamespace: "web-prod", Delivery: sluicev1.DeliveryArgoCD,
-		},
-	}
-}
-
-func (f *fixture) apply(cr *sluicev1.ChangeRequest) (applier.Result, error) {
-	return f.applier.Apply(context.Background(), applier.Request{Change: cr, Release: f.release, Repository: f.repo})
-}
-
-func (f *fixture) application() *unstructured.Unstructured {
-	f.t.Helper()
-	app := newApplication()
-	require.NoError(f.t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, app))
-	return app
-}
-
-func TestApply_pinsTheApplicationToTheApprovedCommitAndWaitsForArgoCD(t *testing.T) {
+func TestArgoCD_anApprovedChangeIsAppliedWhenArgoCDReportsItSyncedAndHealthy(t *testing.T) {
 	f := newFixture(t, true)
-	cr := f.change()
+	cr := f.change("message: approved\n", nil)
 	res, err := f.apply(cr)
-	require.NoError(t, err)
-	require.Contains(t, res.Message, "synced revision "+cr.Spec.Revision[:10])
+	require.NoError(t, err, argo.Logs())
+	require.Contains(t, res.Message, "synced revision "+cr.Spec.Revision[:10]+" and is Healthy")
+	require.Equal(t, "approved", f.message(), "Argo CD applied the approved manifest")
 
 	app := f.application()
 	spec := app.Object["spec"].(map[string]any)
 	src := spec["source"].(map[string]any)
 	require.Equal(t, cr.Spec.Revision, src["targetRevision"], "pinned to the approved commit, never a branch")
 	require.Equal(t, f.repo.Spec.URL, src["repoURL"])
-	require.Equal(t, "charts/service", src["path"])
-	require.Equal(t, []any{"../../services/web/values.yaml", "../../services/web/values-prod.yaml"}, src["helm"].(map[string]any)["valueFiles"])
-	require.Equal(t, "web-prod", spec["destination"].(map[string]any)["namespace"])
-	require.Equal(t, DefaultProject, spec["project"])
+	require.Equal(t, "services/web", src["path"])
+	require.Equal(t, map[string]any{"name": PluginName}, src["plugin"], "rendered by the Sluice plugin only")
+	require.Nil(t, src["helm"], "Argo CD does not render the chart itself")
+	require.Equal(t, f.target, spec["destination"].(map[string]any)["namespace"])
+	require.Equal(t, ProjectName(f.repo), spec["project"])
+	require.Equal(t, "Plugin", app.Object["status"].(map[string]any)["sourceType"])
 	owner := metav1.GetControllerOf(app)
 	require.NotNil(t, owner)
 	require.Equal(t, f.release.UID, owner.UID, "owned by the Release")
-	require.Contains(t, app.GetFinalizers(), ResourcesFinalizer)
-	require.Equal(t, 1, f.argo.operations())
+
+	// The Repository's AppProject bounds it.
+	proj := &unstructured.Unstructured{}
+	proj.SetGroupVersionKind(AppProjectGVK)
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: argo.Namespace, Name: ProjectName(f.repo)}, proj))
+	pspec := proj.Object["spec"].(map[string]any)
+	require.Equal(t, []any{map[string]any{"server": InClusterServer, "namespace": "web-*"}}, pspec["destinations"])
+	require.Equal(t, []any{f.ctl}, pspec["sourceNamespaces"])
+	require.Equal(t, []any{f.repo.Spec.URL}, pspec["sourceRepos"])
+	require.Empty(t, pspec["clusterResourceWhitelist"], "no cluster-scoped kind")
 
 	// A re-run (the operator restarted before recording it) asks for no
-	// second sync.
-	_, err = f.apply(cr)
+	// second sync and writes nothing.
+	before := f.application()
+	f.take(cr)
+	_, err = f.applier.Apply(context.Background(), applier.Request{Change: cr, Release: f.release, Repository: f.repo})
 	require.NoError(t, err)
-	require.Equal(t, 1, f.argo.operations())
+	f.finish(cr)
+	after := f.application()
+	require.Equal(t, startedAt(before), startedAt(after), "no second sync")
+	require.Equal(t, before.GetResourceVersion(), after.GetResourceVersion(), "nothing written")
 
 	// The next change re-pins the same Application.
-	next := f.change()
+	next := f.change("message: second\n", nil)
 	_, err = f.apply(next)
-	require.NoError(t, err)
+	require.NoError(t, err, argo.Logs())
+	require.Equal(t, "second", f.message())
 	require.Equal(t, next.Spec.Revision, f.application().Object["spec"].(map[string]any)["source"].(map[string]any)["targetRevision"])
-	require.Equal(t, 2, f.argo.operations())
 }
 
-func TestApply_aFailedSyncFailsTheChangeWithArgoCDsMessage(t *testing.T) {
+func TestArgoCD_aLaterUnapprovedPushDoesNotAlterThePendingApprovedChange(t *testing.T) {
 	f := newFixture(t, true)
-	cr := f.change()
-	f.argo.set(cr.Spec.Revision, fail)
+	approved := f.change("message: approved\n", nil)
+
+	// Before the approved change is applied, the pusher pushes again: new
+	// values, and the syncer moves the Release's spec along (a values file
+	// the change never had, another chart folder).
+	unapproved, _ := f.push("message: unapproved\n", nil)
+	rel := f.release.DeepCopy()
+	rel.Spec.Values = []sluicev1.RelativePath{"services/web/values-evil.yaml"}
+	rel.Spec.Chart.Path = "charts/evil"
+	require.NoError(t, env.Client.Update(context.Background(), rel))
+	f.release = rel
+
+	_, err := f.apply(approved)
+	require.NoError(t, err, argo.Logs())
+	require.Equal(t, "approved", f.message(), "what Argo CD applied is the approved change's manifest")
+	src := f.application().Object["spec"].(map[string]any)["source"].(map[string]any)
+	require.Equal(t, approved.Spec.Revision, src["targetRevision"])
+	require.NotContains(t, src, "helm", "nothing of the Release's current spec reaches the Application")
+
+	// Asked for the unapproved commit (as a sync of it would ask), the
+	// plugin refuses: no approved change is at that commit.
+	var out strings.Builder
+	p := &CMP{Client: env.Client, Fetcher: f.applier.opts.Fetcher}
+	err = p.Generate(context.Background(), []string{"ARGOCD_APP_NAME=" + f.ctl + "_" + f.release.Name, "ARGOCD_APP_REVISION=" + unapproved}, &out)
+	require.ErrorContains(t, err, "no approved change of the Release")
+	require.Empty(t, out.String())
+}
+
+func TestArgoCD_aRepositoryOverrideFileIsRefusedAndNothingIsApplied(t *testing.T) {
+	for _, perApp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "for every Application", true: "for this Application"}[perApp], func(t *testing.T) {
+			f := newFixture(t, true)
+			// Argo CD merges .argocd-source.yaml and .argocd-source-<app>.yaml
+			// (app: "<namespace>_<name>") of the source path into the source
+			// before rendering: the pusher tries to hand the plugin env.
+			file := ".argocd-source.yaml"
+			if perApp {
+				file = ".argocd-source-" + f.ctl + "_" + f.release.Name + ".yaml"
+			}
+			cr := f.change("message: approved\n", map[string]string{
+				"services/web/" + file: "plugin:\n  env:\n    - {name: MESSAGE, value: unapproved}\n",
+			})
+			_, err := f.apply(cr)
+			fail := appliertest.RequireFailure(t, err, sluicev1.ReasonManifestMismatch)
+			require.Contains(t, fail.Message, "services/web/"+file)
+			require.Empty(t, f.message(), "nothing applied")
+			err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, newApplication())
+			require.True(t, apierrors.IsNotFound(err), "no Application: %v", err)
+		})
+	}
+}
+
+func TestArgoCD_aParameterOverrideOnTheApplicationIsRefusedByThePlugin(t *testing.T) {
+	f := newFixture(t, true)
+	cr := f.change("message: approved\n", nil)
+	_, err := f.apply(cr)
+	require.NoError(t, err, argo.Logs())
+
+	// Someone with rights on the Application adds plugin env and asks
+	// Argo CD for a sync of it.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		app := f.application()
+		if err := unstructured.SetNestedSlice(app.Object, []any{map[string]any{"name": "MESSAGE", "value": "overridden"}},
+			"spec", "source", "plugin", "env"); err != nil {
+			return err
+		}
+		app.Object["operation"] = map[string]any{"sync": map[string]any{"revision": cr.Spec.Revision}, "initiatedBy": map[string]any{"username": "someone"}}
+		return env.Client.Update(context.Background(), app)
+	}))
+	var msg string
+	require.Eventually(t, func() bool {
+		app := f.application()
+		_, pending := app.Object["operation"]
+		phase, _, _ := unstructured.NestedString(app.Object, "status", "operationState", "phase")
+		msg, _, _ = unstructured.NestedString(app.Object, "status", "operationState", "message")
+		user, _, _ := unstructured.NestedString(app.Object, "status", "operationState", "operation", "initiatedBy", "username")
+		return !pending && user == "someone" && (phase == "Failed" || phase == "Error")
+	}, 60*time.Second, 200*time.Millisecond, argo.Logs())
+	require.Contains(t, msg, "the Sluice plugin takes no parameters or env")
+	require.Equal(t, "approved", f.message(), "what runs is still the approved manifest")
+
+	// Nor does the next change take the override: Sluice sets the source.
+	next := f.change("message: next\n", nil)
+	_, err = f.apply(next)
+	require.NoError(t, err, argo.Logs())
+	require.Equal(t, "next", f.message())
+}
+
+func TestArgoCD_objectsOutsideTheRepositorysNamespacesAreRefusedByArgoCD(t *testing.T) {
+	ctx := context.Background()
+	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "payments"}}))
+	for name, values := range map[string]string{
+		"another namespace": "elsewhere: payments\n",
+		"cluster-scoped":    "clusterRole: true\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, true)
+			// The verdict found nothing (a validator miss, or a gate that
+			// let it through): Argo CD's AppProject still holds.
+			cr := f.change("message: approved\n"+values, nil)
+			_, err := f.apply(cr)
+			fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
+			require.Contains(t, fail.Message, "is not permitted in project", "Argo CD's message")
+			require.Contains(t, fail.Message, ProjectName(f.repo))
+			err = env.Client.Get(ctx, client.ObjectKey{Namespace: "payments", Name: f.release.Name + "-planted"}, &corev1.ConfigMap{})
+			require.True(t, apierrors.IsNotFound(err), "nothing in payments: %v", err)
+			err = env.Client.Get(ctx, client.ObjectKey{Name: f.release.Name + "-planted"}, &rbacv1.ClusterRole{})
+			require.True(t, apierrors.IsNotFound(err), "no ClusterRole: %v", err)
+		})
+	}
+}
+
+func TestArgoCD_aClusterKindTheRepositoryAllowsIsSynced(t *testing.T) {
+	f := newFixture(t, true)
+	f.repo.Spec.AllowedClusterKinds = []sluicev1.GroupKind{{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}}
+	cr := f.change("message: approved\nclusterRole: true\n", nil)
+	_, err := f.apply(cr)
+	require.NoError(t, err, argo.Logs())
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Name: f.release.Name + "-planted"}, &rbacv1.ClusterRole{}))
+	require.NoError(t, env.Client.Delete(context.Background(), &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: f.release.Name + "-planted"}}))
+}
+
+func TestArgoCD_aFailedSyncFailsTheChangeWithArgoCDsMessage(t *testing.T) {
+	f := newFixture(t, true)
+	cr := f.change("message: approved\nbadObject: true\n", nil)
 	_, err := f.apply(cr)
 	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 	require.Contains(t, fail.Message, "ended Failed")
-	require.Contains(t, fail.Message, "failed to apply")
+	require.Contains(t, fail.Message, "Not_A_Valid_Name", "Argo CD's message")
 }
 
-func TestApply_aLongSyncIsLookedAtAgainNotAskedForTwice(t *testing.T) {
+func TestArgoCD_aManifestThatIsNotTheApprovedOneIsNeverSynced(t *testing.T) {
 	f := newFixture(t, true)
-	f.applier.opts.Wait = time.Second
-	cr := f.change()
-	f.argo.set(cr.Spec.Revision, hang)
+	// The recorded manifestDigest is of other values than the artifact
+	// holds: the plugin refuses, so Argo CD has nothing to apply.
+	commit, files := f.push("message: served\n", nil)
+	cr := f.changeFor(commit, files, f.digestOf(f.tree("message: approved\n", nil)))
 	_, err := f.apply(cr)
-	require.ErrorIs(t, err, ErrSyncing)
+	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
+	require.Contains(t, fail.Message, "ManifestMismatch")
+	require.Empty(t, f.message(), "nothing applied")
+}
+
+func TestArgoCD_aLongSyncIsLookedAtAgainNotAskedForTwice(t *testing.T) {
+	f := newFixture(t, true)
+	f.applier.opts.Wait = 3 * time.Second
+	cr := f.change("message: approved\ndeployment: true\n", nil)
+	f.take(cr)
+	req := applier.Request{Change: cr, Release: f.release, Repository: f.repo}
+	// No kubelet: the Deployment stays Progressing.
+	_, err := f.applier.Apply(context.Background(), req)
+	require.ErrorIs(t, err, ErrSyncing, argo.Logs())
 	_, ok := applier.AsFailure(err)
 	require.False(t, ok, "still syncing is retried, not a failure")
-	require.Contains(t, err.Error(), "operation Running")
+	first := startedAt(f.application())
+	require.NotEmpty(t, first)
 
-	_, err = f.apply(cr)
+	_, err = f.applier.Apply(context.Background(), req)
 	require.ErrorIs(t, err, ErrSyncing)
-	require.Equal(t, 1, f.argo.operations(), "the running sync is not asked for again")
+	require.Equal(t, first, startedAt(f.application()), "the sync is not asked for again")
 
-	f.argo.set(cr.Spec.Revision, succeed)
+	// The Deployment becomes available (as a kubelet would make it).
+	dep := &appsv1.Deployment{}
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.target, Name: f.release.Name}, dep))
+	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1,
+		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}}}
+	require.NoError(t, env.Client.Status().Update(context.Background(), dep))
 	require.Eventually(t, func() bool {
-		_, err := f.apply(cr)
+		_, err := f.applier.Apply(context.Background(), req)
 		return err == nil
-	}, 30*time.Second, 100*time.Millisecond)
-	require.Equal(t, 1, f.argo.operations())
+	}, 60*time.Second, 500*time.Millisecond)
+	require.Equal(t, first, startedAt(f.application()))
+}
+
+func TestArgoCD_deletingTheReleasePrunesWhatArgoCDDeployed(t *testing.T) {
+	f := newFixture(t, true)
+	_, err := f.apply(f.change("message: approved\n", nil))
+	require.NoError(t, err, argo.Logs())
+	require.Equal(t, "approved", f.message())
+
+	err = f.applier.Cleanup(context.Background(), f.release, f.repo)
+	require.Error(t, err, "not done while Argo CD prunes")
+	require.Eventually(t, func() bool {
+		return f.applier.Cleanup(context.Background(), f.release, f.repo) == nil
+	}, 60*time.Second, 200*time.Millisecond, argo.Logs())
+	err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, newApplication())
+	require.True(t, apierrors.IsNotFound(err), "the Application is gone: %v", err)
+	require.Empty(t, f.message(), "Argo CD pruned the ConfigMap")
 }
 
 func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 	f := newFixture(t, true)
 
-	outside := f.change()
+	outside := f.change("message: approved\n", nil)
 	outside.Spec.TargetNamespace = "payments-prod"
-	_, err := f.apply(outside)
+	_, err := f.applier.Apply(context.Background(), applier.Request{Change: outside, Release: f.release, Repository: f.repo})
 	appliertest.RequireFailure(t, err, sluicev1.ReasonNamespaceNotAllowed)
 
 	// An Application of the same name that the Release does not control.
@@ -283,87 +286,109 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 	foreign.Object["spec"] = map[string]any{
 		"project":     "default",
 		"source":      map[string]any{"repoURL": "https://git.example.com/other.git", "path": "x", "targetRevision": "main"},
-		"destination": map[string]any{"server": InClusterServer, "namespace": "web-prod"},
+		"destination": map[string]any{"server": InClusterServer, "namespace": f.target},
 	}
 	require.NoError(t, env.Client.Create(context.Background(), foreign))
-	_, err = f.apply(f.change())
+	_, err = f.apply(f.change("message: approved\n", nil))
 	appliertest.RequireFailure(t, err, sluicev1.ReasonOwnershipConflict)
 	require.Equal(t, "main", f.application().Object["spec"].(map[string]any)["source"].(map[string]any)["targetRevision"], "left alone")
 	require.NoError(t, f.applier.Cleanup(context.Background(), f.release, f.repo), "cleanup leaves a foreign Application alone")
 	f.application()
+
+	// An AppProject of the Repository's name that Sluice did not make.
+	g := newFixture(t, true)
+	g.repo.Name = "taken"
+	proj := &unstructured.Unstructured{}
+	proj.SetGroupVersionKind(AppProjectGVK)
+	proj.SetNamespace(argo.Namespace)
+	proj.SetName(ProjectName(g.repo))
+	proj.Object["spec"] = map[string]any{"sourceRepos": []any{"*"}}
+	require.NoError(t, env.Client.Create(context.Background(), proj))
+	_, err = g.apply(g.change("message: approved\n", nil))
+	appliertest.RequireFailure(t, err, sluicev1.ReasonOwnershipConflict)
 }
 
 func TestApply_anApplicationOutsideTheReleasesNamespaceIsNeverCreated(t *testing.T) {
 	f := newFixture(t, true)
+	request := func(cr *sluicev1.ChangeRequest) applier.Request {
+		return applier.Request{Change: cr, Release: f.release, Repository: f.repo}
+	}
 
 	// Allowed by the Repository, but not the Release's namespace.
-	elsewhere := f.change()
+	elsewhere := f.change("message: approved\n", nil)
 	elsewhere.Spec.TargetNamespace = "web-staging"
-	_, err := f.apply(elsewhere)
+	_, err := f.applier.Apply(context.Background(), request(elsewhere))
 	appliertest.RequireFailure(t, err, sluicev1.ReasonOutsideNamespace)
 
 	// A verdict that found an object outside the namespace (the gate never
 	// hands one over; the applier holds if it did).
-	reaching := f.change()
+	reaching := f.change("message: approved\n", nil)
 	reaching.Spec.Verdict.Findings = []sluicev1.Finding{{Severity: sluicev1.SeverityDeny, Source: "helm", Policy: "helm.namespace",
 		Resource: "ClusterRoleBinding/planted", Message: "ClusterRoleBinding planted is cluster-scoped"}}
-	_, err = f.apply(reaching)
+	_, err = f.applier.Apply(context.Background(), request(reaching))
 	appliertest.RequireFailure(t, err, sluicev1.ReasonOutsideNamespace)
 
 	err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, newApplication())
 	require.True(t, apierrors.IsNotFound(err), "no Application: %v", err)
-
-	_, err = f.apply(f.change())
-	require.NoError(t, err)
-	require.Equal(t, "web-prod", f.application().Object["spec"].(map[string]any)["destination"].(map[string]any)["namespace"])
 }
 
 func TestApply_aServiceAccountWithoutRightsFailsWithAReadableReason(t *testing.T) {
 	f := newFixture(t, false)
-	_, err := f.apply(f.change())
+	_, err := f.apply(f.change("message: approved\n", nil))
 	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 	require.Contains(t, fail.Message, "system:serviceaccount:"+f.ctl+":deployer may not read the Application")
 	require.Contains(t, fail.Message, "give it a Role there")
 }
 
-func TestCleanup_deletesTheApplicationAndWaitsForArgoCDToPrune(t *testing.T) {
-	f := newFixture(t, true)
-	_, err := f.apply(f.change())
-	require.NoError(t, err)
-	err = f.applier.Cleanup(context.Background(), f.release, f.repo)
-	require.Error(t, err, "not done while Argo CD prunes")
-	require.Eventually(t, func() bool {
-		return f.applier.Cleanup(context.Background(), f.release, f.repo) == nil
-	}, 30*time.Second, 100*time.Millisecond)
-	err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, newApplication())
-	require.True(t, apierrors.IsNotFound(err), "the Application is gone: %v", err)
-}
-
 func TestFlags_registerWhenArgoCDsApplicationKindIsServed(t *testing.T) {
 	reg := applier.Registry{}
-	require.NoError(t, (&Flags{Apply: true, Wait: time.Second}).Register(reg, env.Config, logr.Discard()))
+	require.NoError(t, (&Flags{Apply: true, Wait: time.Second, ArtifactBaseURL: server.BaseURL()}).Register(reg, env.Config, logr.Discard()))
 	a, ok := reg.For(sluicev1.DeliveryArgoCD)
 	require.True(t, ok, "envtest serves the Application CRD")
 	require.Equal(t, Name, a.Name())
 
-	reg = applier.Registry{}
-	require.NoError(t, (&Flags{Apply: false}).Register(reg, env.Config, logr.Discard()))
-	_, ok = reg.For(sluicev1.DeliveryArgoCD)
-	require.False(t, ok)
+	for _, off := range []Flags{{Apply: false, ArtifactBaseURL: server.BaseURL()}, {Apply: true}} {
+		reg = applier.Registry{}
+		require.NoError(t, off.Register(reg, env.Config, logr.Discard()))
+		_, ok = reg.For(sluicev1.DeliveryArgoCD)
+		require.False(t, ok, "%+v", off)
+	}
 }
 
-func TestRelPath_valueFilesAreRelativeToTheChartAndStayInTheRepository(t *testing.T) {
-	for _, tc := range []struct{ base, target, want string }{
-		{"charts/service", "services/web/values.yaml", "../../services/web/values.yaml"},
-		{"charts/service", "charts/service/values-prod.yaml", "values-prod.yaml"},
-		{"services/web/chart", "services/web/values.yaml", "../values.yaml"},
-	} {
-		got, err := relPath(tc.base, tc.target)
-		require.NoError(t, err)
-		require.Equal(t, tc.want, got)
+func TestCMP_printsTheManifestOfAnApprovedChangeOnlyAndTakesNoOverrides(t *testing.T) {
+	f := newFixture(t, true)
+	cr := f.change("message: approved\n", nil)
+	p := &CMP{Client: env.Client, Fetcher: f.applier.opts.Fetcher}
+	appEnv := []string{"ARGOCD_APP_NAME=" + f.ctl + "_" + f.release.Name, "ARGOCD_APP_REVISION=" + cr.Spec.Revision, "ARGOCD_APP_PARAMETERS=null"}
+	generate := func(env ...string) (string, error) {
+		var out strings.Builder
+		err := p.Generate(context.Background(), env, &out)
+		return out.String(), err
 	}
-	for _, bad := range []string{"../outside.yaml", "..", "/etc/passwd"} {
-		_, err := relPath("charts/service", bad)
-		require.Error(t, err, bad)
+
+	// Not approved yet (no lock, phase Pending): nothing.
+	out, err := generate(appEnv...)
+	require.ErrorContains(t, err, "no approved change of the Release")
+	require.Empty(t, out)
+
+	f.take(cr)
+	out, err = generate(appEnv...)
+	require.NoError(t, err)
+	require.Contains(t, out, "name: web-prod-config")
+	require.Contains(t, out, `message: "approved"`)
+
+	for _, extra := range []string{"ARGOCD_ENV_MESSAGE=evil", "PARAM_MESSAGE=evil", `ARGOCD_APP_PARAMETERS=[{"name":"message","string":"evil"}]`} {
+		out, err = generate(append(appEnv, extra)...)
+		require.ErrorContains(t, err, "the Sluice plugin takes no parameters or env", extra)
+		require.Empty(t, out)
 	}
+	// An Application in Argo CD's own namespace is no Sluice Application.
+	_, err = generate("ARGOCD_APP_NAME="+f.release.Name, "ARGOCD_APP_REVISION="+cr.Spec.Revision)
+	require.ErrorContains(t, err, "not a Sluice Application")
+
+	// Applied: later refreshes still render it.
+	f.finish(cr)
+	out, err = generate(appEnv...)
+	require.NoError(t, err)
+	require.Contains(t, out, `message: "approved"`)
 }

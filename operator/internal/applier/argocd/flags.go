@@ -12,20 +12,25 @@ import (
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact"
 )
 
 // Flags are the operator's command-line settings of the Argo CD applier.
 type Flags struct {
-	Apply   bool
-	Project string
-	Server  string
-	Wait    time.Duration
+	Apply     bool
+	Namespace string
+	Server    string
+	Wait      time.Duration
+	// ArtifactBaseURL and ArtifactTokenFile are the Helm applier's
+	// (--artifact-base-url, --artifact-token-file), set by main.
+	ArtifactBaseURL   string
+	ArtifactTokenFile string
 }
 
 // Bind registers the flags on fs.
 func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&f.Apply, "argocd-apply", true, "Apply delivery argocd changes through Argo CD Applications in the control namespace (needs Argo CD's Application CRD and apps in any namespace).")
-	fs.StringVar(&f.Project, "argocd-project", DefaultProject, "Argo CD AppProject of the Applications Sluice drives.")
+	fs.StringVar(&f.Namespace, "argocd-namespace", DefaultNamespace, "Argo CD's namespace, where Sluice keeps one AppProject per Repository.")
 	fs.StringVar(&f.Server, "argocd-server", InClusterServer, "Destination cluster of the Applications.")
 	fs.DurationVar(&f.Wait, "argocd-wait", DefaultWait, "How long one apply watches an Argo CD sync before it looks again later.")
 }
@@ -36,6 +41,10 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 func (f *Flags) Register(reg applier.Registry, cfg *rest.Config, log logr.Logger) error {
 	if !f.Apply {
 		log.Info("The Argo CD applier is off (--argocd-apply=false)")
+		return nil
+	}
+	if f.ArtifactBaseURL == "" {
+		log.Info("No --artifact-base-url: delivery argocd has no applier (the approved manifest comes from the artifact)")
 		return nil
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
@@ -58,7 +67,11 @@ func (f *Flags) Register(reg applier.Registry, cfg *rest.Config, log logr.Logger
 		log.Info("Argo CD's Application kind is not served: delivery argocd has no applier")
 		return nil
 	}
-	a, err := New(Options{Config: cfg, Project: f.Project, Server: f.Server, Wait: f.Wait, Log: log})
+	fetcher, err := artifact.NewFetcher(f.ArtifactBaseURL, artifact.WithTokenFile(f.ArtifactTokenFile))
+	if err != nil {
+		return fmt.Errorf("argocd applier: %w", err)
+	}
+	a, err := New(Options{Config: cfg, Fetcher: fetcher, Namespace: f.Namespace, Server: f.Server, Wait: f.Wait, Log: log})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -105,7 +107,8 @@ func TestOperator_aSyncThatTakesThreeLooksIsWaitingNotFailing(t *testing.T) {
 	f := newFixture(t, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := applier.Registry{}
-	require.NoError(t, (&Flags{Apply: true, Project: DefaultProject, Server: InClusterServer, Wait: 300 * time.Millisecond}).Register(reg, env.Config, logr.Discard()))
+	require.NoError(t, (&Flags{Apply: true, Namespace: argo.Namespace, Server: InClusterServer, Wait: 300 * time.Millisecond,
+		ArtifactBaseURL: server.BaseURL()}).Register(reg, env.Config, logr.Discard()))
 	counted := &looks{Applier: reg[sluicev1.DeliveryArgoCD]}
 	reg[sluicev1.DeliveryArgoCD] = counted
 	mgr, err := controller.NewManager(ctx, env.Config, controller.ManagerOptions{
@@ -124,21 +127,14 @@ func TestOperator_aSyncThatTakesThreeLooksIsWaitingNotFailing(t *testing.T) {
 
 	repo := f.repo.DeepCopy()
 	require.NoError(t, env.Client.Create(ctx, repo))
-	rel := f.release.DeepCopy()
-	rel.UID = ""
+	rel := &sluicev1.Release{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.release), rel))
 	rel.Spec.Rule = sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
-	require.NoError(t, env.Client.Create(ctx, rel))
-	f.release = rel
+	require.NoError(t, env.Client.Update(ctx, rel))
 
-	cr := f.change()
-	f.argo.set(cr.Spec.Revision, hang)
-	cr.Labels = map[string]string{sluicev1.LabelRelease: rel.Name}
-	cr.Spec.Artifact = sluicev1.ArtifactReference{URL: "http://sluice-syncer.sluice-system.svc/artifacts/x.tar.gz", SHA256: sluicev1.SHA256Digest([]byte("a"))}
-	cr.Spec.ContentDigest = sluicev1.SHA256Digest([]byte("content " + cr.Spec.Revision))
-	cr.Spec.Verdict = sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow}
-	cr.Spec.Rule = sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
-	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
-	require.NoError(t, env.Client.Create(ctx, cr))
+	// No kubelet: the chart's Deployment stays Progressing, and so does
+	// Argo CD's sync, until the test makes it available.
+	cr := f.change("message: approved\ndeployment: true\n", nil)
 
 	got := &sluicev1.ChangeRequest{}
 	require.Eventually(t, func() bool {
@@ -153,9 +149,14 @@ func TestOperator_aSyncThatTakesThreeLooksIsWaitingNotFailing(t *testing.T) {
 		require.Contains(t, c.Message, "waiting for Argo CD to sync revision "+cr.Spec.Revision[:10], typ)
 		require.NotContains(t, c.Message, "failed", typ)
 	}
-	require.Equal(t, 1, f.argo.operations(), "the running sync is not asked for again")
+	first := startedAt(f.application())
+	require.NotEmpty(t, first)
 
-	f.argo.set(cr.Spec.Revision, succeed)
+	dep := &appsv1.Deployment{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.target, Name: f.release.Name}, dep))
+	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1,
+		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}}}
+	require.NoError(t, env.Client.Status().Update(ctx, dep))
 	got, err = env.WaitChangePhase(ctx, client.ObjectKeyFromObject(cr), sluicev1.PhaseApplied, 90*time.Second)
 	require.NoError(t, err)
 	require.Nil(t, meta.FindStatusCondition(got.Status.Conditions, sluicev1.ConditionProgressing), "no longer waiting")
@@ -168,4 +169,5 @@ func TestOperator_aSyncThatTakesThreeLooksIsWaitingNotFailing(t *testing.T) {
 	require.Zero(t, metric(t, "sluice_changes_failed_total", map[string]string{"applier": Name}))
 	require.Equal(t, 1.0, metric(t, "sluice_changes_applied_total", map[string]string{"applier": Name}))
 	require.True(t, strings.HasPrefix(got.Status.Apply.Message, "Argo CD Application"), got.Status.Apply.Message)
+	require.Equal(t, first, startedAt(f.application()), "the running sync was not asked for again")
 }
