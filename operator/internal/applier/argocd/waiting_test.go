@@ -149,11 +149,14 @@ func TestOperator_aSyncThatTakesThreeLooksIsWaitingNotFailing(t *testing.T) {
 		require.Contains(t, c.Message, "waiting for Argo CD to sync revision "+cr.Spec.Revision[:10], typ)
 		require.NotContains(t, c.Message, "failed", typ)
 	}
+	// The Deployment becomes available once Argo CD created it (as a
+	// kubelet would make it).
+	dep := &appsv1.Deployment{}
+	require.Eventually(t, func() bool {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: f.target, Name: f.release.Name}, dep) == nil
+	}, 90*time.Second, 200*time.Millisecond, "Argo CD did not create the Deployment: %s", argo.Logs())
 	first := startedAt(f.application())
 	require.NotEmpty(t, first)
-
-	dep := &appsv1.Deployment{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.target, Name: f.release.Name}, dep))
 	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1,
 		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}}}
 	require.NoError(t, env.Client.Status().Update(ctx, dep))
