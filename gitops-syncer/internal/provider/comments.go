@@ -30,7 +30,7 @@ type Thread struct {
 // CommentResult says what SyncComments did.
 type CommentResult struct {
 	// Closed: the pull request is closed or merged; nothing was written.
-	Closed                    bool
+	Closed                   bool
 	Created, Edited, Deleted int
 }
 
