@@ -90,11 +90,13 @@ func (h *Handler) publishReview(ev *provider.Event, pr *provider.PullRequest, pr
 // checkOf is the Check Run of one release's section.
 func checkOf(repo, head string, s *review.Section) provider.Check {
 	c := provider.Check{Repo: repo, HeadSHA: head, Name: "sluice/" + s.Release}
+	// The check is the validator's verdict; approvals are the gate's, and
+	// a check left in progress until then would hold a merge forever.
 	switch {
 	case s.Verdict == string(sluicev1.VerdictFail):
 		c.Conclusion, c.Title = "failure", "denied by policy"
 	case s.Approval.Needed > 0:
-		c.Title = fmt.Sprintf("risk %s: %d more approval(s) needed", s.Risk, s.Approval.Needed)
+		c.Conclusion, c.Title = "success", fmt.Sprintf("%s, risk %s: %d more approval(s) needed at the gate", s.Verdict, s.Risk, s.Approval.Needed)
 	default:
 		c.Conclusion, c.Title = "success", fmt.Sprintf("%s, risk %s", s.Verdict, s.Risk)
 	}
