@@ -74,7 +74,7 @@ type ReviewConfirmer interface {
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=changerequests,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=approvals,verbs=get;list;create
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
 
 // Handler builds previews and records reviews. It implements
 // webhook.PullRequestHandler.
@@ -452,8 +452,13 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 		return built{}, fmt.Errorf("create preview %s: %w", name, err)
 	}
 	if res != nil {
-		h.rememberInputs(cr, review.Input{Plan: res.Plan, Manifest: res.Manifest, PreviousManifest: res.PreviousManifest,
-			AppliedRevision: appliedRevision(ctx, h.reader(), repo, release), RiskReasons: res.RiskReasons})
+		in := review.Input{Plan: res.Plan, Manifest: res.Manifest, PreviousManifest: res.PreviousManifest,
+			AppliedRevision: appliedRevision(ctx, h.reader(), repo, release), RiskReasons: res.RiskReasons}
+		h.rememberInputs(cr, in)
+		if err := h.storeReview(ctx, cr, in); err != nil {
+			// `kubectl sluice diff` then shows less; the preview stands.
+			h.Log.Error(err, "Storing the review of a preview failed", "changeRequest", cr.Name)
+		}
 	}
 	h.Log.Info("Created preview ChangeRequest", "changeRequest", name, "verdict", cr.Spec.Verdict.Result, "approvalDigest", cr.Spec.ApprovalDigest)
 	return built{cr: cr, created: true}, nil

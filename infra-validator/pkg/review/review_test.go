@@ -276,3 +276,28 @@ func TestShowObject_secretShowsKeysOnly(t *testing.T) {
 		t.Errorf("the keys are not shown as hidden values:\n%s", got)
 	}
 }
+
+func TestEncode_roundTrip(t *testing.T) {
+	s := testSection(t)
+	data, err := Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b bytes.Buffer
+	if err := Text(&a, s, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := Text(&b, got, false); err != nil {
+		t.Fatal(err)
+	}
+	if a.String() != b.String() {
+		t.Error("a decoded section renders otherwise than the original")
+	}
+	if _, err := Decode([]byte("not gzip")); err == nil {
+		t.Error("garbage decodes")
+	}
+}
