@@ -15,6 +15,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
@@ -140,6 +143,16 @@ func TestPullRequest_theReviewCommentShowsWhatIsApprovedAndFollowsPushes(t *test
 	assert.Contains(t, bodies[0], "+kind: Deployment", "the rendered manifest is shown as a diff")
 	assert.Contains(t, bodies[0], "replicas: 3")
 	assert.Equal(t, 2, g.checks, "one Check Run per release")
+	// The same review is stored beside each preview for kubectl sluice diff.
+	for _, cr := range previews(t, i.repo.Namespace, 30) {
+		sec := &corev1.Secret{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: review.SecretName(cr.Name)}, sec))
+		assert.True(t, metav1.IsControlledBy(sec, &cr), "owned by its preview")
+		s, err := review.Decode(sec.Data[review.SecretKey])
+		require.NoError(t, err)
+		assert.True(t, s.HasManifest)
+		assert.Equal(t, string(cr.Spec.ApprovalDigest), s.Approval.Digest)
+	}
 
 	second := i.pullRequest(t, 30, first, map[string]string{"services/cart/values-prod.yaml": "replicaCount: 5\n"})
 	require.NoError(t, i.h.PullRequest(ctx, i.repo, githubPR(t, "synchronize", 30, second, i.base)))
