@@ -11,6 +11,7 @@ require (
 	github.com/hashicorp/terraform-json v0.28.0
 	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/open-policy-agent/opa v1.22.3
+	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/sluice-gitops/sluice/operator/api v0.0.0-00010101000000-000000000000
 	github.com/sluice-gitops/sluice/policies v0.0.0-00010101000000-000000000000
@@ -113,7 +114,6 @@ require (
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect

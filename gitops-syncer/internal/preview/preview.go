@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,6 +46,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/status"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -72,7 +74,7 @@ type ReviewConfirmer interface {
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=changerequests,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=approvals,verbs=get;list;create
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
 
 // Handler builds previews and records reviews. It implements
 // webhook.PullRequestHandler.
@@ -94,8 +96,18 @@ type Handler struct {
 	// ScratchDir holds temporary folders; defaults to the OS temp dir.
 	ScratchDir string
 	Log        logr.Logger
+	// Comments, if set, gets the pull request's review comment (and, on
+	// GitHub, a Check Run per release) after every push, in the
+	// background; CommentRetry are the waits before retrying a failed
+	// update (DefaultCommentRetry when nil).
+	Comments     Commenter
+	CommentRetry []time.Duration
+	// CheckRuns also reports each release as a Check Run (GitHub).
+	CheckRuns bool
 
-	locks sync.Map // "<ns>/<repo>#<pr>" → *sync.Mutex
+	locks  sync.Map // "<ns>/<repo>#<pr>" → *sync.Mutex
+	inputs reviewInputs
+	pub    publisher
 }
 
 // lock serialises the work on one pull request (a review may arrive while
@@ -131,9 +143,13 @@ func (h *Handler) PullRequest(ctx context.Context, repo *sluicev1.Repository, ev
 			// deletes them (controller.mergedPullRequests).
 			return nil
 		}
+		h.forgetInputs(repo.Namespace, pr.Number)
 		return h.deletePreviews(ctx, repo, pr.Number)
 	case provider.PROpened, provider.PRUpdated, provider.PRReopened:
-		_, err := h.build(ctx, repo, ev, pr, pr.HeadSHA)
+		b, err := h.build(ctx, repo, ev, pr, pr.HeadSHA)
+		if len(b) > 0 {
+			h.publishReview(ev, pr, b)
+		}
 		return err
 	}
 	return nil
@@ -435,6 +451,15 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 		}
 		return built{}, fmt.Errorf("create preview %s: %w", name, err)
 	}
+	if res != nil {
+		in := review.Input{Plan: res.Plan, Manifest: res.Manifest, PreviousManifest: res.PreviousManifest,
+			AppliedRevision: appliedRevision(ctx, h.reader(), repo, release), RiskReasons: res.RiskReasons}
+		h.rememberInputs(cr, in)
+		if err := h.storeReview(ctx, cr, in); err != nil {
+			// `kubectl sluice diff` then shows less; the preview stands.
+			h.Log.Error(err, "Storing the review of a preview failed", "changeRequest", cr.Name)
+		}
+	}
 	h.Log.Info("Created preview ChangeRequest", "changeRequest", name, "verdict", cr.Spec.Verdict.Result, "approvalDigest", cr.Spec.ApprovalDigest)
 	return built{cr: cr, created: true}, nil
 }
@@ -501,4 +526,15 @@ func (h *Handler) postStatus(ctx context.Context, ev *provider.Event, sha string
 	if err != nil {
 		h.Log.Error(err, "Posting a commit status failed", "context", context)
 	}
+}
+
+// appliedRevision is the release's last applied revision, which the
+// preview's manifest is compared with ("" when none, or not this
+// Repository's release).
+func appliedRevision(ctx context.Context, r client.Reader, repo *sluicev1.Repository, release string) string {
+	rel := &sluicev1.Release{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: repo.Namespace, Name: release}, rel); err != nil || !metav1.IsControlledBy(rel, repo) {
+		return ""
+	}
+	return rel.Status.AppliedRevision
 }

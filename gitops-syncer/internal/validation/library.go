@@ -137,7 +137,12 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 	}
 	if res.Chart != nil && res.Chart.Render != nil {
 		out.Manifest = res.Chart.Render.Rendered
+		out.RiskReasons = res.Chart.Render.RiskReasons
 	}
+	if res.Plan != nil && res.Plan.Report != nil {
+		out.Plan = res.Plan.Report.Plan
+	}
+	out.PreviousManifest = previous
 	if prevErr != nil {
 		// As helmcheck rates an unreadable previous manifest: without it,
 		// removed objects cannot be seen.

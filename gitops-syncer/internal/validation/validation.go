@@ -6,6 +6,7 @@ package validation
 import (
 	"context"
 
+	tfjson "github.com/hashicorp/terraform-json"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
@@ -83,6 +84,13 @@ type Result struct {
 	// (helmcheck.Result.Rendered; "" when the chart did not render),
 	// remembered to rate the next change against.
 	Manifest string
+	// For the review shown to approvers (review.Input): the plan as the
+	// validator decoded it, what the release rendered at its last applied
+	// revision ("" when nothing was applied), and why the risk is what
+	// it is.
+	Plan             *tfjson.Plan
+	PreviousManifest string
+	RiskReasons      []string
 }
 
 // Validator validates one release. An error means the validation could not

@@ -310,6 +310,7 @@ func (a *app) printDescription(w io.Writer, d *Description) error {
 	if ps := cr.Spec.PlanSummary; ps != nil {
 		field("Plan", fmt.Sprintf("%d to add, %d to change, %d to destroy, %d to replace", ps.Add, ps.Change, ps.Destroy, ps.Replace))
 	}
+	field("Diff", fmt.Sprintf("kubectl sluice diff %s -n %s (the plan and the manifest diff)", cr.Name, cr.Namespace))
 	for _, kv := range deletionFields(cr) {
 		field(kv[0], kv[1])
 	}

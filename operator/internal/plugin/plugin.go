@@ -98,6 +98,7 @@ and kubectl sluice approve records one in your own Kubernetes name.`,
 	root.AddCommand(
 		newGetCommand(a),
 		newDescribeCommand(a),
+		newDiffCommand(a),
 		newDecideCommand(a, sluicev1.DecisionApprove),
 		newDecideCommand(a, sluicev1.DecisionReject),
 		newDecideCommand(a, sluicev1.DecisionRevoke),

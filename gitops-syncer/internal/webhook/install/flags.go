@@ -12,8 +12,8 @@ import (
 
 // BindFlags registers the webhook flags on fs, with their defaults:
 // --webhook-bind-address (":9292"; "0" turns the webhook side off),
-// --status-provider, --status-base-url, --status-token-secret and
-// --gitlab-approver-access.
+// --status-provider, --status-base-url, --status-token-secret,
+// --no-review-comments, --check-runs and --gitlab-approver-access.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Addr, "webhook-bind-address", ":9292", "Address of the webhook receiver (\"0\" turns webhooks, previews and review approvals off).")
 	fs.Func("status-provider", "Post preview verdicts as commit statuses to this provider's API and confirm reviews with it: github, gitea or gitlab (default: off; then no review becomes an Approval).", func(v string) error {
@@ -24,6 +24,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		}
 		return fmt.Errorf("unknown provider %q (github, gitea or gitlab)", v)
 	})
+	fs.BoolVar(&o.NoReviewComments, "no-review-comments", false, "Do not post the review comment (plan, manifest diff, approval state) on pull requests.")
+	fs.BoolVar(&o.CheckRuns, "check-runs", false, "Also report each release as a GitHub Check Run (needs a GitHub App token with checks:write).")
 	fs.IntVar(&o.GitLabMinAccess, "gitlab-approver-access", provider.GitLabDeveloper, "Lowest GitLab access level whose merge request approvals count (30 Developer, 40 Maintainer).")
 	fs.StringVar(&o.StatusBaseURL, "status-base-url", "", "API root of the status provider (default for github: the public API).")
 	fs.Func("status-token-secret", "Secret (namespace/name) whose \"token\" key authenticates to the status provider.", func(v string) error {

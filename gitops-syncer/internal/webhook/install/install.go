@@ -39,6 +39,13 @@ type Options struct {
 	// GitLabMinAccess is the lowest GitLab access level whose approvals
 	// count (30 Developer, 40 Maintainer); default Developer.
 	GitLabMinAccess int
+	// NoReviewComments turns off the pull-request review comment (the
+	// plan, manifest diff and approval state of every preview), which is
+	// posted through the status provider's API when one is configured.
+	NoReviewComments bool
+	// CheckRuns adds a GitHub Check Run per release (needs a GitHub App
+	// token with checks:write).
+	CheckRuns bool
 	// SkipNameValidation lets several syncers run in one process (tests).
 	SkipNameValidation bool
 }
@@ -82,13 +89,18 @@ func Install(s *syncer.Syncer, opts Options) (*Installed, error) {
 		}
 		h.Statuses = sc
 		reader, secret := mgr.GetAPIReader(), opts.StatusTokenSecret
-		h.Reviews = &provider.API{
+		api := &provider.API{
 			Provider: opts.StatusProvider,
 			BaseURL:  apiBaseURL(opts.StatusProvider, opts.StatusBaseURL),
 			Token: func(ctx context.Context) (string, error) {
 				return status.TokenFromSecret(ctx, reader, secret, "")
 			},
 			GitLabMinAccess: opts.GitLabMinAccess,
+		}
+		h.Reviews = api
+		if !opts.NoReviewComments {
+			h.Comments = api
+			h.CheckRuns = opts.CheckRuns
 		}
 	}
 	lat := &webhook.Latency{Cache: mgr.GetCache(), Metrics: m}

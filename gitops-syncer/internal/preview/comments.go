@@ -1,0 +1,235 @@
+package preview
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// Commenter keeps a pull request's Sluice comments current
+// (provider.API).
+type Commenter interface {
+	SyncComments(ctx context.Context, t provider.Thread, bodies []string) (provider.CommentResult, error)
+	SyncCheckRun(ctx context.Context, c provider.Check) error
+	CommentLimit() int
+}
+
+// DefaultCommentRetry is how long a failed comment update waits before
+// each further attempt.
+var DefaultCommentRetry = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute}
+
+// commentJob is what one pull request's comments should say now.
+type commentJob struct {
+	thread provider.Thread
+	bodies []string
+	checks []provider.Check
+}
+
+// publisher posts comments in the background, one worker per pull
+// request: a provider that is down never holds back a sync, and a newer
+// job replaces one still waiting for a retry.
+type publisher struct {
+	mu      sync.Mutex
+	pending map[string]commentJob
+	running map[string]bool
+	wg      sync.WaitGroup
+}
+
+// reviewInputs remembers, per preview, what its review is rendered from
+// beyond the ChangeRequest (the plan, the manifests, the risk reasons),
+// from when it was validated.
+type reviewInputs struct {
+	sync.Map // ChangeRequest name → review.Input
+}
+
+// publishReview renders the review of the previews at head and hands it
+// to the background publisher.
+func (h *Handler) publishReview(ev *provider.Event, pr *provider.PullRequest, previews []built) {
+	if h.Comments == nil || ev == nil {
+		return
+	}
+	crs := make([]*sluicev1.ChangeRequest, 0, len(previews))
+	for _, b := range previews {
+		crs = append(crs, b.cr)
+	}
+	sort.Slice(crs, func(i, j int) bool { return crs[i].Spec.Release < crs[j].Spec.Release })
+	var sections []*review.Section
+	var checks []provider.Check
+	for _, cr := range crs {
+		in := review.Input{Change: cr}
+		if v, ok := h.inputs.Load(cr.Namespace + "/" + cr.Name); ok {
+			in = v.(review.Input)
+			in.Change = cr
+		}
+		s, err := review.Build(in)
+		if err != nil {
+			h.Log.Error(err, "Rendering the review failed", "changeRequest", cr.Name)
+			continue
+		}
+		sections = append(sections, s)
+		if h.CheckRuns {
+			checks = append(checks, checkOf(ev.Repo, pr.HeadSHA, s))
+		}
+	}
+	job := commentJob{
+		thread: provider.Thread{Repo: ev.Repo, ProjectID: ev.ProjectID, Number: pr.Number},
+		bodies: review.Markdown(sections, h.Comments.CommentLimit(), 0),
+		checks: checks,
+	}
+	h.pub.submit(h, fmt.Sprintf("%s#%d", ev.Repo, pr.Number), job)
+}
+
+// checkOf is the Check Run of one release's section.
+func checkOf(repo, head string, s *review.Section) provider.Check {
+	c := provider.Check{Repo: repo, HeadSHA: head, Name: "sluice/" + s.Release}
+	// The check is the validator's verdict; approvals are the gate's, and
+	// a check left in progress until then would hold a merge forever.
+	switch {
+	case s.Verdict == string(sluicev1.VerdictFail):
+		c.Conclusion, c.Title = "failure", "denied by policy"
+	case s.Approval.Needed > 0:
+		c.Conclusion, c.Title = "success", fmt.Sprintf("%s, risk %s: %d more approval(s) needed at the gate", s.Verdict, s.Risk, s.Approval.Needed)
+	default:
+		c.Conclusion, c.Title = "success", fmt.Sprintf("%s, risk %s", s.Verdict, s.Risk)
+	}
+	bodies := review.Markdown([]*review.Section{s}, 65000, 1)
+	c.Summary = strings.SplitN(bodies[0], "\n", 2)[1]
+	return c
+}
+
+func (p *publisher) submit(h *Handler, key string, job commentJob) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pending == nil {
+		p.pending, p.running = map[string]commentJob{}, map[string]bool{}
+	}
+	p.pending[key] = job
+	if p.running[key] {
+		return
+	}
+	p.running[key] = true
+	p.wg.Add(1)
+	go p.run(h, key)
+}
+
+// run posts the latest job of key until none is left, retrying a failed
+// one after each of the handler's retry delays, then giving up (the next
+// push or review renders it again).
+func (p *publisher) run(h *Handler, key string) {
+	defer p.wg.Done()
+	retry := h.CommentRetry
+	if retry == nil {
+		retry = DefaultCommentRetry
+	}
+	attempt := 0
+	for {
+		p.mu.Lock()
+		job, ok := p.pending[key]
+		if !ok {
+			delete(p.running, key)
+			p.mu.Unlock()
+			return
+		}
+		delete(p.pending, key)
+		p.mu.Unlock()
+
+		err := h.post(job)
+		if err == nil {
+			attempt = 0
+			continue
+		}
+		if attempt == len(retry) {
+			h.Log.Error(err, "Giving up updating the pull request's review comment", "pullRequest", key, "attempts", attempt+1)
+			attempt = 0
+			continue
+		}
+		h.Log.Info("Updating the pull request's review comment failed; retrying", "pullRequest", key, "reason", err.Error(), "after", retry[attempt].String())
+		time.Sleep(retry[attempt])
+		attempt++
+		p.mu.Lock()
+		if _, newer := p.pending[key]; !newer {
+			p.pending[key] = job
+		}
+		p.mu.Unlock()
+	}
+}
+
+// post writes one job: the comments, then the Check Runs.
+func (h *Handler) post(job commentJob) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := h.Comments.SyncComments(ctx, job.thread, job.bodies)
+	if err != nil {
+		return err
+	}
+	if res.Closed {
+		return nil
+	}
+	for _, c := range job.checks {
+		if err := h.Comments.SyncCheckRun(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WaitComments waits until no comment update is pending (tests, and a
+// graceful shutdown).
+func (h *Handler) WaitComments() { h.pub.wg.Wait() }
+
+// rememberInputs keeps what the review of cr is rendered from.
+func (h *Handler) rememberInputs(cr *sluicev1.ChangeRequest, in review.Input) {
+	h.inputs.Store(cr.Namespace+"/"+cr.Name, in)
+}
+
+// forgetInputs drops the review inputs of pull request n's previews.
+func (h *Handler) forgetInputs(ns string, n int64) {
+	suffix := "-pr" + strconv.FormatInt(n, 10) + "-"
+	h.inputs.Range(func(k, _ any) bool {
+		if key := k.(string); strings.HasPrefix(key, ns+"/") && strings.Contains(key, suffix) {
+			h.inputs.Delete(k)
+		}
+		return true
+	})
+}
+
+// storeReview keeps the redacted review section of cr in a Secret owned
+// by it (review.SecretName), for `kubectl sluice diff`.
+func (h *Handler) storeReview(ctx context.Context, cr *sluicev1.ChangeRequest, in review.Input) error {
+	in.Change = cr
+	s, err := review.Build(in)
+	if err != nil {
+		return err
+	}
+	data, err := review.Encode(s)
+	if err != nil {
+		return err
+	}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: review.SecretName(cr.Name), Namespace: cr.Namespace,
+			Labels: map[string]string{review.LabelReview: "true", sluicev1.LabelRelease: cr.Spec.Release}},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{review.SecretKey: data},
+	}
+	if err := controllerutil.SetControllerReference(cr, sec, h.Client.Scheme()); err != nil {
+		return err
+	}
+	if err := h.Client.Create(ctx, sec, client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create %s: %w", sec.Name, err)
+	}
+	return nil
+}

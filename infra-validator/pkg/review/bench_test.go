@@ -1,0 +1,82 @@
+package review
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-gitops/sluice/infra-validator/internal/benchdata"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/validate"
+)
+
+// BenchmarkReview2000 renders the pull-request comments (Build and
+// Markdown, GitHub's limit) for the 2,000-resource plan from the plan the
+// validator decoded (terraform.Report.Plan), as the syncer does. Compare
+// with BenchmarkValidatePlan2000, the validation of the same plan: the
+// rendering is meant to stay under 10% of it.
+func BenchmarkReview2000(b *testing.B) {
+	plan, err := parsePlan(benchdata.BigPlan(2000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchReview(b, Input{Change: testChange(), Plan: plan})
+}
+
+// BenchmarkReview2000FromJSON is BenchmarkReview2000 with the plan
+// decoded from its JSON on every run.
+func BenchmarkReview2000FromJSON(b *testing.B) {
+	benchReview(b, Input{Change: testChange(), PlanJSON: benchdata.BigPlan(2000)})
+}
+
+func benchReview(b *testing.B, in Input) {
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	for b.Loop() {
+		s, err := Build(in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(Markdown([]*Section{s}, LimitGitHub, 0)) == 0 {
+			b.Fatal("no comment")
+		}
+	}
+}
+
+// BenchmarkValidatePlan2000 checks the 2,000-resource plan with the
+// default policies compiled once, as the syncer does.
+func BenchmarkValidatePlan2000(b *testing.B) {
+	plan := benchdata.BigPlan(2000)
+	ctx := context.Background()
+	v, err := validate.New(ctx, validate.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	for b.Loop() {
+		if _, err := v.CheckPlanJSON(ctx, "plan.json", plan); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// reportCPU adds the process's CPU time per operation (user + system,
+// all threads, GC included) as "cpu-ns/op": on a shared, loaded machine it
+// varies much less than the wall-clock ns/op.
+func reportCPU(b *testing.B) func() {
+	start := cpuTime()
+	return func() {
+		if b.N > 0 {
+			b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		}
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
