@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -319,8 +320,8 @@ func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *c
 func (r *RepositoryReconciler) recordUnchanged(ctx context.Context, plan *changePlan, applied *sluicev1.ChangeRequest) error {
 	rel := plan.release
 	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision {
-		patch := fmt.Sprintf(`{"status":{"lastSyncedTree":%q,"lastSyncedCommit":%q}}`, plan.tree, plan.revision)
-		if err := r.Status().Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+		patch := statusPatch(map[string]*string{"lastSyncedTree": &plan.tree, "lastSyncedCommit": &plan.revision})
+		if err := r.Status().Patch(ctx, rel, patch, client.FieldOwner(ControllerName)); err != nil {
 			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
 		}
 	}
@@ -537,8 +538,8 @@ func (r *RepositoryReconciler) planSecretsComplete(ctx context.Context, cr *slui
 func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePlan, cr *sluicev1.ChangeRequest) error {
 	rel := plan.release
 	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision || rel.Status.LatestChange != cr.Name {
-		patch := fmt.Sprintf(`{"status":{"lastSyncedTree":%q,"lastSyncedCommit":%q,"latestChange":%q}}`, plan.tree, plan.revision, cr.Name)
-		if err := r.Status().Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+		patch := statusPatch(map[string]*string{"lastSyncedTree": &plan.tree, "lastSyncedCommit": &plan.revision, "latestChange": &cr.Name})
+		if err := r.Status().Patch(ctx, rel, patch, client.FieldOwner(ControllerName)); err != nil {
 			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
 		}
 	}
@@ -547,8 +548,7 @@ func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePla
 		return err
 	}
 	if plan.replan != "" && rel.Annotations[annotationReplanHandled] != plan.replan {
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotationReplanHandled, plan.replan)
-		if err := r.Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+		if err := r.Patch(ctx, rel, annotationPatch(annotationReplanHandled, plan.replan), client.FieldOwner(ControllerName)); err != nil {
 			return fmt.Errorf("mark re-plan of release %s handled: %w", rel.Name, err)
 		}
 	}
@@ -561,4 +561,23 @@ func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePla
 // rel already says the same.
 func (r *RepositoryReconciler) setSynced(ctx context.Context, rel *sluicev1.Release, status metav1.ConditionStatus, reason, msg string) error {
 	return r.setReleaseCondition(ctx, rel, sluicev1.ConditionSynced, status, reason, msg)
+}
+
+// statusPatch is a JSON merge patch of the named status fields (a nil value
+// removes the field), marshalled by encoding/json: %q would write Go escapes
+// such as \x01 or \v that are not JSON.
+func statusPatch(fields map[string]*string) client.Patch {
+	return mergePatch(map[string]any{"status": fields})
+}
+
+// annotationPatch is a JSON merge patch that sets one annotation; the value
+// comes from a user's annotation and may hold any character.
+func annotationPatch(key, value string) client.Patch {
+	return mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+}
+
+func mergePatch(v map[string]any) client.Patch {
+	// Maps of strings and string pointers always marshal.
+	b, _ := json.Marshal(v)
+	return client.RawPatch(types.MergePatchType, b)
 }

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -365,8 +364,8 @@ func (r *RepositoryReconciler) newDeleteChangeRequest(repo *sluicev1.Repository,
 // pending Delete) even with the same inputs as before.
 func (r *RepositoryReconciler) recordDeleteProposed(ctx context.Context, rel *sluicev1.Release, revision string, cr *sluicev1.ChangeRequest, replan string) error {
 	if rel.Status.LastSyncedTree != "" || rel.Status.LastSyncedCommit != revision || rel.Status.LatestChange != cr.Name {
-		patch := fmt.Sprintf(`{"status":{"lastSyncedTree":null,"lastSyncedCommit":%q,"latestChange":%q}}`, revision, cr.Name)
-		if err := r.Status().Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+		patch := statusPatch(map[string]*string{"lastSyncedTree": nil, "lastSyncedCommit": &revision, "latestChange": &cr.Name})
+		if err := r.Status().Patch(ctx, rel, patch, client.FieldOwner(ControllerName)); err != nil {
 			return fmt.Errorf("record proposed deletion of release %s: %w", rel.Name, err)
 		}
 	}
@@ -375,8 +374,7 @@ func (r *RepositoryReconciler) recordDeleteProposed(ctx context.Context, rel *sl
 		return err
 	}
 	if replan != "" && rel.Annotations[annotationReplanHandled] != replan {
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotationReplanHandled, replan)
-		if err := r.Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+		if err := r.Patch(ctx, rel, annotationPatch(annotationReplanHandled, replan), client.FieldOwner(ControllerName)); err != nil {
 			return fmt.Errorf("mark re-plan of release %s handled: %w", rel.Name, err)
 		}
 	}
@@ -442,8 +440,9 @@ func (r *RepositoryReconciler) setReleaseCondition(ctx context.Context, rel *slu
 		}
 		return r.Status().Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(ControllerName))
 	})
-	if err != nil {
-		return fmt.Errorf("set %s of release %s: %w", typ, rel.Name, client.IgnoreNotFound(err))
+	if client.IgnoreNotFound(err) != nil {
+		// A Release deleted mid-pass has no condition to set.
+		return fmt.Errorf("set %s of release %s: %w", typ, rel.Name, err)
 	}
 	return nil
 }

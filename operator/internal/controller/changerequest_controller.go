@@ -675,12 +675,8 @@ func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.
 	return rel, true, "", nil
 }
 
-func truncate(s string) string {
-	if len(s) <= maxMessage {
-		return s
-	}
-	return s[:maxMessage-3] + "..."
-}
+// truncate bounds a status message to maxMessage bytes on a rune boundary.
+func truncate(s string) string { return sluicev1.Truncate(s, maxMessage-len("…")) }
 
 var tracer = tracing.Tracer("operator")
 

@@ -177,11 +177,11 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 			return applier.Result{Message: fmt.Sprintf("Argo CD Application %s/%s synced revision %s and is Healthy", rel.Namespace, rel.Name, short(cr.Spec.Revision))}, nil
 		case st.failedFor(cr.Name):
 			return applier.Result{}, applier.Permanent(sluicev1.ReasonApplyFailed,
-				"Argo CD's sync of revision %s ended %s: %s", short(cr.Spec.Revision), st.phase, truncate(st.message, 600))
+				"Argo CD's sync of revision %s ended %s: %s", short(cr.Spec.Revision), st.phase, sluicev1.Truncate(st.message, 600))
 		}
 		if time.Now().After(deadline) {
 			return applier.Result{}, fmt.Errorf("%w %s: sync %s, operation %s, health %s %s", ErrSyncing, short(cr.Spec.Revision),
-				orNone(st.syncStatus), orNone(st.phase), orNone(st.health), truncate(st.healthMessage, 200))
+				orNone(st.syncStatus), orNone(st.phase), orNone(st.health), sluicev1.Truncate(st.healthMessage, 200))
 		}
 		select {
 		case <-ctx.Done():
@@ -458,11 +458,4 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
@@ -127,7 +129,7 @@ func (a *argoStandIn) step(ctx context.Context) {
 		case hang:
 		case fail:
 			_ = unstructured.SetNestedField(app.Object, "Failed", "status", "operationState", "phase")
-			_ = unstructured.SetNestedField(app.Object, "one or more objects failed to apply: Deployment.apps \"web\" is invalid", "status", "operationState", "message")
+			_ = unstructured.SetNestedField(app.Object, "one or more objects failed to apply: Deployment.apps \"web\" is invalid: "+strings.Repeat("€", 300), "status", "operationState", "message")
 		default:
 			_ = unstructured.SetNestedField(app.Object, "Succeeded", "status", "operationState", "phase")
 			_ = unstructured.SetNestedField(app.Object, "successfully synced (all tasks run)", "status", "operationState", "message")
@@ -243,6 +245,7 @@ func TestApply_aFailedSyncFailsTheChangeWithArgoCDsMessage(t *testing.T) {
 	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 	require.Contains(t, fail.Message, "ended Failed")
 	require.Contains(t, fail.Message, "failed to apply")
+	require.True(t, utf8.ValidString(fail.Message), "Argo CD's long message is cut on a character boundary")
 }
 
 func TestApply_aLongSyncIsLookedAtAgainNotAskedForTwice(t *testing.T) {
