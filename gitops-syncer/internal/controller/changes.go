@@ -151,7 +151,7 @@ func asManifestError(err error, target **manifest.Error) bool { return errors.As
 // deterministic, so a pass interrupted anywhere resumes without creating
 // anything twice. It returns the name of a newly created ChangeRequest.
 func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, plan *changePlan) (string, error) {
-	logger := log.FromContext(ctx).WithValues("release", plan.release.Name, "revision", changespec.Short(plan.revision))
+	logger := log.FromContext(ctx).WithValues("release", plan.release.Name, "revision", sluicev1.ShortSHA(plan.revision))
 	fsys, err := cache.FS(plan.revision)
 	if err != nil {
 		return "", err
@@ -261,7 +261,7 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 			r.Metrics.ChangeRequestsCreated.WithLabelValues(string(cr.Spec.Verdict.Result)).Inc()
 		}
 		r.event(plan.release, corev1.EventTypeNormal, eventChangeRequestCreated,
-			fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, changespec.Short(plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
+			fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, sluicev1.ShortSHA(plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
 		logger.Info("Created ChangeRequest", "changeRequest", cr.Name, "verdict", cr.Spec.Verdict.Result)
 		if h := r.Hooks.AfterChangeRequestCreated; h != nil {
 			if err := h(cr); err != nil {
@@ -275,7 +275,7 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 		}
 		return cr.Name, r.recordSynced(ctx, plan, cr)
 	}
-	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, changespec.Short(plan.revision))
+	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, sluicev1.ShortSHA(plan.revision))
 }
 
 // unchangedFromApplied returns the applied ChangeRequest of the release
@@ -307,7 +307,7 @@ func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *c
 	}
 	a := applied.Spec
 	if applied.Status.Phase != sluicev1.PhaseApplied || a.Release != rel.Name || a.ManifestDigest != res.ManifestDigest ||
-		a.TargetNamespace != rel.Spec.TargetNamespace || a.Delivery != changespec.DeliveryOrDefault(rel.Spec.Delivery) {
+		a.TargetNamespace != rel.Spec.TargetNamespace || a.Delivery != rel.Delivery() {
 		return nil, nil
 	}
 	return applied, nil
@@ -326,11 +326,11 @@ func (r *RepositoryReconciler) recordUnchanged(ctx context.Context, plan *change
 		}
 	}
 	msg := fmt.Sprintf("unchanged: rendered manifest and plan at %s equal the applied revision %s (%s); no ChangeRequest, nothing to approve",
-		changespec.Short(plan.revision), changespec.Short(applied.Spec.Revision), applied.Name)
+		sluicev1.ShortSHA(plan.revision), sluicev1.ShortSHA(applied.Spec.Revision), applied.Name)
 	c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionSynced)
 	if c == nil || c.Reason != sluicev1.ReasonUnchanged || c.Message != msg {
 		r.event(rel, corev1.EventTypeNormal, sluicev1.ReasonUnchanged, msg)
-		log.FromContext(ctx).Info("Release unchanged at the new revision", "release", rel.Name, "revision", changespec.Short(plan.revision), "applied", applied.Name)
+		log.FromContext(ctx).Info("Release unchanged at the new revision", "release", rel.Name, "revision", sluicev1.ShortSHA(plan.revision), "applied", applied.Name)
 	}
 	return r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonUnchanged, msg)
 }
@@ -544,7 +544,7 @@ func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePla
 		}
 	}
 	if err := r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonSucceeded,
-		fmt.Sprintf("%s holds the inputs at %s", cr.Name, changespec.Short(plan.revision))); err != nil {
+		fmt.Sprintf("%s holds the inputs at %s", cr.Name, sluicev1.ShortSHA(plan.revision))); err != nil {
 		return err
 	}
 	if plan.replan != "" && rel.Annotations[annotationReplanHandled] != plan.replan {

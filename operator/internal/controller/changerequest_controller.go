@@ -473,12 +473,7 @@ func (r *ChangeRequestReconciler) lockRetry() time.Duration {
 	return 30 * time.Second
 }
 
-func delivery(cr *sluicev1.ChangeRequest) sluicev1.Delivery {
-	if cr.Spec.Delivery == "" {
-		return sluicev1.DeliveryHelm
-	}
-	return cr.Spec.Delivery
-}
+func delivery(cr *sluicev1.ChangeRequest) sluicev1.Delivery { return cr.Delivery() }
 
 // reconcileApply calls the applier for a change in Applying: the first
 // time, or again after a restart (appliers are idempotent per change).

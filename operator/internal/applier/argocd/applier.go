@@ -451,7 +451,7 @@ func relPath(base, target string) (string, error) {
 	return filepath.ToSlash(rel), nil
 }
 
-func short(rev string) string { return rev[:min(len(rev), 10)] }
+func short(rev string) string { return sluicev1.ShortSHA(rev) }
 
 func orNone(s string) string {
 	if s == "" {
