@@ -260,21 +260,11 @@ type Engine struct {
 // prepares the queries. A policy that does not parse or compile returns a
 // *CompileError naming file and line.
 func New(ctx context.Context, opts Options) (*Engine, error) {
-	modules, defaultFiles, err := loadModules(opts)
+	in, err := loadInputs(opts)
 	if err != nil {
 		return nil, err
 	}
-
-	data, err := loadData(opts.DataFiles)
-	if err != nil {
-		return nil, err
-	}
-
-	builtins, err := newConftestBuiltins(opts.PolicyDirs)
-	if err != nil {
-		return nil, err
-	}
-	compiler := ast.NewCompiler().WithEnablePrintStatements(false).WithBuiltins(builtins.decls())
+	modules, defaultFiles, data, builtins, compiler := in.modules, in.defaultFiles, in.data, in.builtins, in.newCompiler()
 	compiler.Compile(modules)
 	if compiler.Failed() {
 		return nil, astError(compiler.Errors)
@@ -404,6 +394,35 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		}
 	}
 	return e, nil
+}
+
+// inputs are what an Engine or a Verify run compiles: the modules (the
+// embedded defaults marked), the data and conftest's builtins.
+type inputs struct {
+	modules      map[string]*ast.Module
+	defaultFiles map[string]bool
+	data         map[string]any
+	builtins     *conftestBuiltins
+}
+
+func loadInputs(opts Options) (*inputs, error) {
+	in := &inputs{}
+	var err error
+	if in.modules, in.defaultFiles, err = loadModules(opts); err != nil {
+		return nil, err
+	}
+	if in.data, err = loadData(opts.DataFiles); err != nil {
+		return nil, err
+	}
+	if in.builtins, err = newConftestBuiltins(opts.PolicyDirs); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// newCompiler is a compiler that knows conftest's builtins.
+func (in *inputs) newCompiler() *ast.Compiler {
+	return ast.NewCompiler().WithEnablePrintStatements(false).WithBuiltins(in.builtins.decls())
 }
 
 // loadModules parses the embedded default policies (unless left out) and

@@ -36,22 +36,14 @@ func Verify(ctx context.Context, opts Options) ([]TestResult, error) {
 	if len(opts.PolicyDirs) == 0 {
 		return nil, &CompileError{Problems: []Problem{{Message: "give a policy folder to verify"}}}
 	}
-	modules, defaultFiles, err := loadModules(opts)
+	in, err := loadInputs(opts)
 	if err != nil {
 		return nil, err
 	}
-	data, err := loadData(opts.DataFiles)
-	if err != nil {
-		return nil, err
-	}
-	builtins, err := newConftestBuiltins(opts.PolicyDirs)
-	if err != nil {
-		return nil, err
-	}
+	modules, defaultFiles := in.modules, in.defaultFiles
 	// A compiler of its own: the tester adds stages to the one it is given.
-	compiler := ast.NewCompiler().WithEnablePrintStatements(false).WithBuiltins(builtins.decls())
-	runner := tester.NewRunner().SetCompiler(compiler).SetStore(inmem.NewFromObject(data)).
-		SetModules(modules).AddCustomBuiltins(builtins.testerBuiltins()).EnableTracing(false)
+	runner := tester.NewRunner().SetCompiler(in.newCompiler()).SetStore(inmem.NewFromObject(in.data)).
+		SetModules(modules).AddCustomBuiltins(in.builtins.testerBuiltins()).EnableTracing(false)
 	ch, err := runner.RunTests(ctx, nil)
 	if err != nil {
 		var astErrs ast.Errors

@@ -381,4 +381,3 @@ func firstLine(s string) string {
 	}
 	return s
 }
-
