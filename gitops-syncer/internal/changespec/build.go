@@ -66,7 +66,7 @@ type Change struct {
 // and the labels.
 func Build(c Change) *sluicev1.ChangeRequest {
 	repo := c.Repository
-	delivery := DeliveryOrDefault(c.Delivery)
+	delivery := c.Delivery.OrDefault()
 	spec := sluicev1.ChangeRequestSpec{
 		Release:           c.Release,
 		Revision:          c.Revision,
@@ -75,7 +75,7 @@ func Build(c Change) *sluicev1.ChangeRequest {
 		Authors:           c.Authors,
 		PullRequestAuthor: c.PullRequestAuthor,
 		Pushers:           c.Pushers,
-		CommitMessage:     Truncate(c.CommitMessage, 4000),
+		CommitMessage:     sluicev1.Truncate(c.CommitMessage, 4000),
 		PullRequest:       c.PullRequest,
 		TargetNamespace:   c.TargetNamespace,
 		Delivery:          delivery,
@@ -139,14 +139,6 @@ func hasDeny(findings []sluicev1.Finding, source string) bool {
 		}
 	}
 	return false
-}
-
-// DeliveryOrDefault is d, or helm when d is empty (the API's default).
-func DeliveryOrDefault(d sluicev1.Delivery) sluicev1.Delivery {
-	if d == "" {
-		return sluicev1.DeliveryHelm
-	}
-	return d
 }
 
 // MaxPushers is the most pushers a ChangeRequest records (the API's limit).

@@ -10,7 +10,6 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
@@ -66,14 +65,14 @@ func CleanFindings(in []sluicev1.Finding, truncated int32) ([]sluicev1.Finding, 
 			truncated++
 			continue
 		}
-		f.Message = Truncate(git.Redact(f.Message), 2000)
+		f.Message = sluicev1.Truncate(git.Redact(f.Message), 2000)
 		if f.Message == "" {
 			f.Message = "(no message)"
 		}
-		f.Source = Truncate(f.Source, 60)
-		f.Policy = Truncate(f.Policy, 250)
-		f.Resource = Truncate(git.Redact(f.Resource), 500)
-		f.File = Truncate(f.File, 500)
+		f.Source = sluicev1.Truncate(f.Source, 60)
+		f.Policy = sluicev1.Truncate(f.Policy, 250)
+		f.Resource = sluicev1.Truncate(git.Redact(f.Resource), 500)
+		f.File = sluicev1.Truncate(f.File, 500)
 		switch f.Severity {
 		case sluicev1.SeverityDeny, sluicev1.SeverityWarn, sluicev1.SeverityUnverifiable, sluicev1.SeverityInfo:
 		default:
@@ -112,27 +111,6 @@ func Folders(svc *manifest.Service) []string {
 		}
 	}
 	return out
-}
-
-// Short is the first 10 hex digits of a commit, as in object names.
-func Short(sha string) string {
-	if len(sha) > 10 {
-		return sha[:10]
-	}
-	return sha
-}
-
-// Truncate makes s valid UTF-8 and cuts it to at most n bytes on a rune
-// boundary, marking the cut.
-func Truncate(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // Workspace is a private scratch folder for validating one artifact: the

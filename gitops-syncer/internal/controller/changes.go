@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -150,7 +151,7 @@ func asManifestError(err error, target **manifest.Error) bool { return errors.As
 // deterministic, so a pass interrupted anywhere resumes without creating
 // anything twice. It returns the name of a newly created ChangeRequest.
 func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, plan *changePlan) (string, error) {
-	logger := log.FromContext(ctx).WithValues("release", plan.release.Name, "revision", changespec.Short(plan.revision))
+	logger := log.FromContext(ctx).WithValues("release", plan.release.Name, "revision", sluicev1.ShortSHA(plan.revision))
 	fsys, err := cache.FS(plan.revision)
 	if err != nil {
 		return "", err
@@ -260,7 +261,7 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 			r.Metrics.ChangeRequestsCreated.WithLabelValues(string(cr.Spec.Verdict.Result)).Inc()
 		}
 		r.event(plan.release, corev1.EventTypeNormal, eventChangeRequestCreated,
-			fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, changespec.Short(plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
+			fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, sluicev1.ShortSHA(plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
 		logger.Info("Created ChangeRequest", "changeRequest", cr.Name, "verdict", cr.Spec.Verdict.Result)
 		if h := r.Hooks.AfterChangeRequestCreated; h != nil {
 			if err := h(cr); err != nil {
@@ -274,7 +275,7 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 		}
 		return cr.Name, r.recordSynced(ctx, plan, cr)
 	}
-	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, changespec.Short(plan.revision))
+	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, sluicev1.ShortSHA(plan.revision))
 }
 
 // unchangedFromApplied returns the applied ChangeRequest of the release
@@ -306,7 +307,7 @@ func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *c
 	}
 	a := applied.Spec
 	if applied.Status.Phase != sluicev1.PhaseApplied || a.Release != rel.Name || a.ManifestDigest != res.ManifestDigest ||
-		a.TargetNamespace != rel.Spec.TargetNamespace || a.Delivery != changespec.DeliveryOrDefault(rel.Spec.Delivery) {
+		a.TargetNamespace != rel.Spec.TargetNamespace || a.Delivery != rel.Delivery() {
 		return nil, nil
 	}
 	return applied, nil
@@ -319,17 +320,17 @@ func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *c
 func (r *RepositoryReconciler) recordUnchanged(ctx context.Context, plan *changePlan, applied *sluicev1.ChangeRequest) error {
 	rel := plan.release
 	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision {
-		patch := fmt.Sprintf(`{"status":{"lastSyncedTree":%q,"lastSyncedCommit":%q}}`, plan.tree, plan.revision)
-		if err := r.Status().Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+		patch := statusPatch(map[string]*string{"lastSyncedTree": &plan.tree, "lastSyncedCommit": &plan.revision})
+		if err := r.Status().Patch(ctx, rel, patch, client.FieldOwner(ControllerName)); err != nil {
 			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
 		}
 	}
 	msg := fmt.Sprintf("unchanged: rendered manifest and plan at %s equal the applied revision %s (%s); no ChangeRequest, nothing to approve",
-		changespec.Short(plan.revision), changespec.Short(applied.Spec.Revision), applied.Name)
+		sluicev1.ShortSHA(plan.revision), sluicev1.ShortSHA(applied.Spec.Revision), applied.Name)
 	c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionSynced)
 	if c == nil || c.Reason != sluicev1.ReasonUnchanged || c.Message != msg {
 		r.event(rel, corev1.EventTypeNormal, sluicev1.ReasonUnchanged, msg)
-		log.FromContext(ctx).Info("Release unchanged at the new revision", "release", rel.Name, "revision", changespec.Short(plan.revision), "applied", applied.Name)
+		log.FromContext(ctx).Info("Release unchanged at the new revision", "release", rel.Name, "revision", sluicev1.ShortSHA(plan.revision), "applied", applied.Name)
 	}
 	return r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonUnchanged, msg)
 }
@@ -537,18 +538,17 @@ func (r *RepositoryReconciler) planSecretsComplete(ctx context.Context, cr *slui
 func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePlan, cr *sluicev1.ChangeRequest) error {
 	rel := plan.release
 	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision || rel.Status.LatestChange != cr.Name {
-		patch := fmt.Sprintf(`{"status":{"lastSyncedTree":%q,"lastSyncedCommit":%q,"latestChange":%q}}`, plan.tree, plan.revision, cr.Name)
-		if err := r.Status().Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+		patch := statusPatch(map[string]*string{"lastSyncedTree": &plan.tree, "lastSyncedCommit": &plan.revision, "latestChange": &cr.Name})
+		if err := r.Status().Patch(ctx, rel, patch, client.FieldOwner(ControllerName)); err != nil {
 			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
 		}
 	}
 	if err := r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonSucceeded,
-		fmt.Sprintf("%s holds the inputs at %s", cr.Name, changespec.Short(plan.revision))); err != nil {
+		fmt.Sprintf("%s holds the inputs at %s", cr.Name, sluicev1.ShortSHA(plan.revision))); err != nil {
 		return err
 	}
 	if plan.replan != "" && rel.Annotations[annotationReplanHandled] != plan.replan {
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotationReplanHandled, plan.replan)
-		if err := r.Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+		if err := r.Patch(ctx, rel, annotationPatch(annotationReplanHandled, plan.replan), client.FieldOwner(ControllerName)); err != nil {
 			return fmt.Errorf("mark re-plan of release %s handled: %w", rel.Name, err)
 		}
 	}
@@ -561,4 +561,23 @@ func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePla
 // rel already says the same.
 func (r *RepositoryReconciler) setSynced(ctx context.Context, rel *sluicev1.Release, status metav1.ConditionStatus, reason, msg string) error {
 	return r.setReleaseCondition(ctx, rel, sluicev1.ConditionSynced, status, reason, msg)
+}
+
+// statusPatch is a JSON merge patch of the named status fields (a nil value
+// removes the field), marshalled by encoding/json: %q would write Go escapes
+// such as \x01 or \v that are not JSON.
+func statusPatch(fields map[string]*string) client.Patch {
+	return mergePatch(map[string]any{"status": fields})
+}
+
+// annotationPatch is a JSON merge patch that sets one annotation; the value
+// comes from a user's annotation and may hold any character.
+func annotationPatch(key, value string) client.Patch {
+	return mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+}
+
+func mergePatch(v map[string]any) client.Patch {
+	// Maps of strings and string pointers always marshal.
+	b, _ := json.Marshal(v)
+	return client.RawPatch(types.MergePatchType, b)
 }

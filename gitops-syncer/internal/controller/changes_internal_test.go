@@ -85,8 +85,8 @@ func TestIdentities_keepOnlyValidEmails(t *testing.T) {
 }
 
 func TestTruncate_keepsValidUTF8(t *testing.T) {
-	assert.Equal(t, "abc", changespec.Truncate("abc", 10))
-	assert.Equal(t, "ab…", changespec.Truncate("abcdef", 2))
-	assert.Equal(t, "a…", changespec.Truncate("aé", 2), "never cuts inside a rune")
-	assert.Equal(t, "a\uFFFDb", changespec.Truncate("a\xffb", 10))
+	assert.Equal(t, "abc", sluicev1.Truncate("abc", 10))
+	assert.Equal(t, "ab…", sluicev1.Truncate("abcdef", 2))
+	assert.Equal(t, "a…", sluicev1.Truncate("aé", 2), "never cuts inside a rune")
+	assert.Equal(t, "a\uFFFDb", sluicev1.Truncate("a\xffb", 10))
 }

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -44,7 +43,7 @@ func (p *syncPass) pruneOne(ctx context.Context, rel *sluicev1.Release, wanted b
 	if wanted {
 		if c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionOrphaned); c != nil && c.Status == metav1.ConditionTrue {
 			if err := p.r.setReleaseCondition(ctx, rel, sluicev1.ConditionOrphaned, metav1.ConditionFalse, sluicev1.ReasonInRepository,
-				fmt.Sprintf("back in the repository at %s", changespec.Short(p.head))); err != nil {
+				fmt.Sprintf("back in the repository at %s", sluicev1.ShortSHA(p.head))); err != nil {
 				p.retry = append(p.retry, fmt.Sprintf("%s: %s", rel.Name, err))
 			}
 		}
@@ -130,7 +129,7 @@ func (r *RepositoryReconciler) completeDelete(ctx context.Context, repo *sluicev
 // plan Secrets, and the syncer's status of the Release.
 func (r *RepositoryReconciler) createDelete(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, rel *sluicev1.Release, revision string, attempt int32, replan string) (string, error) {
 	if attempt > maxAttempts {
-		return "", fmt.Errorf("release %s: more than %d Delete attempts at %s", rel.Name, maxAttempts, changespec.Short(revision))
+		return "", fmt.Errorf("release %s: more than %d Delete attempts at %s", rel.Name, maxAttempts, sluicev1.ShortSHA(revision))
 	}
 	d, err := r.describeDelete(ctx, repo, cache, rel)
 	if err != nil {
@@ -171,7 +170,7 @@ func (r *RepositoryReconciler) createDelete(ctx context.Context, repo *sluicev1.
 		if r.Metrics != nil {
 			r.Metrics.ChangeRequestsCreated.WithLabelValues(string(cr.Spec.Verdict.Result)).Inc()
 		}
-		msg := fmt.Sprintf("Delete ChangeRequest %s: %s left the repository at %s; nothing is removed before it is approved", cr.Name, rel.Name, changespec.Short(revision))
+		msg := fmt.Sprintf("Delete ChangeRequest %s: %s left the repository at %s; nothing is removed before it is approved", cr.Name, rel.Name, sluicev1.ShortSHA(revision))
 		r.event(rel, corev1.EventTypeNormal, eventDeleteProposed, msg)
 		r.event(repo, corev1.EventTypeNormal, eventDeleteProposed, msg)
 		log.FromContext(ctx).Info("Proposed deletion", "release", rel.Name, "changeRequest", cr.Name)
@@ -213,7 +212,7 @@ func (r *RepositoryReconciler) describeDelete(ctx context.Context, repo *sluicev
 		basis = rel.Status.LastSyncedCommit
 	}
 	if basis == "" || !cache.HasCommit(basis) {
-		return nil, fmt.Errorf("the revision %q of release %s is not in the local git cache, so its removal cannot be described", changespec.Short(basis), rel.Name)
+		return nil, fmt.Errorf("the revision %q of release %s is not in the local git cache, so its removal cannot be described", sluicev1.ShortSHA(basis), rel.Name)
 	}
 	fsys, err := cache.FS(basis)
 	if err != nil {
@@ -224,13 +223,10 @@ func (r *RepositoryReconciler) describeDelete(ctx context.Context, repo *sluicev
 		return nil, fmt.Errorf("create scratch folder: %w", err)
 	}
 	defer os.RemoveAll(scratch)
-	servicesPath := string(repo.Spec.ServicesPath)
-	if servicesPath == "" {
-		servicesPath = "services"
-	}
+	servicesPath := repo.ServicesPath()
 	entries, err := catalog.Discover(fsys, servicesPath, scratch)
 	if err != nil {
-		return nil, fmt.Errorf("find services at %s: %w", changespec.Short(basis), err)
+		return nil, fmt.Errorf("find services at %s: %w", sluicev1.ShortSHA(basis), err)
 	}
 	var entry *catalog.Entry
 	for i := range entries {
@@ -242,11 +238,11 @@ func (r *RepositoryReconciler) describeDelete(ctx context.Context, repo *sluicev
 		}
 	}
 	if entry == nil {
-		return nil, fmt.Errorf("release %s is not in the repository at its revision %s", rel.Name, changespec.Short(basis))
+		return nil, fmt.Errorf("release %s is not in the repository at its revision %s", rel.Name, sluicev1.ShortSHA(basis))
 	}
 	art, err := artifact.Build(fsys, entry.Inputs)
 	if err != nil {
-		return nil, fmt.Errorf("build artifact at %s: %w", changespec.Short(basis), err)
+		return nil, fmt.Errorf("build artifact at %s: %w", sluicev1.ShortSHA(basis), err)
 	}
 	key := artifact.Key{Namespace: repo.Namespace, Repository: repo.Name, Revision: basis, Release: rel.Name}
 	if err := r.Store.Put(key, art.TarGz); err != nil {
@@ -289,8 +285,8 @@ func (r *RepositoryReconciler) newDeleteChangeRequest(repo *sluicev1.Repository,
 			del.ObjectsTruncated++
 			continue
 		}
-		o.APIVersion, o.Kind = changespec.Truncate(o.APIVersion, 250), changespec.Truncate(o.Kind, 60)
-		o.Namespace, o.Name = changespec.Truncate(o.Namespace, 63), changespec.Truncate(o.Name, 250)
+		o.APIVersion, o.Kind = sluicev1.Truncate(o.APIVersion, 250), sluicev1.Truncate(o.Kind, 60)
+		o.Namespace, o.Name = sluicev1.Truncate(o.Namespace, 63), sluicev1.Truncate(o.Name, 250)
 		del.Objects = append(del.Objects, o)
 	}
 	sort.SliceStable(del.Objects, func(i, j int) bool {
@@ -314,7 +310,7 @@ func (r *RepositoryReconciler) newDeleteChangeRequest(repo *sluicev1.Repository,
 		Revision:        revision,
 		Attempt:         attempt,
 		Authors:         changespec.EmailIdentities(emails),
-		CommitMessage:   changespec.Truncate(commit.Message, 4000),
+		CommitMessage:   sluicev1.Truncate(commit.Message, 4000),
 		TargetNamespace: rel.Spec.TargetNamespace,
 		Delivery:        rel.Spec.Delivery,
 		Artifact:        sluicev1.ArtifactReference{URL: d.key.URL(r.ArtifactBaseURL), SHA256: sluicev1.Digest(d.art.SHA256)},
@@ -365,18 +361,17 @@ func (r *RepositoryReconciler) newDeleteChangeRequest(repo *sluicev1.Repository,
 // pending Delete) even with the same inputs as before.
 func (r *RepositoryReconciler) recordDeleteProposed(ctx context.Context, rel *sluicev1.Release, revision string, cr *sluicev1.ChangeRequest, replan string) error {
 	if rel.Status.LastSyncedTree != "" || rel.Status.LastSyncedCommit != revision || rel.Status.LatestChange != cr.Name {
-		patch := fmt.Sprintf(`{"status":{"lastSyncedTree":null,"lastSyncedCommit":%q,"latestChange":%q}}`, revision, cr.Name)
-		if err := r.Status().Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+		patch := statusPatch(map[string]*string{"lastSyncedTree": nil, "lastSyncedCommit": &revision, "latestChange": &cr.Name})
+		if err := r.Status().Patch(ctx, rel, patch, client.FieldOwner(ControllerName)); err != nil {
 			return fmt.Errorf("record proposed deletion of release %s: %w", rel.Name, err)
 		}
 	}
 	if err := r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonServiceRemoved,
-		fmt.Sprintf("left the repository at %s; %s proposes its removal", changespec.Short(revision), cr.Name)); err != nil {
+		fmt.Sprintf("left the repository at %s; %s proposes its removal", sluicev1.ShortSHA(revision), cr.Name)); err != nil {
 		return err
 	}
 	if replan != "" && rel.Annotations[annotationReplanHandled] != replan {
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotationReplanHandled, replan)
-		if err := r.Patch(ctx, rel, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(ControllerName)); err != nil {
+		if err := r.Patch(ctx, rel, annotationPatch(annotationReplanHandled, replan), client.FieldOwner(ControllerName)); err != nil {
 			return fmt.Errorf("mark re-plan of release %s handled: %w", rel.Name, err)
 		}
 	}
@@ -418,7 +413,7 @@ func attemptOf(cr *sluicev1.ChangeRequest) int32 {
 // same list, so the write carries the resourceVersion of rel (a conflict
 // reads again); nothing is written when rel already says the same.
 func (r *RepositoryReconciler) setReleaseCondition(ctx context.Context, rel *sluicev1.Release, typ string, status metav1.ConditionStatus, reason, msg string) error {
-	want := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: changespec.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
+	want := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: sluicev1.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
 	if c := meta.FindStatusCondition(rel.Status.Conditions, typ); c != nil &&
 		c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration {
 		return nil
@@ -442,8 +437,9 @@ func (r *RepositoryReconciler) setReleaseCondition(ctx context.Context, rel *slu
 		}
 		return r.Status().Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(ControllerName))
 	})
-	if err != nil {
-		return fmt.Errorf("set %s of release %s: %w", typ, rel.Name, client.IgnoreNotFound(err))
+	if client.IgnoreNotFound(err) != nil {
+		// A Release deleted mid-pass has no condition to set.
+		return fmt.Errorf("set %s of release %s: %w", typ, rel.Name, err)
 	}
 	return nil
 }

@@ -66,7 +66,7 @@ func (r *RepositoryReconciler) previousFor(cache *git.Repo, plan *changePlan, di
 // manifest.
 func extractRevision(cache *git.Repo, rel *sluicev1.Release, env, rev, dir string) (*manifest.Service, error) {
 	if !cache.HasCommit(rev) {
-		return nil, fmt.Errorf("commit %s is not in the local git cache", changespec.Short(rev))
+		return nil, fmt.Errorf("commit %s is not in the local git cache", sluicev1.ShortSHA(rev))
 	}
 	fsys, err := cache.FS(rev)
 	if err != nil {
@@ -77,27 +77,27 @@ func extractRevision(cache *git.Repo, rel *sluicev1.Release, env, rev, dir strin
 	data, err := fs.ReadFile(fsys, file)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s does not exist at %s", file, changespec.Short(rev))
+			return nil, fmt.Errorf("%s does not exist at %s", file, sluicev1.ShortSHA(rev))
 		}
-		return nil, fmt.Errorf("read %s at %s: %w", file, changespec.Short(rev), err)
+		return nil, fmt.Errorf("read %s at %s: %w", file, sluicev1.ShortSHA(rev), err)
 	}
 	svc, err := manifest.Parse(data, file)
 	if err != nil {
-		return nil, fmt.Errorf("at %s: %w", changespec.Short(rev), err)
+		return nil, fmt.Errorf("at %s: %w", sluicev1.ShortSHA(rev), err)
 	}
 	svc.Dir = svcDir
 	if svc.Name != rel.Spec.Service {
-		return nil, fmt.Errorf("%s at %s names service %q, not %q", file, changespec.Short(rev), svc.Name, rel.Spec.Service)
+		return nil, fmt.Errorf("%s at %s names service %q, not %q", file, sluicev1.ShortSHA(rev), svc.Name, rel.Spec.Service)
 	}
 	if _, ok := svc.Environment(env); !ok {
-		return nil, fmt.Errorf("%s at %s has no environment %q", file, changespec.Short(rev), env)
+		return nil, fmt.Errorf("%s at %s has no environment %q", file, sluicev1.ShortSHA(rev), env)
 	}
 	art, err := artifact.Build(fsys, changespec.Folders(svc))
 	if err != nil {
-		return nil, fmt.Errorf("collect inputs at %s: %w", changespec.Short(rev), err)
+		return nil, fmt.Errorf("collect inputs at %s: %w", sluicev1.ShortSHA(rev), err)
 	}
 	if err := artifact.Extract(art.TarGz, dir); err != nil {
-		return nil, fmt.Errorf("extract inputs at %s: %w", changespec.Short(rev), err)
+		return nil, fmt.Errorf("extract inputs at %s: %w", sluicev1.ShortSHA(rev), err)
 	}
 	return svc, nil
 }

@@ -50,7 +50,7 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 	if err != nil {
 		return nil, err
 	}
-	cache, err := r.Git.Fetch(ctx, remote, trackedRef(repo), k.Revision)
+	cache, err := r.Git.Fetch(ctx, remote, repo.TrackedRef(), k.Revision)
 	for _, ref := range refs {
 		if err == nil {
 			break
@@ -69,10 +69,7 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 		return nil, fmt.Errorf("create scratch folder: %w", err)
 	}
 	defer os.RemoveAll(scratch)
-	servicesPath := string(repo.Spec.ServicesPath)
-	if servicesPath == "" {
-		servicesPath = "services"
-	}
+	servicesPath := repo.ServicesPath()
 	entries, err := catalog.Discover(fsys, servicesPath, scratch)
 	if err != nil {
 		return nil, err

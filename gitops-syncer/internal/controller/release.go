@@ -187,7 +187,7 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 	if err != nil {
 		// Say so on the Release too; the error itself goes back for a retry.
 		if serr := p.r.setSynced(ctx, rel, metav1.ConditionFalse, sluicev1.ReasonSyncFailed,
-			fmt.Sprintf("no ChangeRequest for %s yet (retried): %s", changespec.Short(p.head), git.Redact(err.Error()))); serr != nil {
+			fmt.Sprintf("no ChangeRequest for %s yet (retried): %s", sluicev1.ShortSHA(p.head), git.Redact(err.Error()))); serr != nil {
 			log.FromContext(ctx).Error(serr, "Recording the failed sync on the Release failed", "release", rel.Name)
 		}
 		return err
@@ -220,7 +220,7 @@ func (p *syncPass) syncInvalid(ctx context.Context, e *catalog.Entry, rel *sluic
 	if err != nil {
 		// Say so on the Release too; the error itself goes back for a retry.
 		if serr := p.r.setSynced(ctx, rel, metav1.ConditionFalse, sluicev1.ReasonSyncFailed,
-			fmt.Sprintf("no ChangeRequest for %s yet (retried): %s", changespec.Short(p.head), git.Redact(err.Error()))); serr != nil {
+			fmt.Sprintf("no ChangeRequest for %s yet (retried): %s", sluicev1.ShortSHA(p.head), git.Redact(err.Error()))); serr != nil {
 			log.FromContext(ctx).Error(serr, "Recording the failed sync on the Release failed", "release", rel.Name)
 		}
 		return err
@@ -250,5 +250,5 @@ func (r *RepositoryReconciler) event(obj runtime.Object, eventType, reason, msg 
 	if r.Recorder == nil {
 		return
 	}
-	r.Recorder.Eventf(obj, nil, eventType, reason, "Sync", "%s", changespec.Truncate(msg, 1024))
+	r.Recorder.Eventf(obj, nil, eventType, reason, "Sync", "%s", sluicev1.Truncate(msg, 1024))
 }

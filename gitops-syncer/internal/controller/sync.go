@@ -21,21 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
-
-// trackedRef is the full ref name a Repository tracks.
-func trackedRef(repo *sluicev1.Repository) string {
-	ref := repo.GetRef()
-	if ref.Tag != "" {
-		return "refs/tags/" + ref.Tag
-	}
-	return "refs/heads/" + ref.Branch
-
-}
 
 // RemoteFor reads the Repository's credentials Secret and returns its git
 // remote. Errors are safe to show.
@@ -93,7 +82,7 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, repo *sluicev1
 	if err != nil {
 		return gitFailure(repo, err)
 	}
-	ref := trackedRef(repo)
+	ref := repo.TrackedRef()
 	head, err := r.Git.Head(ctx, remote, ref)
 	if err != nil {
 		return gitFailure(repo, err)
@@ -106,7 +95,7 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, repo *sluicev1
 	requested := repo.Annotations[sluicev1.AnnotationReconcileRequestedAt]
 	if r.idle(key, repo, head, owned.Items) && requested == repo.Status.LastHandledReconcileAt {
 		if c := meta.FindStatusCondition(repo.Status.Conditions, sluicev1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-			setReady(repo, metav1.ConditionTrue, sluicev1.ReasonSucceeded, "up to date at "+changespec.Short(head), false)
+			setReady(repo, metav1.ConditionTrue, sluicev1.ReasonSucceeded, "up to date at "+sluicev1.ShortSHA(head), false)
 		}
 		return ctrl.Result{RequeueAfter: interval(repo)}, nil
 	}
@@ -202,7 +191,7 @@ func (p *syncPass) run(ctx context.Context) error {
 			return fmt.Errorf("check history: %w", err)
 		}
 		if !ok {
-			msg := fmt.Sprintf("history rewritten: %s does not descend from the last synced commit %s; changes are computed by comparing trees, nothing is rolled back", changespec.Short(p.head), changespec.Short(last))
+			msg := fmt.Sprintf("history rewritten: %s does not descend from the last synced commit %s; changes are computed by comparing trees, nothing is rolled back", sluicev1.ShortSHA(p.head), sluicev1.ShortSHA(last))
 			p.notes = append(p.notes, msg)
 			p.r.event(p.repo, corev1.EventTypeWarning, sluicev1.ReasonHistoryRewritten, msg)
 			logger.Info("History rewritten", "head", p.head, "lastSynced", last)
@@ -218,14 +207,11 @@ func (p *syncPass) run(ctx context.Context) error {
 		return fmt.Errorf("create scratch folder: %w", err)
 	}
 	defer os.RemoveAll(scratch)
-	servicesPath := string(p.repo.Spec.ServicesPath)
-	if servicesPath == "" {
-		servicesPath = "services"
-	}
+	servicesPath := p.repo.ServicesPath()
 	entries, err := catalog.Discover(fsys, servicesPath, scratch)
 	if errors.Is(err, catalog.ErrNoServicesPath) {
 		// Never prune on a missing folder: it is far likelier a mistake.
-		p.problem(sluicev1.ReasonInvalidSpec, fmt.Sprintf("services folder %q not found at %s", servicesPath, changespec.Short(p.head)))
+		p.problem(sluicev1.ReasonInvalidSpec, fmt.Sprintf("services folder %q not found at %s", servicesPath, sluicev1.ShortSHA(p.head)))
 		return nil
 	}
 	if err != nil {
@@ -306,8 +292,8 @@ func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 	repo := p.repo
 	if len(p.retry) > 0 {
 		msg := "some releases failed and are retried: " + strings.Join(p.retry, "; ")
-		setReady(repo, metav1.ConditionFalse, sluicev1.ReasonGitOperationFailed, changespec.Truncate(msg, 1024), false)
-		return ctrl.Result{}, fmt.Errorf("sync %s: %d release(s) failed", changespec.Short(p.head), len(p.retry))
+		setReady(repo, metav1.ConditionFalse, sluicev1.ReasonGitOperationFailed, sluicev1.Truncate(msg, 1024), false)
+		return ctrl.Result{}, fmt.Errorf("sync %s: %d release(s) failed", sluicev1.ShortSHA(p.head), len(p.retry))
 	}
 	// Everything that can be done at this commit is done.
 	repo.Status.LastSyncedCommit = p.head
@@ -323,17 +309,17 @@ func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 			parts = append(parts, strings.Join(p.problems[reason], "; "))
 		}
 		parts = append(parts, p.notes...)
-		msg := fmt.Sprintf("synced %s with problems: %s", changespec.Short(p.head), strings.Join(parts, "; "))
+		msg := fmt.Sprintf("synced %s with problems: %s", sluicev1.ShortSHA(p.head), strings.Join(parts, "; "))
 		// ServiceRemoved alone is information, not a failure.
 		status := metav1.ConditionFalse
 		if len(reasons) == 1 && reasons[0] == sluicev1.ReasonServiceRemoved {
 			status = metav1.ConditionTrue
 		}
 		// Bad manifests and conflicts wait for a new commit: a human's.
-		setReady(repo, status, reasons[0], changespec.Truncate(msg, 2048), status == metav1.ConditionFalse)
+		setReady(repo, status, reasons[0], sluicev1.Truncate(msg, 2048), status == metav1.ConditionFalse)
 		return ctrl.Result{RequeueAfter: interval(repo)}, nil
 	}
-	msg := fmt.Sprintf("synced %s", changespec.Short(p.head))
+	msg := fmt.Sprintf("synced %s", sluicev1.ShortSHA(p.head))
 	if len(p.created) > 0 {
 		msg += fmt.Sprintf("; created ChangeRequests %s", strings.Join(p.created, ", "))
 	}
@@ -342,6 +328,6 @@ func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 		reason = sluicev1.ReasonHistoryRewritten
 		msg += "; " + strings.Join(p.notes, "; ")
 	}
-	setReady(repo, metav1.ConditionTrue, reason, changespec.Truncate(msg, 2048), false)
+	setReady(repo, metav1.ConditionTrue, reason, sluicev1.Truncate(msg, 2048), false)
 	return ctrl.Result{RequeueAfter: interval(repo)}, nil
 }

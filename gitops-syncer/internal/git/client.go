@@ -29,6 +29,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/storage/memory"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // DefaultTimeout bounds a git operation when the Remote sets none.
@@ -317,12 +319,7 @@ func (r *Repo) ResolveRef(ref string) (string, error) {
 	return h.String(), nil
 }
 
-func short(sha string) string {
-	if len(sha) > 10 {
-		return sha[:10]
-	}
-	return sha
-}
+func short(sha string) string { return sluicev1.ShortSHA(sha) }
 
 func shortHash(s string) string {
 	sum := sha256.Sum256([]byte(s))

@@ -204,7 +204,7 @@ type built struct {
 // build creates the previews of pr at head: one per release whose inputs
 // differ between the base and head. It returns every preview at head.
 func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *provider.Event, pr *provider.PullRequest, head string) ([]built, error) {
-	log := h.Log.WithValues("repository", repo.Namespace+"/"+repo.Name, "pullRequest", pr.Number, "head", changespec.Short(head))
+	log := h.Log.WithValues("repository", repo.Namespace+"/"+repo.Name, "pullRequest", pr.Number, "head", sluicev1.ShortSHA(head))
 	if ok, why := previewsAllowed(repo, pr); !ok {
 		log.Info("No previews for this pull request", "reason", why)
 		return nil, nil
@@ -242,24 +242,21 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 
 	fsys, err := cache.FS(head)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", changespec.Short(head), err)
+		return nil, fmt.Errorf("read %s: %w", sluicev1.ShortSHA(head), err)
 	}
 	scratch, err := os.MkdirTemp(h.ScratchDir, "preview-")
 	if err != nil {
 		return nil, fmt.Errorf("create scratch folder: %w", err)
 	}
 	defer os.RemoveAll(scratch)
-	servicesPath := string(repo.Spec.ServicesPath)
-	if servicesPath == "" {
-		servicesPath = "services"
-	}
+	servicesPath := repo.ServicesPath()
 	entries, err := catalog.Discover(fsys, servicesPath, scratch)
 	if errors.Is(err, catalog.ErrNoServicesPath) {
 		log.Info("No services folder at the pull request head", "path", servicesPath)
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("find services at %s: %w", changespec.Short(head), err)
+		return nil, fmt.Errorf("find services at %s: %w", sluicev1.ShortSHA(head), err)
 	}
 	commit, err := cache.Commit(head)
 	if err != nil {
@@ -267,7 +264,7 @@ func (h *Handler) build(ctx context.Context, repo *sluicev1.Repository, ev *prov
 	}
 	baseFS, err := cache.FS(base)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", changespec.Short(base), err)
+		return nil, fmt.Errorf("read %s: %w", sluicev1.ShortSHA(base), err)
 	}
 	authors := []sluicev1.Identity{}
 	if pr.Author != "" {

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // previousAt describes the release (service svc, environment env) at the
@@ -33,17 +34,17 @@ func previousAt(cache *git.Repo, base, svcDir, svcName, env, dir string) *valida
 		return nil // a new service: every object is new
 	}
 	if err != nil {
-		prev.Err = fmt.Errorf("read %s at %s: %w", file, changespec.Short(base), err)
+		prev.Err = fmt.Errorf("read %s at %s: %w", file, sluicev1.ShortSHA(base), err)
 		return prev
 	}
 	svc, err := manifest.Parse(data, file)
 	if err != nil {
-		prev.Err = fmt.Errorf("at %s: %w", changespec.Short(base), err)
+		prev.Err = fmt.Errorf("at %s: %w", sluicev1.ShortSHA(base), err)
 		return prev
 	}
 	svc.Dir = svcDir
 	if svc.Name != svcName {
-		prev.Err = fmt.Errorf("%s at %s names service %q, not %q", file, changespec.Short(base), svc.Name, svcName)
+		prev.Err = fmt.Errorf("%s at %s names service %q, not %q", file, sluicev1.ShortSHA(base), svc.Name, svcName)
 		return prev
 	}
 	if _, ok := svc.Environment(env); !ok {
@@ -51,11 +52,11 @@ func previousAt(cache *git.Repo, base, svcDir, svcName, env, dir string) *valida
 	}
 	art, err := artifact.Build(fsys, changespec.Folders(svc))
 	if err != nil {
-		prev.Err = fmt.Errorf("collect inputs at %s: %w", changespec.Short(base), err)
+		prev.Err = fmt.Errorf("collect inputs at %s: %w", sluicev1.ShortSHA(base), err)
 		return prev
 	}
 	if err := artifact.Extract(art.TarGz, dir); err != nil {
-		prev.Err = fmt.Errorf("extract inputs at %s: %w", changespec.Short(base), err)
+		prev.Err = fmt.Errorf("extract inputs at %s: %w", sluicev1.ShortSHA(base), err)
 		return prev
 	}
 	prev.RepoRoot, prev.Service = dir, svc

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -91,7 +90,7 @@ func (h *Handler) Review(ctx context.Context, repo *sluicev1.Repository, ev *pro
 		}
 	}
 	if len(previews) == 0 {
-		log.Info("No preview at the reviewed commit; nothing to approve", "commit", changespec.Short(rev.CommitSHA))
+		log.Info("No preview at the reviewed commit; nothing to approve", "commit", sluicev1.ShortSHA(rev.CommitSHA))
 		return nil
 	}
 	var errs []error
@@ -112,7 +111,7 @@ func (h *Handler) Review(ctx context.Context, repo *sluicev1.Repository, ev *pro
 				Decision:       decision,
 				Approver:       sluicev1.Identity(rev.Reviewer),
 				Source:         sluicev1.SourcePullRequest,
-				Comment:        changespec.Truncate(rev.Body, 1000),
+				Comment:        sluicev1.Truncate(rev.Body, 1000),
 				PullRequest:    rev.PullRequest.Number,
 				ReviewID:       rev.ID,
 			},

@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Name is a hosting provider.
@@ -329,12 +331,8 @@ func validRef(ref string) bool {
 	return true
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// truncate bounds a payload's string on a rune boundary.
+func truncate(s string, n int) string { return sluicev1.Truncate(s, n) }
 
 // payloadErr wraps a parse problem as ErrPayload.
 func payloadErr(format string, args ...any) error {

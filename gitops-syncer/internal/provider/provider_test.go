@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -235,6 +236,12 @@ func TestParse_badPayloadsAreErrors(t *testing.T) {
 
 // checkEvent asserts the invariants every parsed event keeps.
 func checkEvent(t *testing.T, ev *provider.Event) {
+	// Event types and review bodies reach metrics, traces and status: a
+	// cut inside a character would make them invalid UTF-8.
+	require.True(t, utf8.ValidString(ev.Type), "event type %q", ev.Type)
+	if ev.Review != nil {
+		require.True(t, utf8.ValidString(ev.Review.Body), "review body %q", ev.Review.Body)
+	}
 	switch ev.Kind {
 	case provider.KindPush:
 		require.NotNil(t, ev.Push)
@@ -258,6 +265,7 @@ func fuzzSeeds(f *testing.F, events map[string]string) {
 		f.Add(event, fixture(f, file))
 	}
 	f.Add("push", []byte(`{}`))
+	f.Add(strings.Repeat("a", 63)+"é", []byte(`{}`))
 	f.Add("push", []byte(`null`))
 	f.Add("push", []byte(`{"ref":"refs/heads/../x","after":"0000000000000000000000000000000000000000"}`))
 }

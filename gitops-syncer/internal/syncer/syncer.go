@@ -16,8 +16,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -31,7 +29,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	sluicescheme "github.com/sluice-gitops/sluice/operator/api/scheme"
 )
 
 // Options configure the syncer.
@@ -131,11 +129,8 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 	// GETs, and its RBAC grants get (no list, no watch) in the namespaces
 	// it serves only.
 	clientOpts := client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := sluicev1.AddToScheme(scheme); err != nil {
+	scheme, err := sluicescheme.New()
+	if err != nil {
 		return nil, err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

@@ -4,8 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
@@ -49,32 +47,17 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 // own connection, used by the state server unless --terraform-kubeconfig
 // names another.
 func (f *Flags) Library(ctx context.Context, cfg *rest.Config, kubeVersion string, log logr.Logger) (*Library, error) {
-	env := map[string]string{}
-	for _, name := range strings.Split(f.PassEnv, ",") {
-		if name = strings.TrimSpace(name); name == "" {
-			continue
-		}
-		if v, ok := os.LookupEnv(name); ok {
-			env[name] = v
-		} else {
-			log.Info("--terraform-env names a variable that is not set", "name", name)
-		}
-	}
-	ports, err := runner.ParsePorts(f.AllowPorts)
-	if err != nil {
-		return nil, fmt.Errorf("--terraform-allow-ports: %w", err)
-	}
-	local := &runner.Local{
-		TerraformPath: f.Path, PluginCacheDir: f.PluginCacheDir, AllowPorts: ports, Log: log, Spare: f.RunnerSpare,
-	}
-	run, err := runner.FromFlag(f.Runner, f.RunnerTokenFile, local, log)
+	run, env, err := runner.Flags{Runner: f.Runner, TokenFile: f.RunnerTokenFile, TerraformPath: f.Path,
+		PluginCacheDir: f.PluginCacheDir, AllowPorts: f.AllowPorts, PassEnv: f.PassEnv, Spare: f.RunnerSpare}.Build(log)
 	if err != nil {
 		return nil, err
 	}
-	go func() {
-		<-ctx.Done()
-		local.Close()
-	}()
+	if local, ok := run.(*runner.Local); ok {
+		go func() {
+			<-ctx.Done()
+			local.Close() // stops the spare child
+		}()
+	}
 	stateCfg := cfg
 	if f.Kubeconfig != "" {
 		if stateCfg, err = clientcmd.BuildConfigFromFlags("", f.Kubeconfig); err != nil {

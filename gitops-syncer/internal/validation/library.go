@@ -150,7 +150,7 @@ func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
 		out.Verdict.Risk = sluicev1.RiskHigh
 		out.Verdict.Findings = append(out.Verdict.Findings, sluicev1.Finding{
 			Severity: sluicev1.SeverityWarn, Source: "helm", Policy: "helm.previous_manifest",
-			Message: fmt.Sprintf("the previous revision %s could not be rendered (%s), so removed objects cannot be detected; risk is rated high", shortRev(req.Previous.Revision), prevErr),
+			Message: fmt.Sprintf("the previous revision %s could not be rendered (%s), so removed objects cannot be detected; risk is rated high", sluicev1.ShortSHA(req.Previous.Revision), prevErr),
 		})
 		if out.Verdict.Result == sluicev1.VerdictPass {
 			out.Verdict.Result = sluicev1.VerdictWarn
@@ -260,13 +260,6 @@ func (l *Library) previousManifest(ctx context.Context, req Request) (string, er
 		return "", err
 	}
 	return res.Rendered, nil
-}
-
-func shortRev(sha string) string {
-	if len(sha) > 10 {
-		return sha[:10]
-	}
-	return sha
 }
 
 // rejected is a failing verdict with findings.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 
@@ -68,8 +69,11 @@ func (r *PathReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	patch := fmt.Sprintf(`{"status":{"webhookPath":%q}}`, path)
-	if err := r.Status().Patch(ctx, repo, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(PathFieldOwner)); err != nil {
+	patch, err := json.Marshal(map[string]any{"status": map[string]string{"webhookPath": path}})
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.Status().Patch(ctx, repo, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(PathFieldOwner)); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("set webhook path: %w", err))
 	}
 	return ctrl.Result{}, nil

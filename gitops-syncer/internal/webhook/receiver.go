@@ -370,18 +370,9 @@ func (r *Receiver) secretFor(ctx context.Context, repo *sluicev1.Repository) ([]
 	return token, nil
 }
 
-// TrackedRef is the full ref a Repository tracks.
-func TrackedRef(repo *sluicev1.Repository) string {
-	ref := repo.GetRef()
-	if ref.Tag != "" {
-		return "refs/tags/" + ref.Tag
-	}
-	return "refs/heads/" + ref.Branch
-}
-
 // ignoreReason says why a verified event needs no work, or "".
 func (r *Receiver) ignoreReason(repo *sluicev1.Repository, ev *provider.Event) string {
-	tracked := TrackedRef(repo)
+	tracked := repo.TrackedRef()
 	switch ev.Kind {
 	case provider.KindPush:
 		if ev.Push.Ref != tracked {

@@ -47,6 +47,9 @@ Usage:
                  [--plugin-cache-dir D] [--allow-ports 443,...] [--max-runs N]
                                                         run terraform jobs for the syncer and operator
                                                         (bearer token from $SLUICE_RUNNER_TOKEN)
+  infra-validator verify [DIR]... [--data F] [--namespace NS]
+                                                        run the Rego unit tests of policy folders
+                                                        (conftest verify; default ./policy)
   infra-validator version
 
 Policy flags (all commands):
@@ -165,6 +168,8 @@ func Run(args []string, stdout, stderr io.Writer) (code int) {
 		code, err = runKubernetes(ctx, e, rest)
 	case "runner":
 		code, err = runRunner(ctx, e, rest)
+	case "verify":
+		code, err = runVerify(ctx, e, rest)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, version.String(binary))
 		return ExitOK

@@ -62,7 +62,7 @@ func newBalancer(qs *querySet, n int) *balancer {
 	}
 	b := &balancer{n: len(parts), sinceLast: remeasureAfter, elapsed: sinceStart}
 	for _, p := range parts {
-		b.parts = append(b.parts, &querySet{rules: p, compiler: qs.compiler, store: qs.store})
+		b.parts = append(b.parts, &querySet{rules: p, compiler: qs.compiler, store: qs.store, funcs: qs.funcs})
 	}
 	return b
 }
@@ -145,7 +145,7 @@ func (b *balancer) measure(ctx context.Context, e *Engine, value ast.Value, file
 			for _, r := range p.rules {
 				qs := b.byNamespace[r.namespace]
 				if qs == nil {
-					qs = &querySet{compiler: p.compiler, store: p.store}
+					qs = &querySet{compiler: p.compiler, store: p.store, funcs: p.funcs}
 					b.byNamespace[r.namespace] = qs
 				}
 				qs.rules = append(qs.rules, r)
@@ -208,7 +208,7 @@ func dealByCost(sets map[string]*querySet, namespaces []string, cost map[string]
 		part := &querySet{}
 		for _, ns := range m {
 			qs := sets[ns]
-			part.compiler, part.store = qs.compiler, qs.store
+			part.compiler, part.store, part.funcs = qs.compiler, qs.store, qs.funcs
 			part.rules = append(part.rules, qs.rules...)
 		}
 		parts = append(parts, part)

@@ -13,9 +13,15 @@
 //   - exceptions: data.<ns>.exception[_][_] == "<rule suffix>" drops that rule;
 //   - data comes from JSON/YAML files, placed as OPA's loader places them.
 //
+// conftest's builtins parse_config, parse_config_file and
+// parse_combined_config_files are provided (builtins.go: yaml and json
+// parsers; files only from inside the caller's policy folders), and Verify
+// runs a policy folder's Rego unit tests as conftest verify does.
+//
 // Known differences from conftest: data.conftest.file (the input's file name)
-// and conftest's print/trace output are not provided; a rule written
-// "deny if { ... }" (a boolean) passes silently, exactly as in conftest.
+// and conftest's print/trace output are not provided; the file builtins parse
+// yaml and json only and read nothing outside the policy folders; a rule
+// written "deny if { ... }" (a boolean) passes silently, exactly as in conftest.
 //
 // Sluice adds the severity "unverifiable": rules named unverifiable or
 // unverifiable_x report checks that depend on values unknown until apply.
@@ -36,6 +42,7 @@
 //	type Kind string // KindTerraform, KindKubernetes
 //	type CompileError struct{ Problems []Problem } // a policy or data file that does not load
 //	func New(ctx, Options) (*Engine, error)
+//	func Verify(ctx, Options) ([]TestResult, error)
 //	func (*Engine) Eval(ctx, Kind, []Document) ([]report.Finding, error)
 //	func (*Engine) Namespaces() []string
 //	func (*Engine) Config(path ...string) any
@@ -184,6 +191,8 @@ type querySet struct {
 	rules    []ruleRef
 	compiler *ast.Compiler
 	store    storage.Store
+	// funcs implement conftest's builtins the compiler declares.
+	funcs []func(*rego.Rego)
 
 	once  sync.Once
 	query rego.PreparedEvalQuery
@@ -209,7 +218,7 @@ func (qs *querySet) prepared(ctx context.Context) (rego.PreparedEvalQuery, error
 			}
 		}
 		q := "out := [" + strings.Join(terms, ", ") + "]"
-		qs.query, qs.err = rego.New(rego.Query(q), rego.Compiler(qs.compiler), rego.Store(qs.store)).
+		qs.query, qs.err = rego.New(append([]func(*rego.Rego){rego.Query(q), rego.Compiler(qs.compiler), rego.Store(qs.store)}, qs.funcs...)...).
 			PrepareForEval(context.WithoutCancel(ctx))
 		if qs.err != nil {
 			qs.err = fmt.Errorf("prepare policy query: %w", qs.err)
@@ -251,52 +260,11 @@ type Engine struct {
 // prepares the queries. A policy that does not parse or compile returns a
 // *CompileError naming file and line.
 func New(ctx context.Context, opts Options) (*Engine, error) {
-	modules := map[string]*ast.Module{}
-	defaultFiles := map[string]bool{}
-	if !opts.NoDefaults {
-		res, err := loader.NewFileLoader().WithFS(policies.FS()).WithRegoVersion(ast.RegoV1).
-			WithProcessAnnotation(true).Filtered(defaultDirs(opts.Kinds), func(_ string, info fs.FileInfo, _ int) bool {
-			return !info.IsDir() && (!strings.HasSuffix(info.Name(), ".rego") || strings.HasSuffix(info.Name(), "_test.rego"))
-		})
-		if err != nil {
-			return nil, fmt.Errorf("load embedded default policies: %w", err)
-		}
-		for name, m := range res.ParsedModules() {
-			key := "embedded:" + name
-			modules[key] = m
-			defaultFiles[key] = true
-		}
-	}
-	if len(opts.PolicyDirs) > 0 {
-		for _, p := range opts.PolicyDirs {
-			if _, err := os.Stat(p); err != nil {
-				return nil, &CompileError{Problems: []Problem{{File: p, Message: "policy path does not exist or is unreadable"}}}
-			}
-		}
-		res, err := loader.NewFileLoader().WithRegoVersion(ast.RegoV1).WithProcessAnnotation(true).
-			Filtered(opts.PolicyDirs, func(_ string, info fs.FileInfo, _ int) bool {
-				return !info.IsDir() && !strings.HasSuffix(info.Name(), ".rego")
-			})
-		if err != nil {
-			return nil, loadError(err)
-		}
-		if len(res.Modules) == 0 {
-			return nil, &CompileError{Problems: []Problem{{Message: fmt.Sprintf("no .rego policies found in %s", strings.Join(opts.PolicyDirs, ", "))}}}
-		}
-		for name, m := range res.ParsedModules() {
-			modules[name] = m
-		}
-	}
-	if err := ifWithoutContains(modules); err != nil {
-		return nil, err
-	}
-
-	data, err := loadData(opts.DataFiles)
+	in, err := loadInputs(opts)
 	if err != nil {
 		return nil, err
 	}
-
-	compiler := ast.NewCompiler().WithEnablePrintStatements(false)
+	modules, defaultFiles, data, builtins, compiler := in.modules, in.defaultFiles, in.data, in.builtins, in.newCompiler()
 	compiler.Compile(modules)
 	if compiler.Failed() {
 		return nil, astError(compiler.Errors)
@@ -404,7 +372,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 			}
 			return rules[i].name < rules[j].name
 		})
-		qs := &querySet{rules: rules, compiler: compiler, store: store}
+		qs := &querySet{rules: rules, compiler: compiler, store: store, funcs: builtins.options()}
 		// With more than one core, a set spanning several namespaces is
 		// evaluated as parallel queries: policy evaluation is most of the
 		// time a large plan takes.
@@ -426,6 +394,80 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		}
 	}
 	return e, nil
+}
+
+// inputs are what an Engine or a Verify run compiles: the modules (the
+// embedded defaults marked), the data and conftest's builtins.
+type inputs struct {
+	modules      map[string]*ast.Module
+	defaultFiles map[string]bool
+	data         map[string]any
+	builtins     *conftestBuiltins
+}
+
+func loadInputs(opts Options) (*inputs, error) {
+	in := &inputs{}
+	var err error
+	if in.modules, in.defaultFiles, err = loadModules(opts); err != nil {
+		return nil, err
+	}
+	if in.data, err = loadData(opts.DataFiles); err != nil {
+		return nil, err
+	}
+	if in.builtins, err = newConftestBuiltins(opts.PolicyDirs); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// newCompiler is a compiler that knows conftest's builtins.
+func (in *inputs) newCompiler() *ast.Compiler {
+	return ast.NewCompiler().WithEnablePrintStatements(false).WithBuiltins(in.builtins.decls())
+}
+
+// loadModules parses the embedded default policies (unless left out) and
+// the caller's; defaultFiles marks the embedded ones.
+func loadModules(opts Options) (modules map[string]*ast.Module, defaultFiles map[string]bool, err error) {
+	modules = map[string]*ast.Module{}
+	defaultFiles = map[string]bool{}
+	if !opts.NoDefaults {
+		res, err := loader.NewFileLoader().WithFS(policies.FS()).WithRegoVersion(ast.RegoV1).
+			WithProcessAnnotation(true).Filtered(defaultDirs(opts.Kinds), func(_ string, info fs.FileInfo, _ int) bool {
+			return !info.IsDir() && (!strings.HasSuffix(info.Name(), ".rego") || strings.HasSuffix(info.Name(), "_test.rego"))
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("load embedded default policies: %w", err)
+		}
+		for name, m := range res.ParsedModules() {
+			key := "embedded:" + name
+			modules[key] = m
+			defaultFiles[key] = true
+		}
+	}
+	if len(opts.PolicyDirs) > 0 {
+		for _, p := range opts.PolicyDirs {
+			if _, err := os.Stat(p); err != nil {
+				return nil, nil, &CompileError{Problems: []Problem{{File: p, Message: "policy path does not exist or is unreadable"}}}
+			}
+		}
+		res, err := loader.NewFileLoader().WithRegoVersion(ast.RegoV1).WithProcessAnnotation(true).
+			Filtered(opts.PolicyDirs, func(_ string, info fs.FileInfo, _ int) bool {
+				return !info.IsDir() && !strings.HasSuffix(info.Name(), ".rego")
+			})
+		if err != nil {
+			return nil, nil, loadError(err)
+		}
+		if len(res.Modules) == 0 {
+			return nil, nil, &CompileError{Problems: []Problem{{Message: fmt.Sprintf("no .rego policies found in %s", strings.Join(opts.PolicyDirs, ", "))}}}
+		}
+		for name, m := range res.ParsedModules() {
+			modules[name] = m
+		}
+	}
+	if err := ifWithoutContains(modules); err != nil {
+		return nil, nil, err
+	}
+	return modules, defaultFiles, nil
 }
 
 // Config returns the value at data.sluice.config.<path...> (the defaults

@@ -107,3 +107,43 @@ func (l *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.ServeHTTP(w, r)
 }
+
+// Flags are the --terraform-* flags the syncer and the operator share.
+type Flags struct {
+	// Runner is --terraform-runner, TokenFile its token file.
+	Runner, TokenFile string
+	// TerraformPath and PluginCacheDir configure the local runner.
+	TerraformPath, PluginCacheDir string
+	// AllowPorts is --terraform-allow-ports, PassEnv --terraform-env.
+	AllowPorts, PassEnv string
+	// Spare keeps one local child started ahead (Local.Spare).
+	Spare bool
+}
+
+// Build returns the runner the flags name and the environment passed to
+// terraform: the variables --terraform-env names that are set in this
+// process (a name that is not set is logged, never an error).
+func (f Flags) Build(log logr.Logger) (terraform.Runner, map[string]string, error) {
+	env := map[string]string{}
+	for _, name := range strings.Split(f.PassEnv, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if v, ok := os.LookupEnv(name); ok {
+			env[name] = v
+		} else {
+			log.Info("--terraform-env names a variable that is not set", "name", name)
+		}
+	}
+	ports, err := ParsePorts(f.AllowPorts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--terraform-allow-ports: %w", err)
+	}
+	run, err := FromFlag(f.Runner, f.TokenFile, &Local{
+		TerraformPath: f.TerraformPath, PluginCacheDir: f.PluginCacheDir, AllowPorts: ports, Log: log, Spare: f.Spare,
+	}, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return run, env, nil
+}

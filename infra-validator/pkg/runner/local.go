@@ -100,28 +100,12 @@ func (l *Local) terraform() (string, error) {
 
 // RunPlan implements terraform.Runner.
 func (l *Local) RunPlan(ctx context.Context, opts terraform.PlanOptions) ([]byte, []byte, error) {
-	job, err := planJob(opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	res, err := l.Run(ctx, job)
-	if err != nil {
-		return nil, nil, err
-	}
-	return res.PlanFile, res.PlanJSON, nil
+	return runPlan(ctx, l, opts)
 }
 
 // RunApply implements terraform.Runner.
 func (l *Local) RunApply(ctx context.Context, opts terraform.ApplyOptions) (terraform.ApplyResult, error) {
-	job, err := applyJob(opts)
-	if err != nil {
-		return terraform.ApplyResult{}, err
-	}
-	res, err := l.Run(ctx, job)
-	if err != nil {
-		return terraform.ApplyResult{}, err
-	}
-	return terraform.ApplyResult{InPlace: res.InPlace}, nil
+	return runApply(ctx, l, opts)
 }
 
 // Run runs one job in a new child and returns its Result; a failed run

@@ -45,28 +45,12 @@ func NewRemote(rawURL, token string) (*Remote, error) {
 
 // RunPlan implements terraform.Runner.
 func (r *Remote) RunPlan(ctx context.Context, opts terraform.PlanOptions) ([]byte, []byte, error) {
-	job, err := planJob(opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	res, err := r.Run(ctx, job)
-	if err != nil {
-		return nil, nil, err
-	}
-	return res.PlanFile, res.PlanJSON, nil
+	return runPlan(ctx, r, opts)
 }
 
 // RunApply implements terraform.Runner.
 func (r *Remote) RunApply(ctx context.Context, opts terraform.ApplyOptions) (terraform.ApplyResult, error) {
-	job, err := applyJob(opts)
-	if err != nil {
-		return terraform.ApplyResult{}, err
-	}
-	res, err := r.Run(ctx, job)
-	if err != nil {
-		return terraform.ApplyResult{}, err
-	}
-	return terraform.ApplyResult{InPlace: res.InPlace}, nil
+	return runApply(ctx, r, opts)
 }
 
 // Run sends one job. A runner that cannot be reached is a plain error

@@ -21,6 +21,7 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -287,4 +288,35 @@ func wireError(err error) *Error {
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// jobRunner runs one Job: Local in a child, Remote in the runner workload.
+type jobRunner interface {
+	Run(ctx context.Context, job *Job) (*Result, error)
+}
+
+// runPlan runs a plan as a Job through r.
+func runPlan(ctx context.Context, r jobRunner, opts terraform.PlanOptions) ([]byte, []byte, error) {
+	job, err := planJob(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := r.Run(ctx, job)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.PlanFile, res.PlanJSON, nil
+}
+
+// runApply runs an apply as a Job through r.
+func runApply(ctx context.Context, r jobRunner, opts terraform.ApplyOptions) (terraform.ApplyResult, error) {
+	job, err := applyJob(opts)
+	if err != nil {
+		return terraform.ApplyResult{}, err
+	}
+	res, err := r.Run(ctx, job)
+	if err != nil {
+		return terraform.ApplyResult{}, err
+	}
+	return terraform.ApplyResult{InPlace: res.InPlace}, nil
 }

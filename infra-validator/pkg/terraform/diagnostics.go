@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // ErrorKind says who can fix a failed terraform run.
@@ -106,7 +108,7 @@ func (e *RunError) Error() string {
 	case e.err != nil:
 		b.WriteString(": " + firstLine(e.err.Error()))
 	}
-	return truncateUTF8(b.String(), 1024)
+	return sluicev1.Truncate(b.String(), 1024)
 }
 
 // Unwrap returns the underlying failure (exit status, or the deadline).
@@ -134,15 +136,15 @@ func NewRunError(step string, kind ErrorKind, diags []Diagnostic, stderr, messag
 	out := make([]Diagnostic, 0, len(diags))
 	for _, d := range diags {
 		out = append(out, Diagnostic{
-			Summary: truncateUTF8(redact(d.Summary, secrets), 500),
-			Detail:  truncateUTF8(hideValues(redact(d.Detail, secrets)), 2000),
-			File:    truncateUTF8(redact(d.File, secrets), 500),
+			Summary: sluicev1.Truncate(redact(d.Summary, secrets), 500),
+			Detail:  sluicev1.Truncate(hideValues(redact(d.Detail, secrets)), 2000),
+			File:    sluicev1.Truncate(redact(d.File, secrets), 500),
 			Line:    max(0, min(d.Line, 1<<24)),
 		})
 	}
-	e := &RunError{Step: truncateUTF8(step, 40), Kind: kind, Diagnostics: out, Stderr: truncateUTF8(hideValues(scrubSnippets(redact(stderr, secrets))), MaxStderr)}
+	e := &RunError{Step: sluicev1.Truncate(step, 40), Kind: kind, Diagnostics: out, Stderr: sluicev1.Truncate(hideValues(scrubSnippets(redact(stderr, secrets))), MaxStderr)}
 	if message != "" {
-		e.err = errors.New(truncateUTF8(firstLine(redact(message, secrets)), 500))
+		e.err = errors.New(sluicev1.Truncate(firstLine(redact(message, secrets)), 500))
 	}
 	return e
 }
@@ -156,7 +158,7 @@ func stepError(ctx context.Context, step string, timeout time.Duration, err erro
 	stderr = hideValues(scrubSnippets(redact(stderr, secrets)))
 	diags := ParseDiagnostics(stderr)
 	kind := classifyFailure(diags)
-	return &RunError{Step: step, Kind: kind, Diagnostics: diags, Stderr: truncateUTF8(stderr, MaxStderr), err: exitOnly(err)}
+	return &RunError{Step: step, Kind: kind, Diagnostics: diags, Stderr: sluicev1.Truncate(stderr, MaxStderr), err: exitOnly(err)}
 }
 
 // exitOnly keeps the first line of terraform-exec's error ("exit status
@@ -217,7 +219,7 @@ func ParseDiagnostics(stderr string) []Diagnostic {
 	inError, inSnippet := false, false
 	flush := func() {
 		if cur != nil {
-			cur.Detail = truncateUTF8(hideValues(strings.Join(detail, " ")), 2000)
+			cur.Detail = sluicev1.Truncate(hideValues(strings.Join(detail, " ")), 2000)
 			if !strings.HasPrefix(cur.Summary, initPreamble) && len(out) < maxDiagnostics {
 				out = append(out, *cur)
 			}
@@ -230,7 +232,7 @@ func ParseDiagnostics(stderr string) []Diagnostic {
 		switch {
 		case strings.HasPrefix(trimmed, "Error: "):
 			flush()
-			cur = &Diagnostic{Summary: truncateUTF8(strings.TrimSpace(strings.TrimPrefix(trimmed, "Error: ")), 500)}
+			cur = &Diagnostic{Summary: sluicev1.Truncate(strings.TrimSpace(strings.TrimPrefix(trimmed, "Error: ")), 500)}
 			inError = true
 			continue
 		case strings.HasPrefix(trimmed, "Warning: "):
@@ -241,7 +243,7 @@ func ParseDiagnostics(stderr string) []Diagnostic {
 			continue
 		}
 		if m := locationLine.FindStringSubmatch(line); m != nil && cur.File == "" && len(detail) == 0 {
-			cur.File = truncateUTF8(m[1], 500)
+			cur.File = sluicev1.Truncate(m[1], 500)
 			cur.Line, _ = strconv.Atoi(m[2])
 			if cur.Line < 0 || cur.Line > 1<<24 {
 				cur.Line = 0
@@ -261,7 +263,7 @@ func ParseDiagnostics(stderr string) []Diagnostic {
 		}
 		if len(detail) == 0 && cur.File == "" && !strings.HasSuffix(cur.Summary, ".") && startsLower(trimmed) {
 			// A summary wrapped onto the next line.
-			cur.Summary = truncateUTF8(cur.Summary+" "+trimmed, 500)
+			cur.Summary = sluicev1.Truncate(cur.Summary+" "+trimmed, 500)
 			continue
 		}
 		detail = append(detail, trimmed)
@@ -378,16 +380,4 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
-}
-
-// truncateUTF8 cuts s to at most n bytes on a rune boundary, marking the cut.
-func truncateUTF8(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

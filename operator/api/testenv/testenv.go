@@ -30,7 +30,6 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -38,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sluice-gitops/sluice/operator/api/crds"
+	sluicescheme "github.com/sluice-gitops/sluice/operator/api/scheme"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -72,14 +72,8 @@ type Options struct {
 
 // Scheme returns a scheme with the client-go and Sluice kinds.
 func Scheme() *kruntime.Scheme {
-	s := kruntime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := sluicev1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := apiextensionsv1.AddToScheme(s); err != nil {
+	s, err := sluicescheme.New(apiextensionsv1.AddToScheme)
+	if err != nil {
 		panic(err)
 	}
 	return s

@@ -68,6 +68,14 @@ const (
 	DeliveryArgoCD Delivery = "argocd"
 )
 
+// OrDefault is d, or helm when d is empty (the API's default).
+func (d Delivery) OrDefault() Delivery {
+	if d == "" {
+		return DeliveryHelm
+	}
+	return d
+}
+
 // ApprovalRule says who must approve a change before it is applied.
 type ApprovalRule struct {
 	// Required is the number of distinct allowed approvers needed.
@@ -138,3 +146,9 @@ func (i Identity) Canonical() Identity {
 	}
 	return i
 }
+
+// Delivery is how the release reaches the cluster, defaulting to helm.
+func (r *Release) Delivery() Delivery { return r.Spec.Delivery.OrDefault() }
+
+// Delivery is how the change reaches the cluster, defaulting to helm.
+func (cr *ChangeRequest) Delivery() Delivery { return cr.Spec.Delivery.OrDefault() }

@@ -10,8 +10,9 @@ func ReleaseName(service string, env EnvironmentName) string {
 	return service + "-" + string(env)
 }
 
-// shortSHA is the first 10 hex digits of a commit.
-func shortSHA(sha string) string {
+// ShortSHA is the first 10 hex digits of a commit, as in object names,
+// status messages and events.
+func ShortSHA(sha string) string {
 	if len(sha) > 10 {
 		return sha[:10]
 	}
@@ -21,7 +22,7 @@ func shortSHA(sha string) string {
 // ChangeRequestName is "<release>-<first 10 hex of the commit>", with "-rN"
 // for attempt N > 1 (a re-plan at the same commit).
 func ChangeRequestName(release, commit string, attempt int32) string {
-	name := release + "-" + shortSHA(commit)
+	name := release + "-" + ShortSHA(commit)
 	if attempt > 1 {
 		name += "-r" + strconv.Itoa(int(attempt))
 	}
@@ -30,7 +31,7 @@ func ChangeRequestName(release, commit string, attempt int32) string {
 
 // PreviewChangeRequestName is "<release>-pr<N>-<first 10 hex of the PR head>".
 func PreviewChangeRequestName(release string, pr int64, head string) string {
-	return fmt.Sprintf("%s-pr%d-%s", release, pr, shortSHA(head))
+	return fmt.Sprintf("%s-pr%d-%s", release, pr, ShortSHA(head))
 }
 
 // PlanSecretName names the Secret holding chunk i (0-based) of a
@@ -46,7 +47,7 @@ func PlanSecretName(changeRequest string, chunk int) string {
 // with "-rN" for attempt N > 1: the Delete change proposed when the release
 // left the tracked branch at that commit.
 func DeleteChangeRequestName(release, commit string, attempt int32) string {
-	name := release + "-del-" + shortSHA(commit)
+	name := release + "-del-" + ShortSHA(commit)
 	if attempt > 1 {
 		name += "-r" + strconv.Itoa(int(attempt))
 	}

@@ -231,6 +231,29 @@ func (r *Repository) GetRef() GitReference {
 	return *r.Spec.Ref
 }
 
+// TrackedRef is the full ref name the Repository tracks ("refs/heads/main",
+// "refs/tags/v1"). The syncer's poll and its webhook receiver both compare
+// with it: if they disagreed, pushes would be dropped silently.
+func (r *Repository) TrackedRef() string {
+	ref := r.GetRef()
+	if ref.Tag != "" {
+		return "refs/tags/" + ref.Tag
+	}
+	return "refs/heads/" + ref.Branch
+}
+
+// DefaultServicesPath is the services folder when spec.servicesPath is empty.
+const DefaultServicesPath = "services"
+
+// ServicesPath is the folder of the repository holding one folder per
+// service, defaulting to "services".
+func (r *Repository) ServicesPath() string {
+	if r.Spec.ServicesPath == "" {
+		return DefaultServicesPath
+	}
+	return string(r.Spec.ServicesPath)
+}
+
 // GetInterval returns the poll interval, defaulting to one minute.
 func (r *Repository) GetInterval() time.Duration {
 	if r.Spec.Interval == nil || r.Spec.Interval.Duration <= 0 {

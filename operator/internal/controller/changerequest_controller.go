@@ -526,12 +526,7 @@ func (s *changeScope) noApplier() stepResult {
 	return stalledBy(&applier.Stalled{Reason: sluicev1.ReasonNoApplier, Message: msg})
 }
 
-func delivery(cr *sluicev1.ChangeRequest) sluicev1.Delivery {
-	if cr.Spec.Delivery == "" {
-		return sluicev1.DeliveryHelm
-	}
-	return cr.Spec.Delivery
-}
+func delivery(cr *sluicev1.ChangeRequest) sluicev1.Delivery { return cr.Delivery() }
 
 // reconcileApply calls the applier for a change in Applying: the first
 // time, or again after a restart (appliers are idempotent per change).
@@ -658,12 +653,8 @@ func (r *ChangeRequestReconciler) reconcileTerminal(ctx context.Context, cr *slu
 	return r.handBackLockResult(ctx, cr, rel)
 }
 
-func truncate(s string) string {
-	if len(s) <= maxMessage {
-		return s
-	}
-	return s[:maxMessage-3] + "..."
-}
+// truncate bounds a status message to maxMessage bytes on a rune boundary.
+func truncate(s string) string { return sluicev1.Truncate(s, maxMessage-len("…")) }
 
 var tracer = tracing.Tracer("operator")
 

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -18,7 +17,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	sluicescheme "github.com/sluice-gitops/sluice/operator/api/scheme"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 )
 
@@ -49,16 +48,7 @@ type ManagerOptions struct {
 }
 
 // NewScheme returns a scheme with the client-go and Sluice kinds.
-func NewScheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	if err := sluicev1.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
+func NewScheme() (*runtime.Scheme, error) { return sluicescheme.New() }
 
 // DefaultLeaderElectionID is the Lease of the operator's leader election.
 const DefaultLeaderElectionID = "sluice-operator.gitops.sluice.dev"

@@ -626,11 +626,7 @@ func (r *ReleaseReconciler) reconcileDelete(ctx context.Context, rel *sluicev1.R
 // cleanup runs the applier's Cleaner for the release, then removes the
 // finalizer.
 func (r *ReleaseReconciler) cleanup(ctx context.Context, rel *sluicev1.Release) error {
-	d := rel.Spec.Delivery
-	if d == "" {
-		d = sluicev1.DeliveryHelm
-	}
-	if app, ok := r.Appliers.For(d); ok {
+	if app, ok := r.Appliers.For(rel.Delivery()); ok {
 		if cleaner, ok := app.(applier.Cleaner); ok {
 			repo := &sluicev1.Repository{}
 			if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo); err != nil {

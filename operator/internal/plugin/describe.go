@@ -289,7 +289,7 @@ func (a *app) printDescription(w io.Writer, d *Description) error {
 		field("Previous revision", cr.Spec.PreviousRevision)
 	}
 	if pr := cr.Spec.PullRequest; pr != nil {
-		s := fmt.Sprintf("#%d (head %s)", pr.Number, short(pr.HeadSHA))
+		s := fmt.Sprintf("#%d (head %s)", pr.Number, sluicev1.ShortSHA(pr.HeadSHA))
 		if pr.Preview {
 			s += ", preview: never applied"
 		}

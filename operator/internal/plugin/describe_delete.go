@@ -19,7 +19,7 @@ func deletionFields(cr *sluicev1.ChangeRequest) [][2]string {
 	}
 	var out [][2]string
 	if d.AppliedChange != "" {
-		out = append(out, [2]string{"Removes applied change", fmt.Sprintf("%s (revision %s)", d.AppliedChange, short(d.AppliedRevision))})
+		out = append(out, [2]string{"Removes applied change", fmt.Sprintf("%s (revision %s)", d.AppliedChange, sluicev1.ShortSHA(d.AppliedRevision))})
 	}
 	n := len(d.Objects) + int(d.ObjectsTruncated)
 	objs := make([]string, 0, min(len(d.Objects), maxListedObjects))

@@ -113,7 +113,7 @@ func (a *app) get(cmd *cobra.Command, o *getOptions, names []string) error {
 		cr := &list.Items[i]
 		row := []string{cr.Name, cr.Spec.Release, string(cr.OperationOf()), phaseOf(cr), orNone(string(cr.Spec.Verdict.Risk)), approvalsColumn(cr), age(now, cr.CreationTimestamp)}
 		if o.output == outputWide {
-			row = append(row, orNone(string(cr.Spec.Verdict.Result)), short(cr.Spec.Revision), orNone(string(cr.Spec.Delivery)), string(cr.Spec.ApprovalDigest))
+			row = append(row, orNone(string(cr.Spec.Verdict.Result)), sluicev1.ShortSHA(cr.Spec.Revision), orNone(string(cr.Spec.Delivery)), string(cr.Spec.ApprovalDigest))
 		}
 		if o.allNamespaces {
 			row = append([]string{cr.Namespace}, row...)

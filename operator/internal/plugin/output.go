@@ -135,11 +135,3 @@ func orNone(s string) string {
 	}
 	return s
 }
-
-// short cuts a commit to 10 hex digits, like the change names.
-func short(sha string) string {
-	if len(sha) > 10 {
-		return sha[:10]
-	}
-	return sha
-}

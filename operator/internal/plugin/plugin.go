@@ -18,10 +18,10 @@ import (
 	"github.com/spf13/cobra"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	sluicescheme "github.com/sluice-gitops/sluice/operator/api/scheme"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/api/version"
 )
@@ -109,16 +109,7 @@ and kubectl sluice approve records one in your own Kubernetes name.`,
 }
 
 // scheme knows the core and Sluice kinds.
-func scheme() (*kruntime.Scheme, error) {
-	s := kruntime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	if err := sluicev1.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
+func scheme() (*kruntime.Scheme, error) { return sluicescheme.New() }
 
 // connect builds the client and resolves the namespace from the flags.
 func (a *app) connect() error {

@@ -232,14 +232,14 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 			continue
 		case st.failedFor(cr.Name):
 			return applier.Result{}, applier.Permanent(sluicev1.ReasonApplyFailed,
-				"Argo CD's sync of revision %s ended %s: %s", short(cr.Spec.Revision), st.phase, truncate(st.message, 1200))
+				"Argo CD's sync of revision %s ended %s: %s", short(cr.Spec.Revision), st.phase, sluicev1.Truncate(st.message, 1200))
 		}
 		if time.Now().After(deadline) {
 			// Not a failure: the worker is handed back and the change
 			// is looked at again after as long.
 			return applier.Result{}, &applier.Waiting{Reason: sluicev1.ReasonWaitingForArgoCD, RetryAfter: a.opts.Wait, Err: ErrSyncing,
 				Message: fmt.Sprintf("waiting for Argo CD to sync revision %s: sync %s, operation %s, health %s %s", short(cr.Spec.Revision),
-					orNone(st.syncStatus), orNone(st.phase), orNone(st.health), truncate(st.healthMessage, 200))}
+					orNone(st.syncStatus), orNone(st.phase), orNone(st.health), sluicev1.Truncate(st.healthMessage, 200))}
 		}
 		select {
 		case <-ctx.Done():
@@ -578,18 +578,11 @@ func syncedAsSet(app *unstructured.Unstructured, want map[string]any, ns string)
 	return nil
 }
 
-func short(rev string) string { return rev[:min(len(rev), 10)] }
+func short(rev string) string { return sluicev1.ShortSHA(rev) }
 
 func orNone(s string) string {
 	if s == "" {
 		return "none"
 	}
 	return s
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"slices"
-	"strings"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
@@ -80,24 +78,8 @@ func (f *Flags) Register(ctx context.Context, reg applier.Registry, cfg *rest.Co
 	if err != nil {
 		return fmt.Errorf("--artifact-base-url: %w", err)
 	}
-	env := map[string]string{}
-	for _, name := range strings.Split(f.PassEnv, ",") {
-		if name = strings.TrimSpace(name); name == "" {
-			continue
-		}
-		if v, ok := os.LookupEnv(name); ok {
-			env[name] = v
-		} else {
-			log.Info("--terraform-env names a variable that is not set", "name", name)
-		}
-	}
-	ports, err := runner.ParsePorts(f.AllowPorts)
-	if err != nil {
-		return fmt.Errorf("--terraform-allow-ports: %w", err)
-	}
-	run, err := runner.FromFlag(f.Runner, f.RunnerTokenFile, &runner.Local{
-		TerraformPath: f.Path, PluginCacheDir: f.PluginCacheDir, AllowPorts: ports, Log: log,
-	}, log)
+	run, env, err := runner.Flags{Runner: f.Runner, TokenFile: f.RunnerTokenFile, TerraformPath: f.Path,
+		PluginCacheDir: f.PluginCacheDir, AllowPorts: f.AllowPorts, PassEnv: f.PassEnv}.Build(log)
 	if err != nil {
 		return err
 	}
