@@ -112,6 +112,17 @@ func newTFFixture(t *testing.T) *tfFixture {
 	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
 	require.NoError(t, c.Create(ctx, cr))
 	f.applied = cr
+	// The plan Secret, as the syncer stores it, and alice's approval.
+	require.NoError(t, c.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: sluicev1.PlanSecretName(cr.Name, 0), Namespace: ctl},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{sluicev1.PlanSecretKey: plan.PlanFile},
+	}))
+	require.NoError(t, c.Create(ctx, &sluicev1.Approval{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: cr.Name + "-", Namespace: ctl},
+		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
+			Approver: "k8s:alice", Source: sluicev1.SourceKubernetes},
+	}))
 	rel := f.get()
 	orig := rel.DeepCopy()
 	rel.Status.AppliedChange, rel.Status.LastSyncedCommit = cr.Name, commit
@@ -193,4 +204,36 @@ func TestDrift_warnReportsATerraformResourceChangedInStateByAnotherRun(t *testin
 		Fields: []string{"input", "output"}}}, rel.Status.Drift.Objects)
 	require.Empty(t, rel.Annotations[sluicev1.AnnotationReplan], "warn asks for nothing")
 	require.NotContains(t, c.Message, "db-large", "values are never shown")
+}
+
+// TerraformFixture is the fixture for the audit test (package drift_test,
+// which may import the plugin).
+type TerraformFixture = tfFixture
+
+// NewTerraformFixture is newTFFixture.
+func NewTerraformFixture(t *testing.T) *TerraformFixture { return newTFFixture(t) }
+
+// Namespace is the fixture's control namespace.
+func (f *tfFixture) Namespace() string { return f.release.Namespace }
+
+// RunTerraform applies the stack with size to the release's state, as a
+// second terraform run with access to the state would.
+func (f *tfFixture) RunTerraform(size string) { f.run(size) }
+
+// CheckDrift runs one drift pass and returns the Drifted condition's
+// status.
+func (f *tfFixture) CheckDrift() metav1.ConditionStatus {
+	_, c := f.check()
+	return c.Status
+}
+
+// MarkApplied sets the applied change's phase to Applied, as the
+// operator does after the apply.
+func (f *tfFixture) MarkApplied() {
+	f.t.Helper()
+	cr := f.applied.DeepCopy()
+	require.NoError(f.t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(cr), cr))
+	orig := cr.DeepCopy()
+	cr.Status.Phase = sluicev1.PhaseApplied
+	require.NoError(f.t, env.Client.Status().Patch(context.Background(), cr, client.MergeFrom(orig)))
 }
