@@ -95,6 +95,9 @@ func changedAttributes(before, after, unknown any) []string {
 	for k := range a {
 		names[k] = true
 	}
+	for k := range u {
+		names[k] = true
+	}
 	var out []string
 	for k := range names {
 		if isUnknown(u[k]) || fmt.Sprint(b[k]) != fmt.Sprint(a[k]) {
