@@ -134,6 +134,10 @@ func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helm
 	if err != nil {
 		return err
 	}
+	if a := tfFlags.Applier(); a != nil {
+		// Terraform drift is planned with the applier's runner and state server.
+		driftFlags.Planner = a
+	}
 	if err := driftFlags.Register(mgr, cfg, o.Concurrency); err != nil {
 		return err
 	}

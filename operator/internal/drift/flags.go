@@ -15,6 +15,10 @@ type Flags struct {
 	// IgnoreManagers is a comma-separated list of field managers whose
 	// fields are never drift.
 	IgnoreManagers string
+	// Planner plans the applied configuration of releases with a
+	// Terraform stack (the Terraform applier); nil skips their Terraform
+	// part. Set by the program, not a flag.
+	Planner ApplyPlanner
 }
 
 // Bind registers the flags.
@@ -34,5 +38,9 @@ func (f *Flags) Register(mgr manager.Manager, cfg *rest.Config, concurrency int)
 			ignore = append(ignore, m)
 		}
 	}
-	return Setup(mgr, Options{Config: cfg, IgnoreManagers: ignore, Concurrency: concurrency})
+	o := Options{Config: cfg, IgnoreManagers: ignore, Concurrency: concurrency}
+	if f.Planner != nil {
+		o.Terraform = &TerraformChecker{Planner: f.Planner}
+	}
+	return Setup(mgr, o)
 }

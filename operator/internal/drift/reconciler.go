@@ -2,7 +2,7 @@
 // interval of its Repository's drift policy, it compares what runs with
 // what the last applied ChangeRequest applied (Helm: every object of the
 // approved release record, by a server-side dry-run apply; Terraform: a
-// refresh-only plan), and reports it in the Release's Drifted condition,
+// plan of the applied configuration, see TerraformChecker), and reports it in the Release's Drifted condition,
 // an Event and the sluice_release_drifted metric. In mode revert it asks
 // the syncer for a re-plan of the applied revision, whose ChangeRequest
 // carries the applied approvalDigest when it renders the same, so the gate

@@ -10,13 +10,17 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	tfapplier "github.com/sluice-gitops/sluice/operator/internal/applier/terraform"
 	"github.com/sluice-gitops/sluice/operator/internal/drift"
 	"github.com/sluice-gitops/sluice/operator/internal/gate"
 	"github.com/sluice-gitops/sluice/operator/internal/gate/gateinput"
@@ -230,11 +234,21 @@ func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, checker *
 
 	result := AuditProven
 	if rel.Spec.Terraform != nil && cr.Spec.PlanDigest != "" {
-		result = AuditUnknown
-		say("the Terraform state is not checked by audit; see the Release's Drifted condition")
+		tfResult, evidence := a.auditTerraform(ctx, rel, cr)
+		at.Evidence = append(at.Evidence, evidence...)
+		if tfResult == AuditDrifted {
+			at.Result = AuditDrifted
+			return at
+		}
+		result = tfResult
 	}
-	switch cr.Spec.Delivery {
-	case sluicev1.DeliveryHelm:
+	tfOnly := rel.Spec.Terraform != nil && cr.Spec.PlanDigest != "" && cr.Spec.ManifestDigest == ""
+	switch {
+	case tfOnly:
+		// No manifests were approved with the change: the drift
+		// controller skips the Helm part of such a change as well.
+		say("the change approved no manifests, only the Terraform plan")
+	case cr.Spec.Delivery == sluicev1.DeliveryHelm:
 		repo := &sluicev1.Repository{}
 		_ = a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo)
 		rep, err := checker.Check(ctx, rel, repo, cr)
@@ -254,6 +268,79 @@ func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, checker *
 	}
 	at.Result = result
 	return at
+}
+
+// auditTerraform holds the release's Terraform state, as the API server
+// stores it, to the applied change: the state Secret must exist, carry
+// the lineage of the state the approved plan file was made against, and
+// not be older than it; a Drifted condition from the drift controller's
+// plan of this change (see package drift) is drift. Proven it never is:
+// the apply records no state serial, so a later write by another
+// terraform run cannot be told from the apply's own by the serial alone.
+func (a *app) auditTerraform(ctx context.Context, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) (string, []string) {
+	var ev []string
+	say := func(format string, args ...any) { ev = append(ev, fmt.Sprintf(format, args...)) }
+	ws := rel.Spec.Terraform.Workspace
+	if ws == "" {
+		ws = "default"
+	}
+	name := tfapplier.StateSecretName(ws, rel.Name)
+	st := &corev1.Secret{}
+	if err := a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: name}, st); err != nil {
+		if apierrors.IsNotFound(err) {
+			say("the Terraform state Secret %s is gone", name)
+			return AuditDrifted, ev
+		}
+		say("the Terraform state Secret %s cannot be read: %v", name, err)
+		return AuditUnknown, ev
+	}
+	cur, ok := tfapplier.StoredStateVersion(st.Data["tfstate"])
+	if !ok {
+		say("the Terraform state in %s cannot be read", name)
+		return AuditUnknown, ev
+	}
+	say("Terraform state lineage %s serial %d", cur.Lineage, cur.Serial)
+	var plan []byte
+	for i := 0; ; i++ {
+		s := &corev1.Secret{}
+		if err := a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: sluicev1.PlanSecretName(cr.Name, i)}, s); err != nil {
+			if !apierrors.IsNotFound(err) || i == 0 {
+				plan = nil
+			}
+			break
+		}
+		plan = append(plan, s.Data[sluicev1.PlanSecretKey]...)
+	}
+	if prior, ok := tfapplier.PlanPriorState(plan); ok {
+		switch {
+		case prior.Lineage != cur.Lineage:
+			say("the approved plan was made against lineage %s: the state was replaced", prior.Lineage)
+			return AuditDrifted, ev
+		case cur.Serial < prior.Serial:
+			say("the approved plan was made against serial %d: the state was rolled back", prior.Serial)
+			return AuditDrifted, ev
+		}
+		say("the approved plan was made against serial %d of this lineage", prior.Serial)
+	} else {
+		say("the approved plan file of %s cannot be read, so its prior state is not compared", cr.Name)
+	}
+	if d := rel.Status.Drift; d != nil && d.Change == cr.Name {
+		var tfObjs []sluicev1.DriftedObject
+		for _, o := range d.Objects {
+			if o.Kind == drift.TerraformKind {
+				tfObjs = append(tfObjs, o)
+			}
+		}
+		if len(tfObjs) > 0 {
+			say("the drift controller's plan of %s: %s", cr.Name, drift.Summary(cr.Name, tfObjs))
+			return AuditDrifted, ev
+		}
+	}
+	if c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionDrifted); c != nil && c.Status == metav1.ConditionFalse {
+		say("the drift controller's last plan found no change (%s)", c.LastTransitionTime.UTC().Format(time.RFC3339))
+	}
+	say("the apply records no state serial, so later writes to the state cannot be excluded")
+	return AuditUnknown, ev
 }
 
 // approvedBy evaluates the applied change's standing Approvals under the

@@ -41,7 +41,15 @@ type Flags struct {
 	// runners reach it ("" means http://127.0.0.1:<port of StateAddr>).
 	StateAddr    string
 	StateBaseURL string
+
+	// built is the applier Register made (nil when it is off).
+	built *Applier
 }
+
+// Applier is the applier Register built, with its runner, state server
+// and artifact fetcher (the drift controller plans with it); nil when the
+// applier is off.
+func (f *Flags) Applier() *Applier { return f.built }
 
 // Bind registers the flags on fs.
 func (f *Flags) Bind(fs *flag.FlagSet) {
@@ -91,6 +99,7 @@ func (f *Flags) Register(ctx context.Context, reg applier.Registry, cfg *rest.Co
 	if err != nil {
 		return err
 	}
+	f.built = a
 	deliveries := make([]string, 0, len(reg))
 	for d, next := range reg {
 		reg[d] = Chain(a, next)

@@ -124,3 +124,23 @@ func gzippedStateMeta(b []byte) (stateMeta, bool) {
 	}
 	return m, true
 }
+
+// StateVersion identifies one version of a Terraform state.
+type StateVersion struct {
+	Lineage string
+	Serial  uint64
+}
+
+// PlanPriorState is the version of the state a plan file was made
+// against; false when the file does not say.
+func PlanPriorState(plan []byte) (StateVersion, bool) {
+	m, ok := planPriorState(plan)
+	return StateVersion{Lineage: m.Lineage, Serial: m.Serial}, ok
+}
+
+// StoredStateVersion is the version of a state as the state Secret
+// stores it (gzipped JSON under "tfstate"); false when it cannot be read.
+func StoredStateVersion(gz []byte) (StateVersion, bool) {
+	m, ok := gzippedStateMeta(gz)
+	return StateVersion{Lineage: m.Lineage, Serial: m.Serial}, ok
+}

@@ -1,0 +1,67 @@
+package terraform
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+)
+
+// PlanApplied plans the configuration of the applied change cr (the
+// Terraform stack of its verified artifact, with the release's variables)
+// against the release's current state, in the applier's runner with a
+// plan credential (ModePlan: read and lock this one state, never write).
+// Any resource change in the result is drift: the state no longer holds
+// what the approved plan applied. The drift controller calls it; it
+// shares the runner, the state server and the artifact fetcher the
+// applier was built with.
+func (a *Applier) PlanApplied(ctx context.Context, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) (*tf.PlanResult, error) {
+	if cr == nil || rel == nil {
+		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "no change or release to plan")
+	}
+	if rel.Spec.Terraform == nil || rel.Spec.Terraform.Dir == "" {
+		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "Release %s names no Terraform stack", rel.Name)
+	}
+	content, err := a.opts.Fetcher.FetchChange(ctx, cr)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = content.Close() }()
+	dir, err := stackDir(content.Dir, string(rel.Spec.Terraform.Dir))
+	if err != nil {
+		return nil, err
+	}
+	ttl := a.opts.Timeout
+	if ttl == 0 {
+		ttl = tf.DefaultTimeout
+	}
+	cred, err := a.opts.State.Grant(tfstate.Grant{
+		Namespace: cr.Namespace, Release: rel.Name, Workspace: rel.Spec.Terraform.Workspace, Mode: tfstate.ModePlan, TTL: ttl + 5*time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no plan credential for the state of release %s: %w", rel.Name, err)
+	}
+	env := map[string]string{}
+	for k, v := range a.opts.Env {
+		env[k] = v
+	}
+	for k, v := range cred.Env() {
+		env[k] = v
+	}
+	res, err := tf.Plan(ctx, tf.PlanOptions{
+		ExecOptions: tf.ExecOptions{Runner: a.opts.Runner, Env: env, Secrets: cred.Secrets(), Timeout: a.opts.Timeout},
+		Root:        content.Dir,
+		Dir:         dir,
+		Vars:        rel.Spec.Terraform.Vars,
+		Workspace:   rel.Spec.Terraform.Workspace,
+		Backend:     tf.BackendHTTP,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plan the applied configuration of %s: %w", cr.Name, err)
+	}
+	return res, nil
+}
