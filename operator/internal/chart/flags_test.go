@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // repoRoot is the repository root (where go.work is), from this package.
@@ -53,6 +55,7 @@ func usageFlags(t *testing.T, binary string) map[string]bool {
 func TestChart_argumentsAreFlagsTheBinariesKnow(t *testing.T) {
 	r := renderChart(t, `
 runner: {allowPorts: [443]}
+argocd: {enabled: true}
 operator: {watchNamespaces: [team-a]}
 syncer:
   watchNamespaces: [team-a]
@@ -75,6 +78,24 @@ syncer:
 		for _, a := range c.Args {
 			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 			assert.True(t, known[name], "the runner passes --%s, which %v does not define", name, c.Command)
+		}
+	})
+	t.Run("sluice-argocd-cmp", func(t *testing.T) {
+		var p cmpPlugin
+		require.NoError(t, yaml.Unmarshal([]byte(find[*corev1.ConfigMap](t, r, "sluice-argocd-cmp").Data["plugin.yaml"]), &p))
+		c := p.Spec.Generate.Command
+		require.Greater(t, len(c), 3)
+		require.Equal(t, []string{"operator", "argocd-cmp", "generate"}, c[:3])
+		// `argocd-cmp generate -help` prints its usage and exits non-zero.
+		out, _ := exec.Command(filepath.Join(bin, c[0]), append(c[1:3:3], "-help")...).CombinedOutput()
+		known := map[string]bool{}
+		for _, m := range usageFlag.FindAllStringSubmatch(string(out), -1) {
+			known[m[1]] = true
+		}
+		require.NotEmpty(t, known, "no flags in the usage of %v: %s", c[:3], out)
+		for _, a := range c[3:] {
+			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			assert.True(t, known[name], "the plugin passes --%s, which %v does not define", name, c[:3])
 		}
 	})
 	for deployment, binary := range map[string]string{"sluice-operator": "operator", "sluice-syncer": "gitops-syncer"} {

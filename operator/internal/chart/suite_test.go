@@ -40,8 +40,9 @@ const controlNS = "team-a"
 
 // installValues are the values the tests install the chart with: both
 // components serve controlNS, so the chart binds their Secret and state
-// rights there and nowhere else.
-const installValues = "operator: {watchNamespaces: [" + controlNS + "]}\nsyncer: {watchNamespaces: [" + controlNS + "]}\n"
+// rights there and nowhere else; with argocd.enabled, Argo CD is in
+// argocd.
+const installValues = "operator: {watchNamespaces: [" + controlNS + "]}\nsyncer: {watchNamespaces: [" + controlNS + "]}\nargocd: {enabled: true}\n"
 
 // How long tests wait for the API server to catch up with a write (RBAC and
 // admission are read through informers), and how often they look.
@@ -105,7 +106,7 @@ func run(m *testing.M) (int, error) {
 // crds/ are already there (testenv installs operator/api/crds, which the
 // drift test keeps identical); Helm leaves existing CRDs alone.
 func installChart(ctx context.Context) error {
-	for _, ns := range []string{releaseNS, controlNS} {
+	for _, ns := range []string{releaseNS, controlNS, "argocd"} {
 		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return err
 		}
