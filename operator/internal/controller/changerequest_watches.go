@@ -39,16 +39,21 @@ func changeRequestChanged() predicate.Predicate {
 // deleted: the changes of its release waiting for the apply lock behind it
 // look again (see waitInLine and successorWaits).
 func leftTheLine() predicate.Predicate {
+	return updates(true, func(o, n *sluicev1.ChangeRequest) bool {
+		return o.Status.Phase != n.Status.Phase && (n.Status.Phase.IsTerminal() || o.Status.Phase == sluicev1.PhaseApproved)
+	})
+}
+
+// updates passes the updates of a T for which changed holds and, when
+// deletes is set, its deletion; never creations or generic events.
+func updates[T client.Object](deletes bool, changed func(old, new T) bool) predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc: func(event.CreateEvent) bool { return false },
-		DeleteFunc: func(event.DeleteEvent) bool { return true },
+		DeleteFunc: func(event.DeleteEvent) bool { return deletes },
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*sluicev1.ChangeRequest)
-			n, ok2 := e.ObjectNew.(*sluicev1.ChangeRequest)
-			if !ok1 || !ok2 {
-				return true
-			}
-			return o.Status.Phase != n.Status.Phase && (n.Status.Phase.IsTerminal() || o.Status.Phase == sluicev1.PhaseApproved)
+			o, ok1 := e.ObjectOld.(T)
+			n, ok2 := e.ObjectNew.(T)
+			return ok1 && ok2 && changed(o, n)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
@@ -105,16 +110,7 @@ func releaseGateInputsChanged() predicate.Predicate {
 // releaseLockMoved passes Release updates that move the apply lock
 // (status.currentChange).
 func releaseLockMoved() predicate.Predicate {
-	return predicate.Funcs{
-		CreateFunc: func(event.CreateEvent) bool { return false },
-		DeleteFunc: func(event.DeleteEvent) bool { return false },
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*sluicev1.Release)
-			n, ok2 := e.ObjectNew.(*sluicev1.Release)
-			return ok1 && ok2 && o.Status.CurrentChange != n.Status.CurrentChange
-		},
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
+	return updates(false, func(o, n *sluicev1.Release) bool { return o.Status.CurrentChange != n.Status.CurrentChange })
 }
 
 // lockHolderAndNextInLine maps a Release whose lock moved to the change

@@ -144,21 +144,11 @@ func self(_ context.Context, o client.Object) []reconcile.Request {
 // releaseLockChanged passes updates of the lock and change fields of a
 // Release's status (summarised after SummaryDelay).
 func releaseLockChanged() predicate.Predicate {
-	return predicate.Funcs{
-		CreateFunc: func(event.CreateEvent) bool { return false },
-		DeleteFunc: func(event.DeleteEvent) bool { return false },
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*sluicev1.Release)
-			n, ok2 := e.ObjectNew.(*sluicev1.Release)
-			if !ok1 || !ok2 {
-				return false
-			}
-			return o.Status.CurrentChange != n.Status.CurrentChange ||
-				o.Status.AppliedChange != n.Status.AppliedChange ||
-				o.Status.LatestChange != n.Status.LatestChange
-		},
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
+	return updates(false, func(o, n *sluicev1.Release) bool {
+		return o.Status.CurrentChange != n.Status.CurrentChange ||
+			o.Status.AppliedChange != n.Status.AppliedChange ||
+			o.Status.LatestChange != n.Status.LatestChange
+	})
 }
 
 // releaseChanged passes what needs the Release reconciler at once:

@@ -38,6 +38,7 @@ import (
 	"github.com/sluice-gitops/sluice/operator/internal/applier/argocd/argocdtest"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
+	"github.com/sluice-gitops/sluice/operator/internal/controller"
 )
 
 var (
@@ -370,4 +371,42 @@ func (g *gitRepo) commit(files map[string][]byte) string {
 	g.git("add", "-A")
 	g.git("commit", "-q", "--allow-empty", "-m", "push")
 	return g.git("rev-parse", "HEAD")
+}
+
+// startOperator runs the operator's manager for the fixture's control
+// namespace until the test ends, with this applier registered as
+// cmd/operator registers it (wrapped by wrap, when set).
+func (f *fixture) startOperator(wait time.Duration, wrap func(applier.Applier) applier.Applier) context.Context {
+	f.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := applier.Registry{}
+	require.NoError(f.t, (&Flags{Apply: true, Namespace: argo.Namespace, Server: InClusterServer, Wait: wait,
+		ArtifactBaseURL: server.BaseURL()}).Register(reg, env.Config, logr.Discard()))
+	if wrap != nil {
+		reg[sluicev1.DeliveryArgoCD] = wrap(reg[sluicev1.DeliveryArgoCD])
+	}
+	mgr, err := controller.NewManager(ctx, env.Config, controller.ManagerOptions{
+		Options:     controller.Options{Appliers: reg, LockRetryInterval: time.Second, SkipNameValidation: true},
+		MetricsAddr: "0", ProbeAddr: "0", PprofAddr: "0",
+		Namespaces: []string{f.ctl},
+	})
+	require.NoError(f.t, err)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	f.t.Cleanup(func() {
+		cancel()
+		require.NoError(f.t, <-done)
+	})
+	return ctx
+}
+
+// autoApprove creates the Repository and makes the Release approve
+// low-risk changes by itself, as the syncer writes them.
+func (f *fixture) autoApprove(ctx context.Context) {
+	f.t.Helper()
+	require.NoError(f.t, env.Client.Create(ctx, f.repo.DeepCopy()))
+	rel := &sluicev1.Release{}
+	require.NoError(f.t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.release), rel))
+	rel.Spec.Rule = sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
+	require.NoError(f.t, env.Client.Update(ctx, rel))
 }

@@ -20,7 +20,6 @@ import (
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
-	"github.com/sluice-gitops/sluice/operator/internal/controller"
 )
 
 // errorLog is a log sink that keeps every error logged.
@@ -105,32 +104,14 @@ func TestOperator_aSyncThatTakesThreeLooksIsWaitingNotFailing(t *testing.T) {
 	t.Cleanup(func() { ctrl.SetLogger(logr.Discard()) })
 
 	f := newFixture(t, true)
-	ctx, cancel := context.WithCancel(context.Background())
-	reg := applier.Registry{}
-	require.NoError(t, (&Flags{Apply: true, Namespace: argo.Namespace, Server: InClusterServer, Wait: 300 * time.Millisecond,
-		ArtifactBaseURL: server.BaseURL()}).Register(reg, env.Config, logr.Discard()))
-	counted := &looks{Applier: reg[sluicev1.DeliveryArgoCD]}
-	reg[sluicev1.DeliveryArgoCD] = counted
-	mgr, err := controller.NewManager(ctx, env.Config, controller.ManagerOptions{
-		Options:     controller.Options{Appliers: reg, LockRetryInterval: time.Second, SkipNameValidation: true},
-		MetricsAddr: "0", ProbeAddr: "0", PprofAddr: "0",
-		Namespaces: []string{f.ctl},
-	})
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
+	var counted *looks
+	ctx := f.startOperator(300*time.Millisecond, func(a applier.Applier) applier.Applier {
+		counted = &looks{Applier: a}
+		return counted
 	})
 	errorsBefore := metric(t, "controller_runtime_reconcile_errors_total", map[string]string{"controller": "changerequest"})
 
-	repo := f.repo.DeepCopy()
-	require.NoError(t, env.Client.Create(ctx, repo))
-	rel := &sluicev1.Release{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(f.release), rel))
-	rel.Spec.Rule = sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
-	require.NoError(t, env.Client.Update(ctx, rel))
+	f.autoApprove(ctx)
 
 	// No kubelet: the chart's Deployment stays Progressing, and so does
 	// Argo CD's sync, until the test makes it available.
@@ -160,7 +141,7 @@ func TestOperator_aSyncThatTakesThreeLooksIsWaitingNotFailing(t *testing.T) {
 	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1,
 		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}}}
 	require.NoError(t, env.Client.Status().Update(ctx, dep))
-	got, err = env.WaitChangePhase(ctx, client.ObjectKeyFromObject(cr), sluicev1.PhaseApplied, 90*time.Second)
+	got, err := env.WaitChangePhase(ctx, client.ObjectKeyFromObject(cr), sluicev1.PhaseApplied, 90*time.Second)
 	require.NoError(t, err)
 	require.Nil(t, meta.FindStatusCondition(got.Status.Conditions, sluicev1.ConditionProgressing), "no longer waiting")
 
