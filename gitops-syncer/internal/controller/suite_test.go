@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -47,7 +46,8 @@ var (
 func TestMain(m *testing.M) {
 	// Terraform runs re-execute this test binary as their sandboxed child.
 	runner.MaybeRunChild()
-	os.Exit(run(m))
+	ctrl.SetLogger(zap.New(zap.WriteTo(&logs), zap.Level(zapcore.Level(-1))))
+	testenv.Main(m, testenv.Options{}, setup)
 }
 
 // logs holds every log line of the syncers the tests start.
@@ -71,16 +71,10 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-func run(m *testing.M) int {
-	ctrl.SetLogger(zap.New(zap.WriteTo(&logs), zap.Level(zapcore.Level(-1))))
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer env.Stop()
-	k8s = env.Client
+// setup finds this repository's chart and catalog and starts the
+// validator the syncers share.
+func setup(e *testenv.Env) error {
+	env, k8s = e, e.Client
 
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
@@ -91,18 +85,13 @@ func run(m *testing.M) int {
 	// syncer by default) and reaches its release's state only through the
 	// state server, with a plan-only credential.
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	e.Cleanup(cancel)
 	state, err := validation.ServeState(ctx, env.Config, "127.0.0.1:0", "", logr.Discard())
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
 	validator, err = validation.NewLibrary(ctx, validation.LibraryOptions{Runner: &runner.Local{Spare: true}, State: state})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	return err
 }
 
 // newNamespace creates a control namespace for one test.
@@ -150,22 +139,8 @@ func startSyncerWith(t testing.TB, opts syncer.Options, configure ...func(*synce
 	for _, c := range configure {
 		c(s)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.Start(ctx)
-	}()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	return &runningSyncer{Syncer: s, dataDir: dataDir, stop: stop}
+	run := testenv.Go(t, s)
+	return &runningSyncer{Syncer: s, dataDir: dataDir, stop: func() { _ = run.Stop() }}
 }
 
 // newRepository creates a Repository tracking main of url.

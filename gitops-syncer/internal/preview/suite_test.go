@@ -39,25 +39,16 @@ var (
 	root      string
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}, setup) }
 
-func run(m *testing.M) int {
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer env.Stop()
-	k8s = env.Client
+// setup finds this repository and starts the validator the tests share.
+func setup(e *testenv.Env) error {
+	env, k8s = e, e.Client
 	_, file, _, _ := runtime.Caller(0)
 	root = filepath.Join(filepath.Dir(file), "..", "..", "..")
+	var err error
 	validator, err = validation.NewLibrary(context.Background(), validation.LibraryOptions{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	return err
 }
 
 func newNamespace(t *testing.T) string {

@@ -35,15 +35,7 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.Options{}, func(e *testenv.Env) error { env = e; return nil })
 }
 
 // recorder stands in for the controller's trigger and the preview handler
@@ -195,11 +187,13 @@ func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
 func startReceiver(t *testing.T, rec *recorder) (*webhook.Receiver, *webhook.Metrics) {
 	m := webhook.NewMetrics(prometheus.NewRegistry())
 	r := &webhook.Receiver{Reader: env.Client, SecretReader: env.Client, Trigger: rec, PullRequests: rec, Metrics: m, Log: logr.Discard(), Workers: 1}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runReceiver(t, r)
 	return r, m
+}
+
+// runReceiver runs r's workers until the test ends.
+func runReceiver(t *testing.T, r *webhook.Receiver) {
+	testenv.Go(t, testenv.RunnableFunc(func(ctx context.Context) error { r.Run(ctx); return nil }))
 }
 
 func TestReceiver_pushesOfEveryProvider(t *testing.T) {
@@ -377,10 +371,7 @@ func TestReceiver_retriesFailedPullRequestWork(t *testing.T) {
 	f := &flaky{recorder: rec, failures: 2}
 	r := &webhook.Receiver{Reader: env.Client, SecretReader: env.Client, Trigger: rec, PullRequests: f, Metrics: webhook.NewMetrics(prometheus.NewRegistry()),
 		Log: logr.Discard(), Workers: 1, RetryWait: time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	runReceiver(t, r)
 	opened := edit(t, fixture(t, "github/pull_request.opened.payload.json"), func(m map[string]any) {
 		m["pull_request"].(map[string]any)["base"].(map[string]any)["ref"] = "main"
 	})

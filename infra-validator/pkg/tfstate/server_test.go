@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate/tfstatetest"
 )
 
 // planAndApply plans dir with planCred (the syncer's server) into a plan
@@ -48,8 +49,8 @@ func TestServer_planAndApplyWithRunCredentialsOnTwoAddresses(t *testing.T) {
 	ns := newNamespace(t)
 	syncer, operator := newStateServer(t, tfstate.Options{}), newStateServer(t, tfstate.Options{})
 	g := tfstate.Grant{Namespace: ns, Release: "web-prod"}
-	plan := func() tfstate.Credential { g.Mode = tfstate.ModePlan; return syncer.grant(t, g) }
-	apply := func() tfstate.Credential { g.Mode = tfstate.ModeApply; return operator.grant(t, g) }
+	plan := func() tfstate.Credential { g.Mode = tfstate.ModePlan; return tfstatetest.Grant(t, syncer.Server, g) }
+	apply := func() tfstate.Credential { g.Mode = tfstate.ModeApply; return tfstatetest.Grant(t, operator.Server, g) }
 
 	dir := stack(t, httpBackend)
 	planCred, applyCred := plan(), apply()
@@ -99,11 +100,11 @@ func TestServer_planCredentialCannotWriteItsState(t *testing.T) {
 	ns := newNamespace(t)
 	s := newStateServer(t, tfstate.Options{})
 	g := tfstate.Grant{Namespace: ns, Release: "web", Mode: tfstate.ModeApply}
-	planAndApply(t, stack(t, httpBackend), s.grant(t, g), s.grant(t, g), "approved")
+	planAndApply(t, stack(t, httpBackend), tfstatetest.Grant(t, s.Server, g), tfstatetest.Grant(t, s.Server, g), "approved")
 	before, _ := secretState(t, ns, "tfstate-default-web")
 
 	g.Mode = tfstate.ModePlan
-	planCred := s.grant(t, g)
+	planCred := tfstatetest.Grant(t, s.Server, g)
 	dir := stack(t, httpBackend)
 	mustTF(t, dir, planCred.Env(), "init", "-input=false", "-no-color")
 	out, err := tf(t, dir, planCred.Env(), "apply", "-input=false", "-no-color", "-auto-approve", "-var", "v=pushed")
@@ -138,12 +139,12 @@ func TestServer_credentialReachesOnlyItsOwnState(t *testing.T) {
 	s := newStateServer(t, tfstate.Options{})
 	// Release b holds a state worth stealing.
 	gb := tfstate.Grant{Namespace: ns, Release: "b", Mode: tfstate.ModeApply}
-	planAndApply(t, stack(t, httpBackend), s.grant(t, gb), s.grant(t, gb), "secret-of-b")
+	planAndApply(t, stack(t, httpBackend), tfstatetest.Grant(t, s.Server, gb), tfstatetest.Grant(t, s.Server, gb), "secret-of-b")
 	before, _ := secretState(t, ns, "tfstate-default-b")
 
-	planA := s.grant(t, tfstate.Grant{Namespace: ns, Release: "a", Mode: tfstate.ModePlan})
-	applyA := s.grant(t, tfstate.Grant{Namespace: ns, Release: "a", Mode: tfstate.ModeApply})
-	bAddr := s.grant(t, gb).Address
+	planA := tfstatetest.Grant(t, s.Server, tfstate.Grant{Namespace: ns, Release: "a", Mode: tfstate.ModePlan})
+	applyA := tfstatetest.Grant(t, s.Server, tfstate.Grant{Namespace: ns, Release: "a", Mode: tfstate.ModeApply})
+	bAddr := tfstatetest.Grant(t, s.Server, gb).Address
 	body, _ := json.Marshal(map[string]any{"version": 4, "serial": before.Serial + 1, "lineage": before.Lineage})
 	for _, tc := range []struct {
 		name, method, url string
@@ -195,7 +196,7 @@ func TestServer_refusesMissingForgedModifiedAndExpiredTokens(t *testing.T) {
 	s := newStateServer(t, tfstate.Options{})
 	other := newStateServer(t, tfstate.Options{})
 	g := tfstate.Grant{Namespace: ns, Release: "web", Mode: tfstate.ModePlan, TTL: time.Minute}
-	good := s.grant(t, g)
+	good := tfstatetest.Grant(t, s.Server, g)
 	if code, b := do(t, http.MethodGet, good.Address, &good, nil); code != http.StatusNotFound {
 		t.Fatalf("GET of a state not written yet with a good token: %d %s, want 404", code, b)
 	}
@@ -204,7 +205,7 @@ func TestServer_refusesMissingForgedModifiedAndExpiredTokens(t *testing.T) {
 	modified.Password = parts[0] + "." + parts[1] + "A." + parts[2]
 	wrongUser := good
 	wrongUser.Username = "admin"
-	fromOther := other.grant(t, g)
+	fromOther := tfstatetest.Grant(t, other.Server, g)
 	fromOther.Address = good.Address
 	for _, tc := range []struct {
 		name string
@@ -254,14 +255,14 @@ func TestServer_continuesAKubernetesBackendStateWithItsSerial(t *testing.T) {
 
 	s := newStateServer(t, tfstate.Options{})
 	g := tfstate.Grant{Namespace: ns, Release: "legacy", Mode: tfstate.ModePlan}
-	read := getState(t, s.grant(t, g))
+	read := getState(t, tfstatetest.Grant(t, s.Server, g))
 	if read.Serial != legacy.Serial || read.Lineage != legacy.Lineage || read.input() != "before" {
 		t.Fatalf("the http backend reads serial %d lineage %s input %q; the kubernetes backend wrote serial %d lineage %s", read.Serial, read.Lineage, read.input(), legacy.Serial, legacy.Lineage)
 	}
 
-	planCred := s.grant(t, g)
+	planCred := tfstatetest.Grant(t, s.Server, g)
 	g.Mode = tfstate.ModeApply
-	planAndApply(t, stack(t, httpBackend), planCred, s.grant(t, g), "after")
+	planAndApply(t, stack(t, httpBackend), planCred, tfstatetest.Grant(t, s.Server, g), "after")
 	next, sec := secretState(t, ns, "tfstate-default-legacy")
 	if next.Serial != legacy.Serial+1 || next.Lineage != legacy.Lineage || next.input() != "after" {
 		t.Fatalf("after the http apply: serial %d lineage %s input %q; want serial %d lineage %s", next.Serial, next.Lineage, next.input(), legacy.Serial+1, legacy.Lineage)
@@ -289,7 +290,7 @@ func TestServer_lockExcludesOtherRunsUntilReleasedOrExpired(t *testing.T) {
 	ns := newNamespace(t)
 	s := newStateServer(t, tfstate.Options{})
 	g := tfstate.Grant{Namespace: ns, Release: "web", Mode: tfstate.ModePlan, TTL: 10 * time.Minute}
-	holder := s.grant(t, g)
+	holder := tfstatetest.Grant(t, s.Server, g)
 	if code, b := do(t, "LOCK", holder.LockAddress, &holder, lockBody("run-1-lock")); code != http.StatusOK {
 		t.Fatalf("LOCK: %d %s", code, b)
 	}
@@ -297,7 +298,7 @@ func TestServer_lockExcludesOtherRunsUntilReleasedOrExpired(t *testing.T) {
 		t.Fatalf("the holder's repeated LOCK: %d %s", code, b)
 	}
 
-	second := s.grant(t, g)
+	second := tfstatetest.Grant(t, s.Server, g)
 	code, b := do(t, "LOCK", second.LockAddress, &second, lockBody("run-2-lock"))
 	var info struct{ ID, Who string }
 	if code != http.StatusLocked || json.Unmarshal(b, &info) != nil || info.ID != "run-1-lock" || info.Who != "test@host" {
@@ -316,7 +317,7 @@ func TestServer_lockExcludesOtherRunsUntilReleasedOrExpired(t *testing.T) {
 		t.Fatalf("UNLOCK by another run with the holder's ID: %d %s, want 423", code, b)
 	}
 	g.Mode = tfstate.ModeApply
-	otherApply := s.grant(t, g)
+	otherApply := tfstatetest.Grant(t, s.Server, g)
 	state, _ := json.Marshal(map[string]any{"version": 4, "serial": 1, "lineage": "l"})
 	if code, b := do(t, http.MethodPost, otherApply.Address+"?ID=run-1-lock", &otherApply, state); code != http.StatusConflict {
 		t.Fatalf("POST by another run with the holder's ID: %d %s, want 409", code, b)
@@ -331,12 +332,12 @@ func TestServer_lockExcludesOtherRunsUntilReleasedOrExpired(t *testing.T) {
 	// Expired: a run killed while holding the lock blocks the state until
 	// its token expires, then another run takes the lock over.
 	g.Mode, g.TTL = tfstate.ModePlan, time.Minute
-	killed := s.grant(t, g)
+	killed := tfstatetest.Grant(t, s.Server, g)
 	if code, b := do(t, "LOCK", killed.LockAddress, &killed, lockBody("killed-lock")); code != http.StatusOK {
 		t.Fatalf("LOCK: %d %s", code, b)
 	}
 	g.TTL = time.Hour
-	next := s.grant(t, g)
+	next := tfstatetest.Grant(t, s.Server, g)
 	if code, b := do(t, "LOCK", next.LockAddress, &next, lockBody("next-lock")); code != http.StatusLocked {
 		t.Fatalf("LOCK before the holder's token expired: %d %s, want 423", code, b)
 	}
@@ -357,11 +358,11 @@ func TestServer_revokingADeadRunsCredentialFreesItsLockAtOnce(t *testing.T) {
 	ns := newNamespace(t)
 	s := newStateServer(t, tfstate.Options{})
 	g := tfstate.Grant{Namespace: ns, Release: "web", Mode: tfstate.ModeApply, TTL: time.Hour}
-	dead := s.grant(t, g)
+	dead := tfstatetest.Grant(t, s.Server, g)
 	if code, b := do(t, "LOCK", dead.LockAddress, &dead, lockBody("dead-lock")); code != http.StatusOK {
 		t.Fatalf("LOCK: %d %s", code, b)
 	}
-	next := s.grant(t, g)
+	next := tfstatetest.Grant(t, s.Server, g)
 	if code, b := do(t, "LOCK", next.LockAddress, &next, lockBody("next-lock")); code != http.StatusLocked {
 		t.Fatalf("LOCK while the dead run holds it: %d %s, want 423", code, b)
 	}
@@ -370,7 +371,7 @@ func TestServer_revokingADeadRunsCredentialFreesItsLockAtOnce(t *testing.T) {
 	if err := s.Revoke(context.Background(), next); err != nil {
 		t.Fatal(err)
 	}
-	third := s.grant(t, g)
+	third := tfstatetest.Grant(t, s.Server, g)
 	if code, b := do(t, "LOCK", third.LockAddress, &third, lockBody("third-lock")); code != http.StatusLocked {
 		t.Fatalf("LOCK after revoking a run that holds nothing: %d %s, want 423", code, b)
 	}
@@ -405,7 +406,7 @@ func TestServer_kubernetesBackendAndHTTPBackendLocksExcludeEachOther(t *testing.
 
 	// An http-backend lock stops a kubernetes-backend run.
 	g := tfstate.Grant{Namespace: ns, Release: "web", Mode: tfstate.ModePlan}
-	holder := s.grant(t, g)
+	holder := tfstatetest.Grant(t, s.Server, g)
 	if code, b := do(t, "LOCK", holder.LockAddress, &holder, lockBody("http-lock")); code != http.StatusOK {
 		t.Fatalf("LOCK: %d %s", code, b)
 	}
@@ -442,14 +443,14 @@ func TestServer_kubernetesBackendAndHTTPBackendLocksExcludeEachOther(t *testing.
 		t.Fatalf("the kubernetes backend holds no lock while it asks: %v %+v\n%s", err, lease, strings.Join(seen, "\n"))
 	}
 	kID := *lease.Spec.HolderIdentity
-	other := s.grant(t, g)
+	other := tfstatetest.Grant(t, s.Server, g)
 	code, b := do(t, "LOCK", other.LockAddress, &other, lockBody("http-lock-2"))
 	if code != http.StatusLocked || !strings.Contains(string(b), kID) {
 		t.Fatalf("LOCK while the kubernetes backend holds the lock %s: %d %s, want 423", kID, code, b)
 	}
 	// The server never takes over a kubernetes-backend lock, however old.
 	s.clock.Advance(tfstate.MaxTTL)
-	other = s.grant(t, g)
+	other = tfstatetest.Grant(t, s.Server, g)
 	if code, b := do(t, "LOCK", other.LockAddress, &other, lockBody("http-lock-3")); code != http.StatusLocked {
 		t.Fatalf("LOCK a day later: %d %s, want 423", code, b)
 	}
@@ -469,9 +470,9 @@ func TestServer_refusesBadInputAndLosesNothing(t *testing.T) {
 	ns := newNamespace(t)
 	s := newStateServer(t, tfstate.Options{MaxStateBytes: 4096})
 	g := tfstate.Grant{Namespace: ns, Release: "web", Mode: tfstate.ModeApply}
-	planAndApply(t, stack(t, httpBackend), s.grant(t, g), s.grant(t, g), "kept")
+	planAndApply(t, stack(t, httpBackend), tfstatetest.Grant(t, s.Server, g), tfstatetest.Grant(t, s.Server, g), "kept")
 	before, _ := secretState(t, ns, "tfstate-default-web")
-	cred := s.grant(t, g)
+	cred := tfstatetest.Grant(t, s.Server, g)
 	if code, b := do(t, "LOCK", cred.LockAddress, &cred, lockBody("L")); code != http.StatusOK {
 		t.Fatalf("LOCK: %d %s", code, b)
 	}
@@ -529,7 +530,7 @@ func TestServer_refusesObjectsThatAreNotThisState(t *testing.T) {
 	// Workspace "a-b" of release "c" is stored as tfstate-a-b-c, the name
 	// workspace "a" of release "b-c" would use.
 	victim := tfstate.Grant{Namespace: ns, Workspace: "a-b", Release: "c", Mode: tfstate.ModeApply}
-	planAndApply(t, stack(t, httpBackend), s.grant(t, victim), s.grant(t, victim), "victim")
+	planAndApply(t, stack(t, httpBackend), tfstatetest.Grant(t, s.Server, victim), tfstatetest.Grant(t, s.Server, victim), "victim")
 	before, _ := secretState(t, ns, "tfstate-a-b-c")
 	// And a Secret of the control namespace that only looks like a state.
 	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
@@ -542,7 +543,7 @@ func TestServer_refusesObjectsThatAreNotThisState(t *testing.T) {
 		{Namespace: ns, Workspace: "a", Release: "b-c", Mode: tfstate.ModeApply},
 		{Namespace: ns, Release: "credentials", Mode: tfstate.ModeApply},
 	} {
-		cred := s.grant(t, g)
+		cred := tfstatetest.Grant(t, s.Server, g)
 		if code, b := do(t, http.MethodGet, cred.Address, &cred, nil); code != http.StatusConflict || strings.Contains(string(b), "victim") || strings.Contains(string(b), "not for runs") {
 			t.Fatalf("GET of %s/%s: %d %s, want 409", g.Workspace, g.Release, code, b)
 		}

@@ -9,13 +9,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,72 +23,47 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate/tfstatetest"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 )
 
-// The envtest control plane, a clientset for it, and a kubeconfig of an
-// admin user for Terraform's kubernetes backend.
+// The envtest control plane (started by the first test that needs it), a
+// clientset for it, a kubeconfig of an admin user for Terraform's
+// kubernetes backend, and the terraform binary.
 var (
+	suite      = &testenv.Suite{Lazy: true, Setup: setup}
 	env        *testenv.Env
 	cs         kubernetes.Interface
 	kubeconfig string
 	terraform  string
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if env != nil {
-		_ = env.Stop()
-	}
-	if kubeconfig != "" {
-		_ = os.RemoveAll(filepath.Dir(kubeconfig))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { suite.Main(m) }
 
-var (
-	startOnce sync.Once
-	startErr  error
-)
+func setup(e *testenv.Env) error {
+	env = e
+	var err error
+	if terraform, err = exec.LookPath("terraform"); err != nil {
+		return fmt.Errorf("terraform is not in PATH: %w", err)
+	}
+	if cs, err = kubernetes.NewForConfig(e.Config); err != nil {
+		return err
+	}
+	kubeconfig, err = e.AdminKubeconfig("terraform-admin")
+	return err
+}
 
 // startEnv starts the control plane once, for the tests that need it; the
 // token tests and the fuzz test run without it.
 func startEnv(t *testing.T) {
 	t.Helper()
-	startOnce.Do(func() { startErr = start() })
-	if startErr != nil {
-		t.Fatal(startErr)
-	}
+	suite.Env(t)
 }
 
-func start() error {
-	var err error
-	if terraform, err = exec.LookPath("terraform"); err != nil {
-		return fmt.Errorf("terraform is not in PATH: %w", err)
-	}
-	if env, err = testenv.Start(testenv.Options{}); err != nil {
-		return err
-	}
-	if cs, err = kubernetes.NewForConfig(env.Config); err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "tfstate-test")
-	if err != nil {
-		return err
-	}
-	admin, err := env.AddUser("terraform-admin", "system:masters")
-	if err != nil {
-		return err
-	}
-	kubeconfig = filepath.Join(dir, "kubeconfig")
-	return testenv.WriteKubeconfig(admin, kubeconfig, "")
-}
-
-// stateServer is a tfstate.Server behind an httptest server, with a clock
+// stateServer is a tfstate.Server on a loopback port, with a clock
 // the test moves and the log lines it wrote.
 type stateServer struct {
 	*tfstate.Server
-	URL   string
 	clock *clock
 	logs  *logBuffer
 }
@@ -125,35 +98,16 @@ func (b *logBuffer) String() string {
 
 func newStateServer(t *testing.T, opts tfstate.Options) *stateServer {
 	t.Helper()
-	var h atomic.Value
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.Load().(http.Handler).ServeHTTP(w, r)
-	}))
-	t.Cleanup(ts.Close)
+	startEnv(t)
 	logs := &logBuffer{}
 	c := &clock{now: time.Now()}
-	opts.BaseURL = ts.URL
 	opts.Now = c.Now
 	opts.Log = funcr.New(func(prefix, args string) {
 		logs.mu.Lock()
 		defer logs.mu.Unlock()
 		logs.lines = append(logs.lines, prefix+" "+args)
 	}, funcr.Options{Verbosity: 1})
-	s, err := tfstate.NewServer(cs, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.Store(s.Handler())
-	return &stateServer{Server: s, URL: ts.URL, clock: c, logs: logs}
-}
-
-func (s *stateServer) grant(t *testing.T, g tfstate.Grant) tfstate.Credential {
-	t.Helper()
-	cred, err := s.Grant(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cred
+	return &stateServer{Server: tfstatetest.New(t, env.Config, opts), clock: c, logs: logs}
 }
 
 // newNamespace creates a namespace of its own for one test.

@@ -28,17 +28,7 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cannot start the test control plane:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop envtest:", err)
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.Options{}, func(e *testenv.Env) error { env = e; return nil })
 }
 
 const samplesDir = "../../config/samples"

@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	argoapp "github.com/argoproj/argo-cd/v2/pkg/apis/application"
@@ -60,6 +61,9 @@ type Env struct {
 	Scheme *kruntime.Scheme
 	// Environment is the underlying envtest environment (AddUser and so on).
 	Environment *envtest.Environment
+
+	cleanupMu sync.Mutex
+	cleanups  []func()
 }
 
 // Options tune Start.
@@ -126,11 +130,13 @@ func Start(opts Options) (*Env, error) {
 	return &Env{Config: cfg, Client: c, Scheme: scheme, Environment: env}, nil
 }
 
-// Stop stops the control plane.
+// Stop runs the cleanups registered with Cleanup (last first), then stops
+// the control plane.
 func (e *Env) Stop() error {
 	if e == nil || e.Environment == nil {
 		return nil
 	}
+	e.runCleanups()
 	return e.Environment.Stop()
 }
 
@@ -206,6 +212,24 @@ func (e *Env) AddUser(name string, groups ...string) (*rest.Config, error) {
 		return nil, err
 	}
 	return u.Config(), nil
+}
+
+// AdminKubeconfig adds user in the group system:masters and writes a
+// kubeconfig for it into a folder removed when the control plane stops;
+// it returns the file's path. Programs that take a kubeconfig (terraform's
+// kubernetes backend) use it.
+func (e *Env) AdminKubeconfig(user string) (string, error) {
+	cfg, err := e.AddUser(user, "system:masters")
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "testenv-kubeconfig-")
+	if err != nil {
+		return "", err
+	}
+	e.Cleanup(func() { _ = os.RemoveAll(dir) })
+	path := filepath.Join(dir, "kubeconfig")
+	return path, WriteKubeconfig(cfg, path, "")
 }
 
 // KubeconfigContext is the one context WriteKubeconfig writes.

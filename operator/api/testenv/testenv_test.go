@@ -1,7 +1,9 @@
 package testenv
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,5 +57,56 @@ func TestArgoCDCRDDir_isTheModulesManifests(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "application-crd.yaml")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestSuite_missingBinariesSayToRunMakeEnvtestAndSetupNeverRuns(t *testing.T) {
+	t.Setenv("KUBEBUILDER_ASSETS", t.TempDir())
+	setups := 0
+	s := &Suite{Lazy: true, Setup: func(*Env) error { setups++; return nil }}
+	for range 2 {
+		if _, err := s.start(); err == nil || !strings.Contains(err.Error(), "make envtest") {
+			t.Fatalf("start err = %v, want one that says to run make envtest", err)
+		}
+	}
+	if setups != 0 {
+		t.Fatalf("Setup ran %d times without a control plane", setups)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("stop without a control plane: %v", err)
+	}
+}
+
+func TestEnv_cleanupsRunLastFirstAndOnce(t *testing.T) {
+	e := &Env{}
+	var order []int
+	for i := range 3 {
+		e.Cleanup(func() { order = append(order, i) })
+	}
+	e.runCleanups()
+	e.runCleanups()
+	if fmt.Sprint(order) != "[2 1 0]" {
+		t.Fatalf("cleanups ran in order %v, want [2 1 0] once", order)
+	}
+}
+
+func TestGo_stopCancelsAndWaitsForTheRunnable(t *testing.T) {
+	returned := make(chan struct{})
+	boom := errors.New("stopped with an error")
+	run := Go(t, RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		close(returned)
+		return boom
+	}))
+	if err := run.Stop(); !errors.Is(err, boom) {
+		t.Fatalf("Stop = %v, want the Runnable's error", err)
+	}
+	select {
+	case <-returned:
+	default:
+		t.Fatal("Stop returned before the Runnable did")
+	}
+	if err := run.Stop(); !errors.Is(err, boom) {
+		t.Fatalf("a second Stop = %v, want the same error", err)
 	}
 }

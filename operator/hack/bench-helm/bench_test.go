@@ -43,31 +43,9 @@ import (
 
 // The control plane starts on the first benchmark only, so `go test` of the
 // whole module pays nothing for this package.
-var (
-	once    sync.Once
-	env     *testenv.Env
-	envErr  error
-	started bool
-)
+var suite = &testenv.Suite{Lazy: true}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if started {
-		_ = env.Stop()
-	}
-	os.Exit(code)
-}
-
-func controlPlane(b *testing.B) *testenv.Env {
-	once.Do(func() {
-		env, envErr = testenv.Start(testenv.Options{})
-		started = envErr == nil
-	})
-	if envErr != nil {
-		b.Fatal(envErr)
-	}
-	return env
-}
+func TestMain(m *testing.M) { suite.Main(m) }
 
 const stagingValues = "message: benchmark\nreplicas: 2\n"
 
@@ -155,7 +133,7 @@ func namespace(b *testing.B, e *testenv.Env, name string) {
 }
 
 func BenchmarkHelmApplier(b *testing.B) {
-	e := controlPlane(b)
+	e := suite.Env(b)
 	ctx := context.Background()
 	var mu sync.Mutex
 	blobs := map[string][]byte{}
@@ -255,7 +233,7 @@ func BenchmarkBareHelmInstall(b *testing.B) { benchBare(b, false) }
 func BenchmarkBareHelmInstallPinnedCapabilities(b *testing.B) { benchBare(b, true) }
 
 func benchBare(b *testing.B, pinned bool) {
-	e := controlPlane(b)
+	e := suite.Env(b)
 	caps := chartutil.DefaultCapabilities.Copy()
 	kv, err := chartutil.ParseKubeVersion(helmcheck.DefaultKubeVersion)
 	if err != nil {

@@ -3,7 +3,6 @@ package admission_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -46,60 +45,51 @@ var (
 	aliceCfg                     *rest.Config
 )
 
-func TestMain(m *testing.M) {
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "admission tests:", err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}, setup) }
 
-func run(m *testing.M) (int, error) {
+// setup readies the control plane for the tests: the namespaces, RBAC for
+// every actor, the admission policies in force, and the actors' clients.
+func setup(e *testenv.Env) error {
+	env = e
 	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = env.Stop() }()
 	ctx := context.Background()
 	for _, ns := range []string{sluiceNS, teamNS} {
 		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	if err := grantEverything(ctx); err != nil {
-		return 0, err
+		return err
 	}
 	if err := admission.Install(ctx, env.Client, params); err != nil {
-		return 0, err
+		return err
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := admission.WaitActive(waitCtx, env.Config, env.Scheme, params); err != nil {
-		return 0, err
+		return err
 	}
 
 	if aliceCfg, err = env.AddUser("alice", "team-payments"); err != nil {
-		return 0, err
+		return err
 	}
 	bobCfg, err := env.AddUser("bob", "sre")
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if alice, err = client.New(aliceCfg, client.Options{Scheme: env.Scheme}); err != nil {
-		return 0, err
+		return err
 	}
 	if bob, err = client.New(bobCfg, client.Options{Scheme: env.Scheme}); err != nil {
-		return 0, err
+		return err
 	}
 	if syncer, err = impersonate(params.Syncer); err != nil {
-		return 0, err
+		return err
 	}
 	if operator, err = impersonate(params.Operator); err != nil {
-		return 0, err
+		return err
 	}
-	return m.Run(), nil
+	return nil
 }
 
 // impersonate returns a client that acts as the ServiceAccount, with the

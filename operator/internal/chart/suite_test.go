@@ -58,31 +58,22 @@ var (
 	syncerCfg, operatorCfg *rest.Config
 )
 
-func TestMain(m *testing.M) {
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chart tests:", err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}, setup) }
 
-func run(m *testing.M) (int, error) {
+// setup readies the control plane for the tests: the chart installed, its
+// admission policies in force, and the components' ServiceAccount configs.
+func setup(e *testenv.Env) error {
+	env = e
 	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = env.Stop() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := installChart(ctx); err != nil {
-		return 0, err
+		return err
 	}
 	// The policies take effect only once the API server has read them and
 	// their parameter object; from then on they deny what they must.
 	if err := admission.WaitActive(ctx, env.Config, env.Scheme, admission.Params{Namespace: releaseNS, Syncer: syncerSA, Operator: operatorSA}); err != nil {
-		return 0, err
+		return err
 	}
 	// A chart whose RBAC lacks these rights must fail the tests that say
 	// so, not TestMain: wait a bounded while, then go on.
@@ -92,12 +83,12 @@ func run(m *testing.M) (int, error) {
 	}
 	rbacCancel()
 	if syncerCfg, err = serviceAccountConfig(ctx, syncerSA); err != nil {
-		return 0, err
+		return err
 	}
 	if operatorCfg, err = serviceAccountConfig(ctx, operatorSA); err != nil {
-		return 0, err
+		return err
 	}
-	return m.Run(), nil
+	return nil
 }
 
 // installChart installs the chart from its folder with the Helm v3 SDK, as

@@ -4,40 +4,20 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate/tfstatetest"
 )
-
-// stateServer serves Terraform state as a component does, acting with cfg
-// (a token of the component's ServiceAccount, so only the chart's RBAC
-// applies).
-func stateServer(t *testing.T, cfg *rest.Config) *tfstate.Server {
-	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg)
-	require.NoError(t, err)
-	var h http.Handler = http.NotFoundHandler()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
-	t.Cleanup(ts.Close)
-	srv, err := tfstate.NewServer(cs, tfstate.Options{BaseURL: ts.URL, Log: logr.Discard()})
-	require.NoError(t, err)
-	h = srv.Handler()
-	return srv
-}
 
 // TestChart_stateServersWorkWithOnlyTheChartsRights runs a real terraform
 // plan through a state server acting as the syncer's ServiceAccount and
@@ -47,7 +27,9 @@ func stateServer(t *testing.T, cfg *rest.Config) *tfstate.Server {
 // binds there (Secrets get for the syncer, with no list or watch).
 func TestChart_stateServersWorkWithOnlyTheChartsRights(t *testing.T) {
 	ctx := context.Background()
-	syncerState, operatorState := stateServer(t, syncerCfg), stateServer(t, operatorCfg)
+	// Each acts with a token of its component's ServiceAccount, so only
+	// the chart's RBAC applies.
+	syncerState, operatorState := tfstatetest.New(t, syncerCfg, tfstate.Options{}), tfstatetest.New(t, operatorCfg, tfstate.Options{})
 	stack := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(stack, "main.tf"), []byte(`
 variable "env" {
@@ -61,8 +43,7 @@ resource "terraform_data" "marker" {
 	grant := tfstate.Grant{Namespace: controlNS, Release: "checkout-staging"}
 	for _, env := range []string{"one", "two"} {
 		grant.Mode = tfstate.ModePlan
-		planCred, err := syncerState.Grant(grant)
-		require.NoError(t, err)
+		planCred := tfstatetest.Grant(t, syncerState, grant)
 		res, err := terraform.Plan(ctx, terraform.PlanOptions{
 			ExecOptions: terraform.ExecOptions{Env: planCred.Env(), Secrets: planCred.Secrets()},
 			Dir:         stack,
@@ -73,8 +54,7 @@ resource "terraform_data" "marker" {
 		require.NotEmpty(t, res.PlanFile)
 
 		grant.Mode = tfstate.ModeApply
-		applyCred, err := operatorState.Grant(grant)
-		require.NoError(t, err)
+		applyCred := tfstatetest.Grant(t, operatorState, grant)
 		sum := sha256.Sum256(res.PlanFile)
 		_, err = terraform.Apply(ctx, terraform.ApplyOptions{
 			ExecOptions:    terraform.ExecOptions{Env: applyCred.Env(), Secrets: applyCred.Secrets()},
@@ -92,9 +72,8 @@ resource "terraform_data" "marker" {
 	// The same servers cannot reach a namespace the chart did not bind.
 	const elsewhere = "not-served"
 	require.NoError(t, client.IgnoreAlreadyExists(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: elsewhere}})))
-	cred, err := syncerState.Grant(tfstate.Grant{Namespace: elsewhere, Release: "checkout-staging", Mode: tfstate.ModePlan})
-	require.NoError(t, err)
-	_, err = terraform.Plan(ctx, terraform.PlanOptions{
+	cred := tfstatetest.Grant(t, syncerState, tfstate.Grant{Namespace: elsewhere, Release: "checkout-staging", Mode: tfstate.ModePlan})
+	_, err := terraform.Plan(ctx, terraform.PlanOptions{
 		ExecOptions: terraform.ExecOptions{Env: cred.Env(), Secrets: cred.Secrets()},
 		Dir:         stack,
 		Vars:        map[string]string{"env": "three"},

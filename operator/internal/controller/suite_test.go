@@ -50,17 +50,7 @@ func TestMain(m *testing.M) {
 		logOut = os.Stderr
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true), zap.ConsoleEncoder(func(c *zapcore.EncoderConfig) { c.EncodeTime = zapcore.ISO8601TimeEncoder })))
-	e, err := testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	env = e
-	code := m.Run()
-	if err := e.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop envtest:", err)
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.Options{}, func(e *testenv.Env) error { env = e; return nil })
 }
 
 // writeCounter wraps a client and counts (and optionally fails) its writes.
@@ -142,9 +132,7 @@ type operator struct {
 	releaseClient *writeCounter
 	changes       *ChangeRequestReconciler
 	release       *ReleaseReconciler
-	cancel        context.CancelFunc
-	done          chan struct{}
-	err           error
+	run           *testenv.Running
 }
 
 type operatorConfig struct {
@@ -169,8 +157,7 @@ func startOperator(t testing.TB, ns string, cfg operatorConfig) *operator {
 		HealthProbeBindAddress: "0",
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, IndexFields(ctx, mgr))
+	require.NoError(t, IndexFields(context.Background(), mgr))
 	wc := &writeCounter{Client: mgr.GetClient(), failStatus: cfg.failStatus, failDelete: cfg.failDelete}
 	reg := applier.Registry{}
 	if cfg.applier != nil {
@@ -190,25 +177,16 @@ func startOperator(t testing.TB, ns string, cfg operatorConfig) *operator {
 			Client: relWC, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("sluice-release"),
 			Appliers: reg, KeepChangeRequests: cfg.keep, ApprovalGracePeriod: cfg.grace,
 		},
-		cancel: cancel,
-		done:   make(chan struct{}),
 	}
 	copts := controller.Options{MaxConcurrentReconciles: max(cfg.concurrency, 2), SkipNameValidation: ptr.To(true)}
 	require.NoError(t, op.changes.SetupWithManager(mgr, copts))
 	require.NoError(t, op.release.SetupWithManager(mgr, copts))
-	go func() {
-		defer close(op.done)
-		op.err = mgr.Start(ctx)
-	}()
-	t.Cleanup(op.stop)
+	op.run = testenv.Go(t, mgr)
 	return op
 }
 
 // stop cancels the manager and waits until it has stopped.
-func (o *operator) stop() {
-	o.cancel()
-	<-o.done
-}
+func (o *operator) stop() { _ = o.run.Stop() }
 
 // fixture is one test's namespace with a Repository.
 type fixture struct {

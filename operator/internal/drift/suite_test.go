@@ -1,8 +1,6 @@
 package drift
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
@@ -19,15 +17,9 @@ func TestMain(m *testing.M) {
 	// The Terraform checker's runs re-execute this test binary as the
 	// sandboxed runner child.
 	runner.MaybeRunChild()
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	server = artifacttest.NewServer()
-	code := m.Run()
-	server.Close()
-	_ = env.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.Options{}, func(e *testenv.Env) error {
+		env, server = e, artifacttest.NewServer()
+		e.Cleanup(server.Close)
+		return nil
+	})
 }

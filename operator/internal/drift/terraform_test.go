@@ -14,13 +14,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate/tfstatetest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	tfapplier "github.com/sluice-gitops/sluice/operator/internal/applier/terraform"
@@ -60,14 +60,7 @@ func newTFFixture(t *testing.T) *tfFixture {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	require.NoError(t, err)
-	h := &runner.Handler{}
-	addr, err := runner.Serve(ctx, "127.0.0.1:0", h)
-	require.NoError(t, err)
-	state, err := tfstate.NewServer(cs, tfstate.Options{BaseURL: runner.BaseURL("", addr)})
-	require.NoError(t, err)
-	h.Set(state.Handler())
+	state := tfstatetest.New(t, env.Config, tfstate.Options{})
 
 	ctl := fmt.Sprintf("tf-drift-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
 	c := env.Client
@@ -150,8 +143,7 @@ func (f *tfFixture) run(size string) *tf.PlanResult {
 		require.NoError(f.t, os.WriteFile(p, b, 0o644))
 	}
 	stack := filepath.Join(dir, "services/db/terraform")
-	cred, err := f.state.Grant(tfstate.Grant{Namespace: f.release.Namespace, Release: f.release.Name, Mode: tfstate.ModeApply, TTL: time.Hour})
-	require.NoError(f.t, err)
+	cred := tfstatetest.Grant(f.t, f.state, tfstate.Grant{Namespace: f.release.Namespace, Release: f.release.Name, Mode: tfstate.ModeApply, TTL: time.Hour})
 	ex := tf.ExecOptions{Runner: &runner.Local{}, Env: cred.Env()}
 	res, err := tf.Plan(context.Background(), tf.PlanOptions{ExecOptions: ex, Root: dir, Dir: stack, Vars: map[string]string{"size": size}, Backend: tf.BackendHTTP})
 	require.NoError(f.t, err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -53,40 +52,32 @@ var (
 	syncer   client.Client
 )
 
-func TestMain(m *testing.M) {
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "plugin tests:", err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}, setup) }
 
-func run(m *testing.M) (int, error) {
+// setup readies the control plane for the tests: the namespaces, the user roles,
+// the admission policies in force, carol and the syncer.
+func setup(e *testenv.Env) error {
+	env = e
 	var err error
-	if env, err = testenv.Start(testenv.Options{}); err != nil {
-		return 0, err
-	}
-	defer func() { _ = env.Stop() }()
 	ctx := context.Background()
 	for _, ns := range []string{sluiceNS, teamNS, "team-b"} {
 		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	if err := grant(ctx); err != nil {
-		return 0, err
+		return err
 	}
 	if err := admission.Install(ctx, env.Client, params); err != nil {
-		return 0, err
+		return err
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := admission.WaitActive(waitCtx, env.Config, env.Scheme, params); err != nil {
-		return 0, err
+		return err
 	}
 	if carolCfg, err = env.AddUser("carol", "sre"); err != nil {
-		return 0, err
+		return err
 	}
 	syncerCfg := rest.CopyConfig(env.Config)
 	syncerCfg.Impersonate = rest.ImpersonationConfig{
@@ -94,9 +85,9 @@ func run(m *testing.M) (int, error) {
 		Groups:   admission.ServiceAccountGroups(params.Syncer),
 	}
 	if syncer, err = client.New(syncerCfg, client.Options{Scheme: env.Scheme}); err != nil {
-		return 0, err
+		return err
 	}
-	return m.Run(), nil
+	return nil
 }
 
 // grant installs the shipped user roles and binds sluice-approver to the

@@ -54,53 +54,29 @@ var (
 	root      string
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	// As tracing.Setup installs it, with the spans kept in memory.
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)))
+	testenv.Main(m, testenv.Options{}, setup)
+}
 
 // spans records every span the syncer ends in this test binary.
 var spans = tracetest.NewInMemoryExporter()
 
-func run(m *testing.M) int {
-	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	// As tracing.Setup installs it, with the spans kept in memory.
-	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)))
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer env.Stop()
-	k8s = env.Client
+// setup finds this repository and starts the validator the tests share;
+// Terraform keeps its state in envtest, reached through a kubeconfig in
+// its child environment only.
+func setup(e *testenv.Env) error {
+	env, k8s = e, e.Client
 	_, file, _, _ := runtime.Caller(0)
 	root = filepath.Join(filepath.Dir(file), "..", "..", "..", "..")
-	// Terraform keeps its state in envtest, reached through a kubeconfig in
-	// its child environment only.
-	kubeconfig, err := writeKubeconfig()
+	kubeconfig, err := e.AdminKubeconfig("terraform")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	defer os.Remove(kubeconfig)
 	validator, err = validation.NewLibrary(context.Background(), validation.LibraryOptions{TerraformEnv: map[string]string{"KUBE_CONFIG_PATH": kubeconfig}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
-
-// writeKubeconfig writes a kubeconfig for an envtest admin user.
-func writeKubeconfig() (string, error) {
-	cfg, err := env.AddUser("terraform", "system:masters")
-	if err != nil {
-		return "", err
-	}
-	f, err := os.CreateTemp("", "webhook-kubeconfig-*")
-	if err != nil {
-		return "", err
-	}
-	f.Close()
-	return f.Name(), testenv.WriteKubeconfig(cfg, f.Name(), "")
+	return err
 }
 
 // world is a running syncer with the webhook side installed, watching one
@@ -213,10 +189,7 @@ func newWorld(t testing.TB, services ...string) *world {
 	in, err := install.Install(s, install.Options{Listener: ln, SkipNameValidation: true, StatusProvider: provider.GitHub, StatusBaseURL: api.URL,
 		StatusTokenSecret: types.NamespacedName{Namespace: ns, Name: "github-token"}})
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Start(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testenv.Go(t, s)
 
 	secret := []byte("webhook-secret-" + ns)
 	require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "infra-webhook"},

@@ -56,47 +56,40 @@ func TestMain(m *testing.M) {
 	if os.Getenv(cmpChild) == "1" && len(os.Args) > 1 && os.Args[1] == CMPCommand {
 		os.Exit(RunCMP(os.Args[2:], os.Stdout, os.Stderr))
 	}
-	os.Exit(run(m))
+	testenv.Main(m, testenv.Options{}, setup)
 }
 
-func run(m *testing.M) int {
-	var err error
-	if env, err = testenv.Start(testenv.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
+// setup starts the artifact server and a real Argo CD whose repo-server
+// runs this test binary as the Sluice plugin.
+func setup(e *testenv.Env) error {
+	env = e
 	server = artifacttest.NewServer()
-	defer server.Close()
+	e.Cleanup(server.Close)
 	dir, err := os.MkdirTemp("", "sluice-cmp-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	e.Cleanup(func() { _ = os.RemoveAll(dir) })
 	kubeconfig, err := cmpKubeconfig(dir)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	argo, err = argocdtest.Start(ctx, argocdtest.Options{Env: env, Plugin: &argocdtest.Plugin{
 		Name:    PluginName,
 		Command: []string{self, CMPCommand, "generate", "--kubeconfig", kubeconfig, "--artifact-base-url", server.BaseURL()},
 		Env:     []string{cmpChild + "=1"},
 	}})
-	cancel()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	defer func() { _ = argo.Stop() }()
-	return m.Run()
+	e.Cleanup(func() { _ = argo.Stop() })
+	return nil
 }
 
 // cmpKubeconfig writes the kubeconfig of the plugin's identity, which may
@@ -378,26 +371,21 @@ func (g *gitRepo) commit(files map[string][]byte) string {
 // cmd/operator registers it (wrapped by wrap, when set).
 func (f *fixture) startOperator(wait time.Duration, wrap func(applier.Applier) applier.Applier) context.Context {
 	f.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	reg := applier.Registry{}
 	require.NoError(f.t, (&Flags{Apply: true, Namespace: argo.Namespace, Server: InClusterServer, Wait: wait,
 		ArtifactBaseURL: server.BaseURL()}).Register(reg, env.Config, logr.Discard()))
 	if wrap != nil {
 		reg[sluicev1.DeliveryArgoCD] = wrap(reg[sluicev1.DeliveryArgoCD])
 	}
-	mgr, err := controller.NewManager(ctx, env.Config, controller.ManagerOptions{
+	mgr, err := controller.NewManager(context.Background(), env.Config, controller.ManagerOptions{
 		Options:     controller.Options{Appliers: reg, LockRetryInterval: time.Second, SkipNameValidation: true},
 		MetricsAddr: "0", ProbeAddr: "0", PprofAddr: "0",
 		Namespaces: []string{f.ctl},
 	})
 	require.NoError(f.t, err)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	f.t.Cleanup(func() {
-		cancel()
-		require.NoError(f.t, <-done)
-	})
-	return ctx
+	run := testenv.Go(f.t, mgr)
+	f.t.Cleanup(func() { require.NoError(f.t, run.Stop()) })
+	return run.Context
 }
 
 // autoApprove creates the Repository and makes the Release approve

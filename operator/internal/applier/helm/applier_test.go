@@ -32,17 +32,11 @@ func TestMain(m *testing.M) {
 	if file := os.Getenv(childEnv); file != "" {
 		os.Exit(runChildOperator(file))
 	}
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	server = artifacttest.NewServer()
-	code := m.Run()
-	server.Close()
-	_ = env.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.Options{}, func(e *testenv.Env) error {
+		env, server = e, artifacttest.NewServer()
+		e.Cleanup(server.Close)
+		return nil
+	})
 }
 
 func TestApply_anApprovedChangeInstallsItsObjectsAsTheServiceAccount(t *testing.T) {

@@ -25,12 +25,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate/tfstatetest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
@@ -73,16 +73,7 @@ func newDeleteFixture(t *testing.T) *deleteFixture {
 		},
 		authorizationv1.ResourceAttributes{Verb: "delete", Resource: "secrets"}))
 	f.release.Spec.Terraform = &sluicev1.TerraformSource{Dir: "services/web/terraform", Vars: map[string]string{"size": "small"}}
-	cs, err := kubernetes.NewForConfig(env.Config)
-	require.NoError(t, err)
-	sctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	h := &runner.Handler{}
-	addr, err := runner.Serve(sctx, "127.0.0.1:0", h)
-	require.NoError(t, err)
-	f.state, err = tfstate.NewServer(cs, tfstate.Options{BaseURL: runner.BaseURL("", addr)})
-	require.NoError(t, err)
-	h.Set(f.state.Handler())
+	f.state = tfstatetest.New(t, env.Config, tfstate.Options{})
 	return f
 }
 
@@ -101,9 +92,7 @@ func (f *deleteFixture) stackDir() string {
 // credential is a run credential for the release's state.
 func (f *deleteFixture) credential(mode tfstate.Mode) map[string]string {
 	f.t.Helper()
-	cred, err := f.state.Grant(tfstate.Grant{Namespace: f.ctl, Release: f.release.Name, Mode: mode})
-	require.NoError(f.t, err)
-	return cred.Env()
+	return tfstatetest.Grant(f.t, f.state, tfstate.Grant{Namespace: f.ctl, Release: f.release.Name, Mode: mode}).Env()
 }
 
 // files is the artifact of a revision: chart, values and the stack.

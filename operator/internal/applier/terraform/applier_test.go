@@ -23,12 +23,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate/tfstatetest"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
@@ -46,43 +46,24 @@ var (
 
 func TestMain(m *testing.M) {
 	runner.MaybeRunChild()
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.Options{}, setup)
 }
 
-func run(m *testing.M) (int, error) {
+// setup starts the artifact server and the state server every run reaches
+// its release's state through, with the operator's (here: the admin's)
+// connection.
+func setup(e *testenv.Env) error {
+	env = e
 	if _, err := exec.LookPath("terraform"); err != nil {
-		return 0, fmt.Errorf("these tests need terraform on PATH: %w", err)
+		return fmt.Errorf("these tests need terraform on PATH: %w", err)
 	}
-	var err error
-	if env, err = testenv.Start(testenv.Options{}); err != nil {
-		return 0, err
-	}
-	defer func() { _ = env.Stop() }()
 	server = artifacttest.NewServer()
-	defer server.Close()
-	// The state server every run reaches its release's state through,
-	// with the operator's (here: the admin's) connection.
+	e.Cleanup(server.Close)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		return 0, err
-	}
-	h := &runner.Handler{}
-	addr, err := runner.Serve(ctx, "127.0.0.1:0", h)
-	if err != nil {
-		return 0, err
-	}
-	if state, err = tfstate.NewServer(cs, tfstate.Options{BaseURL: runner.BaseURL("", addr)}); err != nil {
-		return 0, err
-	}
-	h.Set(state.Handler())
-	return m.Run(), nil
+	e.Cleanup(cancel)
+	var err error
+	state, err = tfstatetest.Serve(ctx, e.Config, tfstate.Options{})
+	return err
 }
 
 // stackTF is a stack of the built-in terraform_data resource (it needs no
@@ -190,8 +171,7 @@ func (f *fixture) changeWith(stack map[string][]byte, size string) *sluicev1.Cha
 		require.NoError(f.t, os.MkdirAll(filepath.Dir(p), 0o755))
 		require.NoError(f.t, os.WriteFile(p, b, 0o644))
 	}
-	cred, err := state.Grant(tfstate.Grant{Namespace: f.ctl, Release: f.release.Name, Mode: tfstate.ModePlan})
-	require.NoError(f.t, err)
+	cred := tfstatetest.Grant(f.t, state, tfstate.Grant{Namespace: f.ctl, Release: f.release.Name, Mode: tfstate.ModePlan})
 	res, err := tf.Plan(context.Background(), tf.PlanOptions{
 		ExecOptions: tf.ExecOptions{Runner: &runner.Local{}, Env: cred.Env()},
 		Root:        dir,
