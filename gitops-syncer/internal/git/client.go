@@ -273,7 +273,7 @@ func (g *GoGit) Fetch(ctx context.Context, r Remote, ref, want string) (*Repo, e
 		return nil, err
 	}
 	if want != "" && !repo.HasCommit(want) {
-		return nil, &Error{Reason: ReasonRefNotFound, Message: fmt.Sprintf("commit %s is no longer on %s of %s", short(want), ref, RedactURL(r.URL))}
+		return nil, &Error{Reason: ReasonRefNotFound, Message: fmt.Sprintf("commit %s is no longer on %s of %s", sluicev1.ShortSHA(want), ref, RedactURL(r.URL))}
 	}
 	return repo, nil
 }
@@ -318,8 +318,6 @@ func (r *Repo) ResolveRef(ref string) (string, error) {
 	}
 	return h.String(), nil
 }
-
-func short(sha string) string { return sluicev1.ShortSHA(sha) }
 
 func shortHash(s string) string {
 	sum := sha256.Sum256([]byte(s))

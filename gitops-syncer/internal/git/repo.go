@@ -15,6 +15,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Repo is a read-only view of a local cache.
@@ -39,7 +41,7 @@ func (r *Repo) commit(sha string) (*object.Commit, error) {
 	}
 	c, err := r.c.repo.CommitObject(plumbing.NewHash(sha))
 	if err != nil {
-		return nil, &Error{Reason: ReasonNotFound, Message: fmt.Sprintf("commit %s is not in the local cache", short(sha))}
+		return nil, &Error{Reason: ReasonNotFound, Message: fmt.Sprintf("commit %s is not in the local cache", sluicev1.ShortSHA(sha))}
 	}
 	return c, nil
 }
@@ -164,7 +166,7 @@ func (r *Repo) InputsHash(sha string, paths []string) (string, error) {
 	}
 	tree, err := c.Tree()
 	if err != nil {
-		return "", fmt.Errorf("read tree of %s: %w", short(sha), err)
+		return "", fmt.Errorf("read tree of %s: %w", sluicev1.ShortSHA(sha), err)
 	}
 	clean := make([]string, 0, len(paths))
 	seen := map[string]bool{}
@@ -203,7 +205,7 @@ func (r *Repo) SubDirs(sha, dir string) ([]string, error) {
 	}
 	tree, err := c.Tree()
 	if err != nil {
-		return nil, fmt.Errorf("read tree of %s: %w", short(sha), err)
+		return nil, fmt.Errorf("read tree of %s: %w", sluicev1.ShortSHA(sha), err)
 	}
 	if d := cleanRel(dir); d != "." {
 		tree, err = tree.Tree(d)
@@ -211,7 +213,7 @@ func (r *Repo) SubDirs(sha, dir string) ([]string, error) {
 			return nil, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read %s at %s: %w", d, short(sha), err)
+			return nil, fmt.Errorf("read %s at %s: %w", d, sluicev1.ShortSHA(sha), err)
 		}
 	}
 	var out []string
@@ -234,7 +236,7 @@ func (r *Repo) FS(sha string) (fs.FS, error) {
 	}
 	tree, err := c.Tree()
 	if err != nil {
-		return nil, fmt.Errorf("read tree of %s: %w", short(sha), err)
+		return nil, fmt.Errorf("read tree of %s: %w", sluicev1.ShortSHA(sha), err)
 	}
 	return &treeFS{root: tree, store: r.c.repo.Storer, lock: &r.c.mu, when: c.Committer.When}, nil
 }
@@ -268,7 +270,7 @@ func (r *Repo) MergeBase(a, b string) (string, error) {
 	}
 	bases, err := ca.MergeBase(cb)
 	if err != nil {
-		return "", fmt.Errorf("merge base of %s and %s: %w", short(a), short(b), err)
+		return "", fmt.Errorf("merge base of %s and %s: %w", sluicev1.ShortSHA(a), sluicev1.ShortSHA(b), err)
 	}
 	best := ""
 	for _, c := range bases {

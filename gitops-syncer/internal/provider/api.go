@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // GitLab access levels (members API).
@@ -293,7 +295,7 @@ func (a *API) get(ctx context.Context, path string, out any) error {
 		if token != "" {
 			excerpt = strings.ReplaceAll(excerpt, token, "[redacted]")
 		}
-		return &httpError{status: resp.StatusCode, message: fmt.Sprintf("GET %s: HTTP %d: %s", shown, resp.StatusCode, truncate(strings.Join(strings.Fields(excerpt), " "), 200))}
+		return &httpError{status: resp.StatusCode, message: fmt.Sprintf("GET %s: HTTP %d: %s", shown, resp.StatusCode, sluicev1.Truncate(strings.Join(strings.Fields(excerpt), " "), 200))}
 	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return fmt.Errorf("GET %s: decode answer: %w", shown, err)

@@ -3,6 +3,8 @@ package provider
 import (
 	"encoding/json"
 	"strings"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 type giteaReview struct {
@@ -23,7 +25,7 @@ type giteaPayload struct {
 // Gitea gives one), and Access is unknown, so the caller must ask Gitea's
 // API whether the reviewer may write.
 func ParseGitea(eventType, delivery string, body []byte) (*Event, error) {
-	ev := &Event{Provider: Gitea, Type: truncate(eventType, 64), DeliveryID: deliveryID(delivery), Kind: KindIgnored}
+	ev := &Event{Provider: Gitea, Type: sluicev1.Truncate(eventType, 64), DeliveryID: deliveryID(delivery), Kind: KindIgnored}
 	var state ReviewState
 	switch eventType {
 	case "push", "pull_request":
@@ -85,7 +87,7 @@ func ParseGitea(eventType, delivery string, body []byte) (*Event, error) {
 		rev := &Review{PullRequest: *pr, ID: derivedID("gitea", ev.Repo, ev.DeliveryID), State: state, CommitSHA: commit,
 			Reviewer: reviewer, Login: login, Access: AccessUnknown}
 		if p.Review != nil {
-			rev.Body = truncate(strings.TrimSpace(p.Review.Content), 1000)
+			rev.Body = sluicev1.Truncate(strings.TrimSpace(p.Review.Content), 1000)
 		}
 		ev.Kind, ev.Review = KindReview, rev
 	}

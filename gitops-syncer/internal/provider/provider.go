@@ -302,7 +302,7 @@ func zeroSHA(s string) bool { return s != "" && strings.Trim(s, "0") == "" }
 // common sense) would refuse.
 func identity(p Name, login string) (string, error) {
 	if !loginPattern.MatchString(login) {
-		return "", fmt.Errorf("%w: user name %q is not valid", ErrPayload, truncate(login, 64))
+		return "", fmt.Errorf("%w: user name %q is not valid", ErrPayload, sluicev1.Truncate(login, 64))
 	}
 	return p.identityPrefix() + strings.ToLower(login), nil
 }
@@ -330,9 +330,6 @@ func validRef(ref string) bool {
 	}
 	return true
 }
-
-// truncate bounds a payload's string on a rune boundary.
-func truncate(s string, n int) string { return sluicev1.Truncate(s, n) }
 
 // payloadErr wraps a parse problem as ErrPayload.
 func payloadErr(format string, args ...any) error {

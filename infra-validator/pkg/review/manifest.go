@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Object diff states.
@@ -158,7 +160,7 @@ func diffObjects(prev, cur map[string]object, applied string, red *policy.Redact
 	sort.Strings(sorted)
 	fromName := "applied"
 	if applied != "" {
-		fromName = short(applied)
+		fromName = sluicev1.ShortSHA(applied)
 	}
 	var out []ObjectDiff
 	unchanged := 0

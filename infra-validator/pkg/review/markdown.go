@@ -5,7 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Marker opens every comment Markdown makes ("<!-- sluice:review
@@ -137,7 +138,7 @@ func (p *packer) text(t string, s *Section) {
 		return
 	}
 	if !p.fits(len(t)) {
-		t = capText(t, p.budget-p.cur.Len()-noteReserve)
+		t = sluicev1.Truncate(t, p.budget-p.cur.Len()-noteReserve)
 	}
 	p.cur.WriteString(t)
 }
@@ -166,7 +167,7 @@ func (p *packer) block(b *block, s *Section) {
 			p.cur.WriteString(b.cont)
 		}
 		if !p.fits(len(l) + 1 + len(b.close)) {
-			l = capText(l, p.budget-p.cur.Len()-noteReserve-len(b.close)-1)
+			l = sluicev1.Truncate(l, p.budget-p.cur.Len()-noteReserve-len(b.close)-1)
 		}
 		p.cur.WriteString(l)
 		p.cur.WriteByte('\n')
@@ -215,9 +216,9 @@ func sectionItems(s *Section) []item {
 		icon = "❔"
 	}
 	fmt.Fprintf(&b, "### %s %s: %s, risk %s\n", icon, code(s.Release), esc(s.Verdict), esc(s.Risk))
-	fmt.Fprintf(&b, "Change %s in namespace %s · %s of revision %s", code(s.Change), code(s.Namespace), esc(s.Operation), code(short(s.Revision)))
+	fmt.Fprintf(&b, "Change %s in namespace %s · %s of revision %s", code(s.Change), code(s.Namespace), esc(s.Operation), code(sluicev1.ShortSHA(s.Revision)))
 	if s.AppliedRevision != "" {
-		fmt.Fprintf(&b, " · compared with the applied revision %s", code(short(s.AppliedRevision)))
+		fmt.Fprintf(&b, " · compared with the applied revision %s", code(sluicev1.ShortSHA(s.AppliedRevision)))
 	} else {
 		b.WriteString(" · nothing applied yet")
 	}
@@ -229,7 +230,7 @@ func sectionItems(s *Section) []item {
 				fmt.Fprintf(&b, "- … and %d more\n", len(s.RiskReasons)-i)
 				break
 			}
-			fmt.Fprintf(&b, "- %s\n", esc(capText(r, 300)))
+			fmt.Fprintf(&b, "- %s\n", esc(sluicev1.Truncate(r, 300)))
 		}
 		b.WriteString("\n")
 	}
@@ -259,7 +260,7 @@ func findingItems(s *Section) []item {
 	rows := make([]string, 0, len(s.Findings))
 	for _, f := range s.Findings {
 		rows = append(rows, fmt.Sprintf("| %s %s | %s | %s | %s | %s |", severityIcon[f.Severity], esc(f.Severity), codeOrEmpty(f.Policy), codeOrEmpty(f.Resource),
-			codeOrEmpty(f.Where()), esc(capText(f.Message, 600))))
+			codeOrEmpty(f.Where()), esc(sluicev1.Truncate(f.Message, 600))))
 	}
 	closing := "\n"
 	if s.Truncated > 0 {
@@ -304,7 +305,7 @@ func manifestItems(s *Section) []item {
 	}
 	against := "nothing applied yet, every object is new"
 	if s.AppliedRevision != "" {
-		against = "against the applied revision " + code(short(s.AppliedRevision))
+		against = "against the applied revision " + code(sluicev1.ShortSHA(s.AppliedRevision))
 	}
 	if len(s.Objects) == 0 {
 		return []item{{text: fmt.Sprintf("**Manifest:** no object changes (%s); %d unchanged\n\n", against, s.Unchanged)}}
@@ -467,19 +468,4 @@ func fenceFor(lines []string) string {
 		longest = 2
 	}
 	return strings.Repeat("`", longest+1)
-}
-
-// capText cuts s to at most n bytes (at a character boundary) and marks
-// the cut.
-func capText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	if n < 0 {
-		n = 0
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

@@ -11,6 +11,8 @@ import (
 	tfjson "github.com/hashicorp/terraform-json"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Plan actions as shown.
@@ -267,7 +269,7 @@ func redactAttrs(attrs []Attr, red *policy.Redactor) {
 		return
 	}
 	for i := range attrs {
-		attrs[i].Path, attrs[i].Before, attrs[i].After = parts[3*i], capText(parts[3*i+1], maxValueLen), capText(parts[3*i+2], maxValueLen)
+		attrs[i].Path, attrs[i].Before, attrs[i].After = parts[3*i], sluicev1.Truncate(parts[3*i+1], maxValueLen), sluicev1.Truncate(parts[3*i+2], maxValueLen)
 	}
 }
 

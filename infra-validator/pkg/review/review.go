@@ -212,13 +212,5 @@ func identities(ids []sluicev1.Identity) []string {
 	return out
 }
 
-// short is the first 10 characters of a commit id.
-func short(sha string) string {
-	if len(sha) > 10 {
-		return sha[:10]
-	}
-	return sha
-}
-
 // oneLine folds whitespace runs (newlines included) into single spaces.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // ANSI colours of Text.
@@ -21,7 +23,7 @@ const (
 // dropped, so nothing in it can drive the terminal.
 func Text(w io.Writer, s *Section, color bool) error {
 	p := &printer{w: w, color: color}
-	p.line(ansiBold, fmt.Sprintf("Change %s (%s of release %s at %s): verdict %s, risk %s", s.Change, s.Operation, s.Release, short(s.Revision), s.Verdict, s.Risk))
+	p.line(ansiBold, fmt.Sprintf("Change %s (%s of release %s at %s): verdict %s, risk %s", s.Change, s.Operation, s.Release, sluicev1.ShortSHA(s.Revision), s.Verdict, s.Risk))
 	if s.Plan != nil {
 		p.line("", "")
 		p.line(ansiBold, "Terraform plan: "+s.Plan.Summary())
@@ -37,7 +39,7 @@ func Text(w io.Writer, s *Section, color bool) error {
 		case s.AppliedRevision == "":
 			p.line(ansiBold, fmt.Sprintf("Manifest: %d objects, nothing applied yet", len(s.Objects)))
 		default:
-			p.line(ansiBold, fmt.Sprintf("Manifest: %d objects differ from the applied revision %s, %d unchanged", len(s.Objects), short(s.AppliedRevision), s.Unchanged))
+			p.line(ansiBold, fmt.Sprintf("Manifest: %d objects differ from the applied revision %s, %d unchanged", len(s.Objects), sluicev1.ShortSHA(s.AppliedRevision), s.Unchanged))
 		}
 		for _, l := range diffLines(s) {
 			p.line(diffColor(l), l)

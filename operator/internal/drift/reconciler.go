@@ -186,7 +186,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	cond := condition(rel, metav1.ConditionTrue, reason, summary)
 	if was := rel.Status.Drift; r.Recorder != nil && (was == nil || !equality.Semantic.DeepEqual(was.Objects, st.Objects)) {
-		r.Recorder.Eventf(rel, applied, "Warning", reason, "DriftCheck", "%s", truncate(summary))
+		r.Recorder.Eventf(rel, applied, "Warning", reason, "DriftCheck", "%s", sluicev1.Truncate(summary, maxMessage))
 	}
 	return reconcile.Result{RequeueAfter: every}, r.patchStatus(ctx, rel, &cond, st)
 }
@@ -219,7 +219,7 @@ func (r *Reconciler) check(ctx context.Context, rel *sluicev1.Release, repo *slu
 // would be a new change, not a revert.
 func (r *Reconciler) requestRevert(ctx context.Context, rel *sluicev1.Release, applied *sluicev1.ChangeRequest, st *sluicev1.DriftStatus) (string, string, error) {
 	if rel.Status.LastSyncedCommit != "" && rel.Status.LastSyncedCommit != applied.Spec.Revision {
-		return sluicev1.ReasonDriftDetected, fmt.Sprintf("not reverted: the newest commit %s is not the applied revision %s, so a re-plan would be a new change", short(rel.Status.LastSyncedCommit), short(applied.Spec.Revision)), nil
+		return sluicev1.ReasonDriftDetected, fmt.Sprintf("not reverted: the newest commit %s is not the applied revision %s, so a re-plan would be a new change", sluicev1.ShortSHA(rel.Status.LastSyncedCommit), sluicev1.ShortSHA(applied.Spec.Revision)), nil
 	}
 	value := RevertPrefix + applied.Name
 	st.RevertRequested = value
@@ -233,7 +233,7 @@ func (r *Reconciler) requestRevert(ctx context.Context, rel *sluicev1.Release, a
 			return "", "", fmt.Errorf("ask for a re-plan of Release %s: %w", rel.Name, err)
 		}
 	}
-	return sluicev1.ReasonDriftReverting, fmt.Sprintf("asked for a re-plan of revision %s (%s=%s); with the same approvalDigest it re-applies without a new approval", short(applied.Spec.Revision), sluicev1.AnnotationReplan, value), nil
+	return sluicev1.ReasonDriftReverting, fmt.Sprintf("asked for a re-plan of revision %s (%s=%s); with the same approvalDigest it re-applies without a new approval", sluicev1.ShortSHA(applied.Spec.Revision), sluicev1.AnnotationReplan, value), nil
 }
 
 // patchStatus sets the Drifted condition (nil removes it) and the drift
@@ -257,7 +257,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, rel *sluicev1.Release, con
 }
 
 func condition(rel *sluicev1.Release, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
-	return metav1.Condition{Type: sluicev1.ConditionDrifted, Status: status, Reason: reason, Message: truncate(msg), ObservedGeneration: rel.Generation}
+	return metav1.Condition{Type: sluicev1.ConditionDrifted, Status: status, Reason: reason, Message: sluicev1.Truncate(msg, maxMessage), ObservedGeneration: rel.Generation}
 }
 
 // Summary is a one-line account of the drifted objects.
@@ -280,17 +280,6 @@ func Summary(change string, objs []sluicev1.DriftedObject) string {
 	return b.String()
 }
 
-func short(s string) string {
-	if len(s) > 10 {
-		return s[:10]
-	}
-	return s
-}
-
-func truncate(s string) string {
-	const maxLen = 1024
-	if len(s) > maxLen {
-		return s[:maxLen-3] + "..."
-	}
-	return s
-}
+// maxMessage bounds the Drifted condition's message and the drift Event,
+// "…" included.
+const maxMessage = 1024 - len("…")

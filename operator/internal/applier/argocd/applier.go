@@ -221,7 +221,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 			if err := syncedAsSet(app, a.desiredSource(cr, rel, repo), cr.Spec.TargetNamespace); err != nil {
 				return applier.Result{}, err
 			}
-			return applier.Result{Message: fmt.Sprintf("Argo CD Application %s/%s synced revision %s and is Healthy", rel.Namespace, rel.Name, short(cr.Spec.Revision))}, nil
+			return applier.Result{Message: fmt.Sprintf("Argo CD Application %s/%s synced revision %s and is Healthy", rel.Namespace, rel.Name, sluicev1.ShortSHA(cr.Spec.Revision))}, nil
 		case st.failedFor(cr.Name) && projectNotSeenYet(st.message, project) && time.Now().Before(deadline):
 			// Argo CD's cache had not seen a just-created AppProject yet:
 			// ask again, nothing was applied.
@@ -232,13 +232,13 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 			continue
 		case st.failedFor(cr.Name):
 			return applier.Result{}, applier.Permanent(sluicev1.ReasonApplyFailed,
-				"Argo CD's sync of revision %s ended %s: %s", short(cr.Spec.Revision), st.phase, sluicev1.Truncate(st.message, 1200))
+				"Argo CD's sync of revision %s ended %s: %s", sluicev1.ShortSHA(cr.Spec.Revision), st.phase, sluicev1.Truncate(st.message, 1200))
 		}
 		if time.Now().After(deadline) {
 			// Not a failure: the worker is handed back and the change
 			// is looked at again after as long.
 			return applier.Result{}, &applier.Waiting{Reason: sluicev1.ReasonWaitingForArgoCD, RetryAfter: a.opts.Wait, Err: ErrSyncing,
-				Message: fmt.Sprintf("waiting for Argo CD to sync revision %s: sync %s, operation %s, health %s %s", short(cr.Spec.Revision),
+				Message: fmt.Sprintf("waiting for Argo CD to sync revision %s: sync %s, operation %s, health %s %s", sluicev1.ShortSHA(cr.Spec.Revision),
 					orNone(st.syncStatus), orNone(st.phase), orNone(st.health), sluicev1.Truncate(st.healthMessage, 200))}
 		}
 		select {
@@ -577,8 +577,6 @@ func syncedAsSet(app *unstructured.Unstructured, want map[string]any, ns string)
 	}
 	return nil
 }
-
-func short(rev string) string { return sluicev1.ShortSHA(rev) }
 
 func orNone(s string) string {
 	if s == "" {

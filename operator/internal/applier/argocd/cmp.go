@@ -148,7 +148,7 @@ func (p *CMP) approvedChange(ctx context.Context, ns, name, rev string) (*sluice
 	}
 	if cr == nil {
 		return nil, nil, fmt.Errorf("refused: no approved change of the Release %s/%s is being applied at commit %s (applying %q, applied %q)",
-			ns, name, short(rev), rel.Status.CurrentChange, rel.Status.AppliedChange)
+			ns, name, sluicev1.ShortSHA(rev), rel.Status.CurrentChange, rel.Status.AppliedChange)
 	}
 	return cr, rel, nil
 }
