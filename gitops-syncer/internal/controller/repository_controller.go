@@ -12,8 +12,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -149,14 +147,11 @@ func (r *RepositoryReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 
 	before := repo.DeepCopy()
+	s := &repoScope{repo: repo}
 	defer func() {
 		// Only a pass that ended without an error processed the
-		// generation (a stalled one did: it returns none); a failed
-		// one still records its conditions, so a user can tell them
-		// apart.
-		if retErr == nil {
-			repo.Status.ObservedGeneration = repo.Generation
-		}
+		// generation (a stalled one did: it returns none).
+		s.summarize(retErr == nil)
 		if equality.Semantic.DeepEqual(before.Status, repo.Status) {
 			return
 		}
@@ -169,13 +164,10 @@ func (r *RepositoryReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}()
 
 	if repo.Spec.Suspend {
-		meta.SetStatusCondition(&repo.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionReady, Status: metav1.ConditionFalse,
-			Reason: sluicev1.ReasonSuspended, Message: "polling and syncing are suspended", ObservedGeneration: repo.Generation})
-		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionReconciling)
-		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionStalled)
+		s.conclude(suspended())
 		return ctrl.Result{}, nil
 	}
-	res, err := r.reconcileSync(ctx, repo)
+	res, err := r.reconcileSync(ctx, s)
 	if v := repo.Annotations[sluicev1.AnnotationReconcileRequestedAt]; v != "" && err == nil {
 		repo.Status.LastHandledReconcileAt = v
 	}
@@ -207,22 +199,4 @@ func (r *RepositoryReconciler) remember(key types.NamespacedName, m syncMemo) {
 		r.memo = map[types.NamespacedName]syncMemo{}
 	}
 	r.memo[key] = m
-}
-
-// setReady sets the Ready condition and the kstatus conditions that go with
-// it: Stalled=True when only a human can fix the Repository; Reconciling=True
-// while a failure is retried; neither when it is ready.
-func setReady(repo *sluicev1.Repository, status metav1.ConditionStatus, reason, msg string, stalled bool) {
-	meta.SetStatusCondition(&repo.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: repo.Generation})
-	switch {
-	case stalled:
-		meta.SetStatusCondition(&repo.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionStalled, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: repo.Generation})
-		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionReconciling)
-	case status == metav1.ConditionFalse:
-		meta.SetStatusCondition(&repo.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionReconciling, Status: metav1.ConditionTrue, Reason: sluicev1.ReasonProgressing, Message: "retrying: " + msg, ObservedGeneration: repo.Generation})
-		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionStalled)
-	default:
-		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionReconciling)
-		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionStalled)
-	}
 }

@@ -49,10 +49,10 @@ func (r *RepositoryReconciler) RemoteFor(ctx context.Context, repo *sluicev1.Rep
 	return remote, nil
 }
 
-// gitFailure turns a git error into the Ready condition: problems only a
-// human can fix stall the Repository (no backoff loop, the poll retries);
-// others are retried at the poll interval.
-func gitFailure(repo *sluicev1.Repository, err error) (ctrl.Result, error) {
+// gitFailure concludes the pass from a git error: problems only a human
+// can fix stall the Repository (no backoff loop, the poll retries); others
+// are retried at the poll interval.
+func gitFailure(s *repoScope, err error) (ctrl.Result, error) {
 	reason, stalled := sluicev1.ReasonGitOperationFailed, false
 	switch git.ReasonOf(err) {
 	case git.ReasonAuth:
@@ -67,25 +67,30 @@ func gitFailure(repo *sluicev1.Repository, err error) (ctrl.Result, error) {
 		reason, stalled = sluicev1.ReasonSecretNotFound, true
 	case "":
 		// Not a git error (an API read failed): back off.
-		setReady(repo, metav1.ConditionFalse, reason, git.Redact(err.Error()), false)
+		s.conclude(retrying(reason, git.Redact(err.Error())))
 		return ctrl.Result{}, err
 	}
-	setReady(repo, metav1.ConditionFalse, reason, err.Error(), stalled)
-	return ctrl.Result{RequeueAfter: interval(repo)}, nil
+	if stalled {
+		s.conclude(stalledBy(reason, err.Error()))
+	} else {
+		s.conclude(retrying(reason, err.Error()))
+	}
+	return ctrl.Result{RequeueAfter: interval(s.repo)}, nil
 }
 
 // reconcileSync checks the remote head and, when anything needs doing,
 // runs a sync pass over the commit.
-func (r *RepositoryReconciler) reconcileSync(ctx context.Context, repo *sluicev1.Repository) (ctrl.Result, error) {
+func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) (ctrl.Result, error) {
+	repo := s.repo
 	key := client.ObjectKeyFromObject(repo)
 	remote, err := r.RemoteFor(ctx, repo)
 	if err != nil {
-		return gitFailure(repo, err)
+		return gitFailure(s, err)
 	}
 	ref := repo.TrackedRef()
 	head, err := r.Git.Head(ctx, remote, ref)
 	if err != nil {
-		return gitFailure(repo, err)
+		return gitFailure(s, err)
 	}
 
 	var owned sluicev1.ReleaseList
@@ -94,8 +99,8 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, repo *sluicev1
 	}
 	requested := repo.Annotations[sluicev1.AnnotationReconcileRequestedAt]
 	if r.idle(key, repo, head, owned.Items) && requested == repo.Status.LastHandledReconcileAt {
-		if c := meta.FindStatusCondition(repo.Status.Conditions, sluicev1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-			setReady(repo, metav1.ConditionTrue, sluicev1.ReasonSucceeded, "up to date at "+sluicev1.ShortSHA(head), false)
+		if !meta.IsStatusConditionTrue(repo.Status.Conditions, sluicev1.ConditionReady) {
+			s.conclude(ready(sluicev1.ReasonSucceeded, "up to date at "+sluicev1.ShortSHA(head)))
 		}
 		return ctrl.Result{RequeueAfter: interval(repo)}, nil
 	}
@@ -108,10 +113,10 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, repo *sluicev1
 	cache, err := r.Git.Fetch(ctx, remote, ref, head)
 	if err != nil {
 		span.SetStatus(codes.Error, "fetch failed")
-		return gitFailure(repo, err)
+		return gitFailure(s, err)
 	}
 	repo.Status.LastFetchedCommit = head
-	pass := &syncPass{r: r, repo: repo, cache: cache, head: head, owned: owned.Items}
+	pass := &syncPass{repoScope: s, r: r, cache: cache, head: head, owned: owned.Items}
 	if err := pass.run(ctx); err != nil {
 		span.SetStatus(codes.Error, "sync failed")
 		return ctrl.Result{}, err
@@ -156,8 +161,8 @@ func (r *RepositoryReconciler) idle(key types.NamespacedName, repo *sluicev1.Rep
 
 // syncPass is one pass over one commit of one Repository.
 type syncPass struct {
+	*repoScope
 	r     *RepositoryReconciler
-	repo  *sluicev1.Repository
 	cache *git.Repo
 	head  string
 	owned []sluicev1.Release
@@ -287,12 +292,13 @@ func (p *syncPass) prune(ctx context.Context, wanted map[string]bool) error {
 	return nil
 }
 
-// finish writes the pass's outcome into the Repository status.
+// finish records the commit as synced when every release is done, and
+// concludes the pass.
 func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 	repo := p.repo
 	if len(p.retry) > 0 {
 		msg := "some releases failed and are retried: " + strings.Join(p.retry, "; ")
-		setReady(repo, metav1.ConditionFalse, sluicev1.ReasonGitOperationFailed, sluicev1.Truncate(msg, 1024), false)
+		p.conclude(retrying(sluicev1.ReasonGitOperationFailed, sluicev1.Truncate(msg, 1024)))
 		return ctrl.Result{}, fmt.Errorf("sync %s: %d release(s) failed", sluicev1.ShortSHA(p.head), len(p.retry))
 	}
 	// Everything that can be done at this commit is done.
@@ -310,13 +316,14 @@ func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 		}
 		parts = append(parts, p.notes...)
 		msg := fmt.Sprintf("synced %s with problems: %s", sluicev1.ShortSHA(p.head), strings.Join(parts, "; "))
-		// ServiceRemoved alone is information, not a failure.
-		status := metav1.ConditionFalse
+		msg = sluicev1.Truncate(msg, 2048)
 		if len(reasons) == 1 && reasons[0] == sluicev1.ReasonServiceRemoved {
-			status = metav1.ConditionTrue
+			// ServiceRemoved alone is information, not a failure.
+			p.conclude(ready(reasons[0], msg))
+		} else {
+			// Bad manifests and conflicts wait for a new commit: a human's.
+			p.conclude(stalledBy(reasons[0], msg))
 		}
-		// Bad manifests and conflicts wait for a new commit: a human's.
-		setReady(repo, status, reasons[0], sluicev1.Truncate(msg, 2048), status == metav1.ConditionFalse)
 		return ctrl.Result{RequeueAfter: interval(repo)}, nil
 	}
 	msg := fmt.Sprintf("synced %s", sluicev1.ShortSHA(p.head))
@@ -328,6 +335,85 @@ func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 		reason = sluicev1.ReasonHistoryRewritten
 		msg += "; " + strings.Join(p.notes, "; ")
 	}
-	setReady(repo, metav1.ConditionTrue, reason, sluicev1.Truncate(msg, 2048), false)
+	p.conclude(ready(reason, sluicev1.Truncate(msg, 2048)))
 	return ctrl.Result{RequeueAfter: interval(repo)}, nil
+}
+
+// repoScope is one reconcile of one Repository. Its steps record what
+// they conclude (conclude); summarize writes it, once, at the end of the
+// pass, as the operator's reconcilers do.
+type repoScope struct {
+	repo *sluicev1.Repository
+	// ready is what the pass concluded; nil leaves the conditions as
+	// they are.
+	ready *readiness
+}
+
+// readiness is what a pass concluded about its Repository: the Ready
+// condition and the kstatus condition that goes with it.
+type readiness struct {
+	kind            readyKind
+	reason, message string
+}
+
+type readyKind int
+
+const (
+	// kindReady: Ready=True; neither Reconciling nor Stalled.
+	kindReady readyKind = iota + 1
+	// kindRetrying: Ready=False and Reconciling=True: the failure is
+	// retried (with backoff or at the next poll).
+	kindRetrying
+	// kindStalled: Ready=False and Stalled=True: only a human can fix it.
+	kindStalled
+	// kindSuspended: Ready=False; neither Reconciling nor Stalled.
+	kindSuspended
+)
+
+func ready(reason, msg string) readiness    { return readiness{kindReady, reason, msg} }
+func retrying(reason, msg string) readiness { return readiness{kindRetrying, reason, msg} }
+func stalledBy(reason, msg string) readiness {
+	return readiness{kindStalled, reason, msg}
+}
+
+func suspended() readiness {
+	return readiness{kindSuspended, sluicev1.ReasonSuspended, "polling and syncing are suspended"}
+}
+
+// conclude records what the pass concluded; the last word wins.
+func (s *repoScope) conclude(r readiness) { s.ready = &r }
+
+// summarize writes what the pass concluded into the status, once, at its
+// end: the Ready condition with Reconciling or Stalled (nothing else
+// writes them), and observedGeneration only after a pass without error
+// (ok), so a user can tell a processed generation from a failed one. A
+// failed pass still says why in Ready.
+func (s *repoScope) summarize(ok bool) {
+	repo := s.repo
+	if ok {
+		repo.Status.ObservedGeneration = repo.Generation
+	}
+	if s.ready == nil {
+		return
+	}
+	set := func(t string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&repo.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: repo.Generation})
+	}
+	r := s.ready
+	status := metav1.ConditionFalse
+	if r.kind == kindReady {
+		status = metav1.ConditionTrue
+	}
+	set(sluicev1.ConditionReady, status, r.reason, r.message)
+	switch r.kind {
+	case kindStalled:
+		set(sluicev1.ConditionStalled, metav1.ConditionTrue, r.reason, r.message)
+		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionReconciling)
+	case kindRetrying:
+		set(sluicev1.ConditionReconciling, metav1.ConditionTrue, sluicev1.ReasonProgressing, "retrying: "+r.message)
+		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionStalled)
+	default:
+		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionReconciling)
+		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionStalled)
+	}
 }
