@@ -3,26 +3,24 @@ package controller
 import (
 	"bytes"
 	"context"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"testing"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // The chunking of plan files is a pure step; a fake client is enough here.
 func TestWritePlanSecrets_splitsPastTheChunkSizeAndReassembles(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	require.NoError(t, sluicev1.AddToScheme(scheme))
+	scheme := testenv.Scheme()
 	c := fake.NewClientBuilder().WithScheme(scheme).Build()
 	r := &RepositoryReconciler{Client: c, APIReader: c}
 	plan := bytes.Repeat([]byte("0123456789abcdef"), (2*sluicev1.PlanChunkSize+1000)/16)

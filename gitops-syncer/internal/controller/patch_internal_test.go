@@ -8,10 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -44,9 +43,7 @@ func FuzzAnnotationPatch_anyValueIsValidJSON(f *testing.F) {
 // A Release deleted while a pass works on it has no condition left to set:
 // that is not an error of the pass.
 func TestSetSynced_aReleaseDeletedMidPassIsNoError(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	require.NoError(t, sluicev1.AddToScheme(scheme))
+	scheme := testenv.Scheme()
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&sluicev1.Release{}).Build()
 	r := &RepositoryReconciler{Client: c, APIReader: c}
 	gone := &sluicev1.Release{ObjectMeta: metav1.ObjectMeta{Name: "web-prod", Namespace: "ctl", UID: "u1"}}

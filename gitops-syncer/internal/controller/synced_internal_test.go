@@ -9,13 +9,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -23,9 +22,7 @@ import (
 // conflicts (the operator wrote meanwhile), it reads the Release again and
 // keeps what the operator wrote.
 func TestSetSynced_aConflictReadsAgainAndKeepsTheOperatorsConditions(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	require.NoError(t, sluicev1.AddToScheme(scheme))
+	scheme := testenv.Scheme()
 	stale := &sluicev1.Release{ObjectMeta: metav1.ObjectMeta{Name: "web-prod", Namespace: "ctl", UID: "u1"}}
 	stored := stale.DeepCopy()
 	meta.SetStatusCondition(&stored.Status.Conditions, metav1.Condition{Type: sluicev1.ConditionReady, Status: metav1.ConditionFalse, Reason: sluicev1.ReasonAwaitingApprovals, Message: "the operator's"})
