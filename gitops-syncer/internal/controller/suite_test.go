@@ -3,8 +3,6 @@ package controller_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,7 +15,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zapcore"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -95,14 +92,7 @@ func setup(e *testenv.Env) error {
 }
 
 // newNamespace creates a control namespace for one test.
-func newNamespace(t testing.TB) string {
-	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "t-" + hex.EncodeToString(b)
-	require.NoError(t, k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
-	return name
-}
+func newNamespace(t testing.TB) string { return env.Namespace(t, "t-") }
 
 // runningSyncer is a syncer started for one test.
 type runningSyncer struct {

@@ -2,8 +2,6 @@ package preview_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -17,7 +15,6 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,14 +48,7 @@ func setup(e *testenv.Env) error {
 	return err
 }
 
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "pv-" + hex.EncodeToString(b)
-	require.NoError(t, k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
-	return name
-}
+func newNamespace(t *testing.T) string { return env.Namespace(t, "pv-") }
 
 // infra is a served infra repository with the golden-path chart and the
 // Helm-only sample service "cart", and a Repository for it.

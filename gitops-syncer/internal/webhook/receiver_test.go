@@ -98,11 +98,7 @@ func newRepository(t *testing.T, ns, name string) repoFixture {
 	return repoFixture{repo: repo, secret: secret}
 }
 
-func newNamespace(t *testing.T) string {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "wh-"}}
-	require.NoError(t, env.Client.Create(context.Background(), ns))
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { return env.Namespace(t, "wh-") }
 
 func fixture(t *testing.T, path string) []byte {
 	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "webhooks", path))

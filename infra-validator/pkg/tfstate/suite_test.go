@@ -111,16 +111,7 @@ func newStateServer(t *testing.T, opts tfstate.Options) *stateServer {
 }
 
 // newNamespace creates a namespace of its own for one test.
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	startEnv(t)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tfstate-"}}
-	ns, err := cs.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { return suite.Env(t).Namespace(t, "tfstate-") }
 
 // httpBackend is the override Sluice writes: everything else comes from
 // TF_HTTP_* in the environment.

@@ -21,10 +21,12 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	argoapp "github.com/argoproj/argo-cd/v2/pkg/apis/application"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -202,6 +204,35 @@ func (e *Env) WaitChangePhase(ctx context.Context, key client.ObjectKey, want sl
 		time.Sleep(100 * time.Millisecond)
 	}
 	return nil, fmt.Errorf("ChangeRequest %s: want phase %s, have %s: %+v", key.Name, want, got.Status.Phase, got.Status.Conditions)
+}
+
+// Namespace creates a namespace named prefix plus a random suffix for one
+// test and returns its name; an error fails tb.
+func (e *Env) Namespace(tb testing.TB, prefix string) string {
+	tb.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	if err := e.Client.Create(context.Background(), ns); err != nil {
+		tb.Fatalf("create namespace %s*: %v", prefix, err)
+	}
+	return ns.Name
+}
+
+// CreateNamespaces creates the named namespaces, for suite set-ups.
+func (e *Env) CreateNamespaces(ctx context.Context, names ...string) error {
+	for _, name := range names {
+		if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			return fmt.Errorf("create namespace %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// ClientAs returns a client (Scheme) that impersonates user with groups
+// through the admin connection, so RBAC and admission see that user.
+func (e *Env) ClientAs(user string, groups ...string) (client.Client, error) {
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	return client.New(cfg, client.Options{Scheme: e.Scheme})
 }
 
 // AddUser adds a user with the given groups and returns a rest.Config that

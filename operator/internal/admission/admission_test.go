@@ -53,10 +53,8 @@ func setup(e *testenv.Env) error {
 	env = e
 	var err error
 	ctx := context.Background()
-	for _, ns := range []string{sluiceNS, teamNS} {
-		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return err
-		}
+	if err := env.CreateNamespaces(ctx, sluiceNS, teamNS); err != nil {
+		return err
 	}
 	if err := grantEverything(ctx); err != nil {
 		return err
@@ -95,12 +93,7 @@ func setup(e *testenv.Env) error {
 // impersonate returns a client that acts as the ServiceAccount, with the
 // groups the API server gives its tokens.
 func impersonate(sa types.NamespacedName) (client.Client, error) {
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{
-		UserName: admission.ServiceAccountUsername(sa),
-		Groups:   admission.ServiceAccountGroups(sa),
-	}
-	return client.New(cfg, client.Options{Scheme: env.Scheme})
+	return env.ClientAs(admission.ServiceAccountUsername(sa), admission.ServiceAccountGroups(sa)...)
 }
 
 // grantEverything gives the test users and ServiceAccounts every verb on the

@@ -16,7 +16,6 @@ import (
 	"helm.sh/helm/v3/pkg/storage/driver"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -97,10 +96,8 @@ func setup(e *testenv.Env) error {
 // crds/ are already there (testenv installs operator/api/crds, which the
 // drift test keeps identical); Helm leaves existing CRDs alone.
 func installChart(ctx context.Context) error {
-	for _, ns := range []string{releaseNS, controlNS, "argocd"} {
-		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return err
-		}
+	if err := env.CreateNamespaces(ctx, releaseNS, controlNS, "argocd"); err != nil {
+		return err
 	}
 	ch, err := loader.Load(chartDir)
 	if err != nil {

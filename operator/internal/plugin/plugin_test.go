@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,10 +59,8 @@ func setup(e *testenv.Env) error {
 	env = e
 	var err error
 	ctx := context.Background()
-	for _, ns := range []string{sluiceNS, teamNS, "team-b"} {
-		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return err
-		}
+	if err := env.CreateNamespaces(ctx, sluiceNS, teamNS, "team-b"); err != nil {
+		return err
 	}
 	if err := grant(ctx); err != nil {
 		return err
@@ -79,15 +76,8 @@ func setup(e *testenv.Env) error {
 	if carolCfg, err = env.AddUser("carol", "sre"); err != nil {
 		return err
 	}
-	syncerCfg := rest.CopyConfig(env.Config)
-	syncerCfg.Impersonate = rest.ImpersonationConfig{
-		UserName: admission.ServiceAccountUsername(params.Syncer),
-		Groups:   admission.ServiceAccountGroups(params.Syncer),
-	}
-	if syncer, err = client.New(syncerCfg, client.Options{Scheme: env.Scheme}); err != nil {
-		return err
-	}
-	return nil
+	syncer, err = env.ClientAs(admission.ServiceAccountUsername(params.Syncer), admission.ServiceAccountGroups(params.Syncer)...)
+	return err
 }
 
 // grant installs the shipped user roles and binds sluice-approver to the

@@ -3,8 +3,6 @@ package install_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -162,10 +160,7 @@ var deliveryID atomic.Int64
 // the Repository's creation) make the syncer act.
 func newWorld(t testing.TB, services ...string) *world {
 	ctx := context.Background()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	ns := "e2e-" + hex.EncodeToString(b)
-	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	ns := env.Namespace(t, "e2e-")
 
 	g := gittest.NewRepo(t, t.TempDir(), "infra")
 	g.CopyDir(filepath.Join(root, "charts", "service"), "charts/service")
