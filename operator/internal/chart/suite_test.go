@@ -16,21 +16,16 @@ import (
 	"helm.sh/helm/v3/pkg/storage/driver"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/admission"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/helm"
 )
 
 // controlNS is a control namespace: where a Repository keeps its Releases,
@@ -103,7 +98,7 @@ func installChart(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load chart: %w", err)
 	}
-	getter, err := newRESTClientGetter(env.Config, releaseNS)
+	getter, err := helm.NewRESTClientGetter(env.Config, releaseNS)
 	if err != nil {
 		return err
 	}
@@ -155,38 +150,6 @@ func installChart(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// restClientGetter hands Helm the envtest rest.Config.
-type restClientGetter struct {
-	config    *rest.Config
-	namespace string
-	discovery discovery.CachedDiscoveryInterface
-	mapper    meta.RESTMapper
-}
-
-func newRESTClientGetter(cfg *rest.Config, namespace string) (*restClientGetter, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = 50, 100
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	cached := memory.NewMemCacheClient(dc)
-	return &restClientGetter{config: cfg, namespace: namespace, discovery: cached, mapper: restmapper.NewDeferredDiscoveryRESTMapper(cached)}, nil
-}
-
-func (g *restClientGetter) ToRESTConfig() (*rest.Config, error) {
-	return rest.CopyConfig(g.config), nil
-}
-func (g *restClientGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
-	return g.discovery, nil
-}
-func (g *restClientGetter) ToRESTMapper() (meta.RESTMapper, error) { return g.mapper, nil }
-func (g *restClientGetter) ToRawKubeConfigLoader() clientcmd.ClientConfig {
-	return clientcmd.NewDefaultClientConfig(*clientcmdapi.NewConfig(), &clientcmd.ConfigOverrides{
-		Context: clientcmdapi.Context{Namespace: g.namespace},
-	})
 }
 
 // waitForRBAC returns once the API server's authorizer knows the chart's

@@ -368,7 +368,7 @@ func (a *Applier) session(repo *sluicev1.Repository, ns string) (*session, error
 	if rc.Timeout == 0 {
 		rc.Timeout = 2 * time.Minute // no single request may hang an apply.
 	}
-	g, err := newRESTClientGetter(rc, ns)
+	g, err := NewRESTClientGetter(rc, ns)
 	if err != nil {
 		return nil, fmt.Errorf("helm client: %w", err)
 	}

@@ -11,19 +11,21 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// restClientGetter hands Helm an already impersonated rest.Config instead
+// RESTClientGetter hands Helm an already impersonated rest.Config instead
 // of a kubeconfig file, pinned to one namespace. Discovery and the REST
 // mapper are cached for the getter's life (one apply).
-type restClientGetter struct {
+type RESTClientGetter struct {
 	config    *rest.Config
 	namespace string
 	discovery discovery.CachedDiscoveryInterface
 	mapper    meta.RESTMapper
 }
 
-var _ genericclioptions.RESTClientGetter = (*restClientGetter)(nil)
+var _ genericclioptions.RESTClientGetter = (*RESTClientGetter)(nil)
 
-func newRESTClientGetter(cfg *rest.Config, namespace string) (*restClientGetter, error) {
+// NewRESTClientGetter returns Helm's connection through cfg (copied, with
+// a request rate that does not throttle a chart), pinned to namespace.
+func NewRESTClientGetter(cfg *rest.Config, namespace string) (*RESTClientGetter, error) {
 	cfg = rest.CopyConfig(cfg)
 	if cfg.QPS == 0 {
 		// client-go's default of 5 requests a second throttles any chart
@@ -35,7 +37,7 @@ func newRESTClientGetter(cfg *rest.Config, namespace string) (*restClientGetter,
 		return nil, err
 	}
 	cached := memory.NewMemCacheClient(dc)
-	return &restClientGetter{
+	return &RESTClientGetter{
 		config:    cfg,
 		namespace: namespace,
 		discovery: cached,
@@ -43,19 +45,19 @@ func newRESTClientGetter(cfg *rest.Config, namespace string) (*restClientGetter,
 	}, nil
 }
 
-func (g *restClientGetter) ToRESTConfig() (*rest.Config, error) {
+func (g *RESTClientGetter) ToRESTConfig() (*rest.Config, error) {
 	return rest.CopyConfig(g.config), nil
 }
 
-func (g *restClientGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
+func (g *RESTClientGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
 	return g.discovery, nil
 }
 
-func (g *restClientGetter) ToRESTMapper() (meta.RESTMapper, error) { return g.mapper, nil }
+func (g *RESTClientGetter) ToRESTMapper() (meta.RESTMapper, error) { return g.mapper, nil }
 
 // ToRawKubeConfigLoader only supplies the namespace; the connection comes
 // from ToRESTConfig.
-func (g *restClientGetter) ToRawKubeConfigLoader() clientcmd.ClientConfig {
+func (g *RESTClientGetter) ToRawKubeConfigLoader() clientcmd.ClientConfig {
 	return clientcmd.NewDefaultClientConfig(*clientcmdapi.NewConfig(), &clientcmd.ConfigOverrides{
 		Context: clientcmdapi.Context{Namespace: g.namespace},
 	})
