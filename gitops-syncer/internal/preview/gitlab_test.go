@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider/providertest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -26,7 +27,7 @@ func TestGitLab_mergeRequestHeadRefApprovalAndUnapproval(t *testing.T) {
 	i.setRef(t, "refs/pull/1/head", i.base)
 
 	mr := func(fix, delivery string) *provider.Event {
-		body := edit(t, fixture(t, fix), func(m map[string]any) {
+		body := providertest.Edit(t, providertest.Payload(t, fix), func(m map[string]any) {
 			m["object_attributes"].(map[string]any)["last_commit"].(map[string]any)["id"] = head
 		})
 		ev, err := provider.ParseGitLab("Merge Request Hook", delivery, body)
@@ -70,7 +71,7 @@ func TestGitLab_approvalsNeedTheConfiguredAccessLevel(t *testing.T) {
 	ctx := context.Background()
 	head := i.pullRequest(t, 1, i.base, replicas)
 	i.setRef(t, "refs/merge-requests/1/head", head)
-	body := edit(t, fixture(t, "gitlab/merge_request.approval.json"), func(m map[string]any) {
+	body := providertest.Edit(t, providertest.Payload(t, "gitlab/merge_request.approval.json"), func(m map[string]any) {
 		m["object_attributes"].(map[string]any)["last_commit"].(map[string]any)["id"] = head
 	})
 	api := newFakeAPI(t)

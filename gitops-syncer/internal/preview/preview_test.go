@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/preview"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider/providertest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/status"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -215,7 +216,7 @@ func TestGitea_reviewerAccessIsAskedAndVerdictsArePostedAsStatuses(t *testing.T)
 		pr["base"].(map[string]any)["sha"] = i.base
 		delete(pr, "merge_base")
 	}
-	ev, err := provider.ParseGitea("pull_request", "g1", edit(t, fixture(t, "gitea/pull_request.opened.json"), retarget))
+	ev, err := provider.ParseGitea("pull_request", "g1", providertest.Edit(t, providertest.Payload(t, "gitea/pull_request.opened.json"), retarget))
 	require.NoError(t, err)
 	require.NoError(t, i.h.PullRequest(ctx, i.repo, ev))
 	require.Len(t, previews(t, ns, 3), 2)
@@ -236,7 +237,7 @@ func TestGitea_reviewerAccessIsAskedAndVerdictsArePostedAsStatuses(t *testing.T)
 	assert.Equal(t, "pass, risk medium", contexts["sluice/cart-staging"]["description"])
 
 	for _, who := range []string{"carol", "bob"} {
-		body := edit(t, fixture(t, "gitea/pull_request_approved.json"), func(m map[string]any) {
+		body := providertest.Edit(t, providertest.Payload(t, "gitea/pull_request_approved.json"), func(m map[string]any) {
 			retarget(m)
 			m["sender"].(map[string]any)["login"] = who
 		})

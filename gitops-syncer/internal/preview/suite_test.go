@@ -2,9 +2,7 @@ package preview_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -24,6 +22,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/preview"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider/providertest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -105,17 +104,11 @@ func (i *infra) setRef(t *testing.T, name, sha string) {
 	require.NoError(t, st.SetReference(plumbing.NewHashReference(plumbing.ReferenceName(name), plumbing.NewHash(sha))))
 }
 
-func fixture(t *testing.T, path string) []byte {
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "webhooks", path))
-	require.NoError(t, err)
-	return b
-}
-
 // githubPR is the octokit pull_request example retargeted at this
 // repository's main branch, head and base.
 func githubPR(t *testing.T, action string, n int64, head, base string) *provider.Event {
 	t.Helper()
-	body := edit(t, fixture(t, "github/pull_request.opened.payload.json"), func(m map[string]any) {
+	body := providertest.Edit(t, providertest.Payload(t, "github/pull_request.opened.payload.json"), func(m map[string]any) {
 		m["action"], m["number"] = action, n
 		pr := m["pull_request"].(map[string]any)
 		pr["number"] = n
@@ -136,7 +129,7 @@ func githubReview(t *testing.T, n, id int64, state, commit, head, login, associa
 	if state == "dismissed" {
 		fix, action = "github/pull_request_review.dismissed.payload.json", "dismissed"
 	}
-	body := edit(t, fixture(t, fix), func(m map[string]any) {
+	body := providertest.Edit(t, providertest.Payload(t, fix), func(m map[string]any) {
 		m["action"] = action
 		r := m["review"].(map[string]any)
 		r["id"], r["state"], r["commit_id"], r["author_association"] = id, state, commit, association
@@ -149,15 +142,6 @@ func githubReview(t *testing.T, n, id int64, state, commit, head, login, associa
 	ev, err := provider.ParseGitHub("pull_request_review", fmt.Sprintf("r-%d-%s", id, state), body)
 	require.NoError(t, err)
 	return ev
-}
-
-func edit(t *testing.T, body []byte, fn func(m map[string]any)) []byte {
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(body, &m))
-	fn(m)
-	out, err := json.Marshal(m)
-	require.NoError(t, err)
-	return out
 }
 
 func previews(t *testing.T, ns string, n int64) []sluicev1.ChangeRequest {

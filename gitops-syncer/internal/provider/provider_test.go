@@ -2,8 +2,6 @@ package provider_test
 
 import (
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -12,14 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider/providertest"
 )
-
-func fixture(t testing.TB, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "webhooks", path))
-	require.NoError(t, err)
-	return b
-}
 
 const (
 	ghHead    = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
@@ -28,23 +20,23 @@ const (
 )
 
 func TestParseGitHub_realPayloads(t *testing.T) {
-	ev, err := provider.ParseGitHub("pull_request", "d1", fixture(t, "github/pull_request.opened.payload.json"))
+	ev, err := provider.ParseGitHub("pull_request", "d1", providertest.Payload(t, "github/pull_request.opened.payload.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.KindPullRequest, ev.Kind)
 	assert.Equal(t, "Codertocat/Hello-World", ev.Repo)
 	assert.Equal(t, provider.PullRequest{Action: provider.PROpened, Number: 2, HeadSHA: ghHead, HeadRef: "refs/pull/2/head",
 		BaseRef: "refs/heads/master", BaseSHA: "f95f852bd8fca8fcc58a9a2d6c842781e32a215e", Author: "github:codertocat", Sender: "github:codertocat"}, *ev.PullRequest)
 
-	ev, err = provider.ParseGitHub("pull_request", "d2", fixture(t, "github/pull_request.synchronize.payload.json"))
+	ev, err = provider.ParseGitHub("pull_request", "d2", providertest.Payload(t, "github/pull_request.synchronize.payload.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PRUpdated, ev.PullRequest.Action)
 
-	ev, err = provider.ParseGitHub("pull_request", "d3", fixture(t, "github/pull_request.closed.payload.json"))
+	ev, err = provider.ParseGitHub("pull_request", "d3", providertest.Payload(t, "github/pull_request.closed.payload.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PRClosed, ev.PullRequest.Action)
 	assert.Equal(t, "c4295bd74fb0f4fda03689c3df3f2803b658fd85", ev.PullRequest.MergeCommitSHA)
 
-	ev, err = provider.ParseGitHub("pull_request_review", "d4", fixture(t, "github/pull_request_review.submitted.payload.json"))
+	ev, err = provider.ParseGitHub("pull_request_review", "d4", providertest.Payload(t, "github/pull_request_review.submitted.payload.json"))
 	require.NoError(t, err)
 	require.Equal(t, provider.KindReview, ev.Kind)
 	assert.Equal(t, provider.ReviewCommented, ev.Review.State, "the octokit example is a commented review")
@@ -53,17 +45,17 @@ func TestParseGitHub_realPayloads(t *testing.T) {
 	assert.Equal(t, "github:codertocat", ev.Review.Reviewer)
 	assert.Equal(t, provider.AccessUnknown, ev.Review.Access, "OWNER is a claim the API must confirm")
 
-	ev, err = provider.ParseGitHub("pull_request_review", "d5", fixture(t, "github/pull_request_review.dismissed.payload.json"))
+	ev, err = provider.ParseGitHub("pull_request_review", "d5", providertest.Payload(t, "github/pull_request_review.dismissed.payload.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.ReviewDismissed, ev.Review.State)
 
-	ev, err = provider.ParseGitHub("push", "d6", fixture(t, "github/push.payload.json"))
+	ev, err = provider.ParseGitHub("push", "d6", providertest.Payload(t, "github/push.payload.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.KindPush, ev.Kind)
 	assert.Equal(t, "refs/tags/simple-tag", ev.Push.Ref)
 	assert.True(t, ev.Push.Deleted, "the example push deletes a tag")
 
-	ev, err = provider.ParseGitHub("ping", "d7", fixture(t, "github/ping.payload.json"))
+	ev, err = provider.ParseGitHub("ping", "d7", providertest.Payload(t, "github/ping.payload.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.KindPing, ev.Kind)
 
@@ -73,7 +65,7 @@ func TestParseGitHub_realPayloads(t *testing.T) {
 }
 
 func TestParseGitHub_reviewStatesAndAssociations(t *testing.T) {
-	base := string(fixture(t, "github/pull_request_review.submitted.payload.json"))
+	base := string(providertest.Payload(t, "github/pull_request_review.submitted.payload.json"))
 	cases := []struct {
 		name, from, to string
 		state          provider.ReviewState
@@ -97,26 +89,26 @@ func TestParseGitHub_reviewStatesAndAssociations(t *testing.T) {
 }
 
 func TestParseGitea_realShapedPayloads(t *testing.T) {
-	ev, err := provider.ParseGitea("push", "g1", fixture(t, "gitea/push.json"))
+	ev, err := provider.ParseGitea("push", "g1", providertest.Payload(t, "gitea/push.json"))
 	require.NoError(t, err)
 	assert.Equal(t, &provider.Push{Ref: "refs/heads/main", Before: giteaBase, After: giteaHead}, ev.Push)
 	assert.Equal(t, "platform/infra", ev.Repo)
 
-	ev, err = provider.ParseGitea("pull_request", "g2", fixture(t, "gitea/pull_request.opened.json"))
+	ev, err = provider.ParseGitea("pull_request", "g2", providertest.Payload(t, "gitea/pull_request.opened.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PullRequest{Action: provider.PROpened, Number: 3, HeadSHA: giteaHead, HeadRef: "refs/pull/3/head",
 		BaseRef: "refs/heads/main", BaseSHA: giteaBase, Author: "gitea:alice", Sender: "gitea:alice"}, *ev.PullRequest)
 
-	ev, err = provider.ParseGitea("pull_request", "g3", fixture(t, "gitea/pull_request.synchronized.json"))
+	ev, err = provider.ParseGitea("pull_request", "g3", providertest.Payload(t, "gitea/pull_request.synchronized.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PRUpdated, ev.PullRequest.Action)
 
-	ev, err = provider.ParseGitea("pull_request", "g4", fixture(t, "gitea/pull_request.closed.json"))
+	ev, err = provider.ParseGitea("pull_request", "g4", providertest.Payload(t, "gitea/pull_request.closed.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PRClosed, ev.PullRequest.Action)
 	assert.True(t, ev.PullRequest.Merged)
 
-	ev, err = provider.ParseGitea("pull_request_approved", "g5", fixture(t, "gitea/pull_request_approved.json"))
+	ev, err = provider.ParseGitea("pull_request_approved", "g5", providertest.Payload(t, "gitea/pull_request_approved.json"))
 	require.NoError(t, err)
 	require.Equal(t, provider.KindReview, ev.Kind)
 	assert.Equal(t, provider.ReviewApproved, ev.Review.State)
@@ -125,36 +117,36 @@ func TestParseGitea_realShapedPayloads(t *testing.T) {
 	assert.Equal(t, provider.AccessUnknown, ev.Review.Access, "Gitea's payload does not say whether the reviewer may write")
 	assert.Positive(t, ev.Review.ID)
 
-	again, err := provider.ParseGitea("pull_request_approved", "g5", fixture(t, "gitea/pull_request_approved.json"))
+	again, err := provider.ParseGitea("pull_request_approved", "g5", providertest.Payload(t, "gitea/pull_request_approved.json"))
 	require.NoError(t, err)
 	assert.Equal(t, ev.Review.ID, again.Review.ID, "a redelivery keeps the derived review id")
 
-	ev, err = provider.ParseGitea("pull_request_rejected", "g6", fixture(t, "gitea/pull_request_rejected.json"))
+	ev, err = provider.ParseGitea("pull_request_rejected", "g6", providertest.Payload(t, "gitea/pull_request_rejected.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.ReviewChangesRequested, ev.Review.State)
 }
 
 func TestParseGitLab_realShapedPayloads(t *testing.T) {
-	ev, err := provider.ParseGitLab("Push Hook", "l1", fixture(t, "gitlab/push.json"))
+	ev, err := provider.ParseGitLab("Push Hook", "l1", providertest.Payload(t, "gitlab/push.json"))
 	require.NoError(t, err)
 	assert.Equal(t, &provider.Push{Ref: "refs/heads/main", Before: giteaBase, After: giteaHead}, ev.Push)
 	assert.Equal(t, int64(15), ev.ProjectID)
 
-	ev, err = provider.ParseGitLab("Merge Request Hook", "l2", fixture(t, "gitlab/merge_request.open.json"))
+	ev, err = provider.ParseGitLab("Merge Request Hook", "l2", providertest.Payload(t, "gitlab/merge_request.open.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PullRequest{Action: provider.PROpened, Number: 1, HeadSHA: giteaHead, HeadRef: "refs/merge-requests/1/head",
 		BaseRef: "refs/heads/main", Author: "gitlab:alice", Sender: "gitlab:alice"}, *ev.PullRequest)
 
-	ev, err = provider.ParseGitLab("Merge Request Hook", "l3", fixture(t, "gitlab/merge_request.update.json"))
+	ev, err = provider.ParseGitLab("Merge Request Hook", "l3", providertest.Payload(t, "gitlab/merge_request.update.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PRUpdated, ev.PullRequest.Action)
 
-	ev, err = provider.ParseGitLab("Merge Request Hook", "l4", fixture(t, "gitlab/merge_request.merge.json"))
+	ev, err = provider.ParseGitLab("Merge Request Hook", "l4", providertest.Payload(t, "gitlab/merge_request.merge.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.PRClosed, ev.PullRequest.Action)
 	assert.True(t, ev.PullRequest.Merged)
 
-	ev, err = provider.ParseGitLab("Merge Request Hook", "l5", fixture(t, "gitlab/merge_request.approval.json"))
+	ev, err = provider.ParseGitLab("Merge Request Hook", "l5", providertest.Payload(t, "gitlab/merge_request.approval.json"))
 	require.NoError(t, err)
 	require.Equal(t, provider.KindReview, ev.Kind)
 	assert.Equal(t, provider.ReviewApproved, ev.Review.State)
@@ -162,13 +154,13 @@ func TestParseGitLab_realShapedPayloads(t *testing.T) {
 	assert.Equal(t, provider.AccessUnknown, ev.Review.Access, "GitLab's approvals API decides")
 	assert.EqualValues(t, 5, ev.Review.UserID)
 
-	ev, err = provider.ParseGitLab("Merge Request Hook", "l6", fixture(t, "gitlab/merge_request.unapproval.json"))
+	ev, err = provider.ParseGitLab("Merge Request Hook", "l6", providertest.Payload(t, "gitlab/merge_request.unapproval.json"))
 	require.NoError(t, err)
 	assert.Equal(t, provider.ReviewDismissed, ev.Review.State, "an unapproval withdraws like a dismissed review")
 }
 
 func TestVerify_forgedMissingAndWrongSignaturesFail(t *testing.T) {
-	body := fixture(t, "github/pull_request.opened.payload.json")
+	body := providertest.Payload(t, "github/pull_request.opened.payload.json")
 	secret := []byte("s3cr3t-token")
 	for _, p := range []provider.Name{provider.GitHub, provider.Gitea, provider.GitLab, provider.Generic} {
 		t.Run(string(p), func(t *testing.T) {
@@ -218,7 +210,7 @@ func TestParse_badPayloadsAreErrors(t *testing.T) {
 			return err
 		},
 		"a Gitea review with a user name holding a colon": func() error {
-			body := strings.Replace(string(fixture(t, "gitea/pull_request_approved.json")), `"login": "bob"`, `"login": "bob:admin"`, 1)
+			body := strings.Replace(string(providertest.Payload(t, "gitea/pull_request_approved.json")), `"login": "bob"`, `"login": "bob:admin"`, 1)
 			_, err := provider.ParseGitea("pull_request_approved", "x", []byte(body))
 			return err
 		},
@@ -262,7 +254,7 @@ func checkEvent(t *testing.T, ev *provider.Event) {
 
 func fuzzSeeds(f *testing.F, events map[string]string) {
 	for event, file := range events {
-		f.Add(event, fixture(f, file))
+		f.Add(event, providertest.Payload(f, file))
 	}
 	f.Add("push", []byte(`{}`))
 	f.Add(strings.Repeat("a", 63)+"é", []byte(`{}`))
@@ -300,7 +292,7 @@ func FuzzParseGitLab(f *testing.F) {
 	fuzzSeeds(f, map[string]string{
 		"Push Hook": "gitlab/push.json", "Merge Request Hook": "gitlab/merge_request.approval.json",
 	})
-	f.Add("Merge Request Hook", fixture(f, "gitlab/merge_request.merge.json"))
+	f.Add("Merge Request Hook", providertest.Payload(f, "gitlab/merge_request.merge.json"))
 	f.Fuzz(func(t *testing.T, event string, body []byte) {
 		ev, err := provider.ParseGitLab(event, "id", body)
 		if err == nil {

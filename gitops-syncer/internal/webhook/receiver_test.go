@@ -3,13 +3,10 @@ package webhook_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider/providertest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -100,22 +98,6 @@ func newRepository(t *testing.T, ns, name string) repoFixture {
 
 func newNamespace(t *testing.T) string { return env.Namespace(t, "wh-") }
 
-func fixture(t *testing.T, path string) []byte {
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "webhooks", path))
-	require.NoError(t, err)
-	return b
-}
-
-// edit decodes a JSON fixture, lets fn change it and encodes it again.
-func edit(t *testing.T, body []byte, fn func(m map[string]any)) []byte {
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(body, &m))
-	fn(m)
-	out, err := json.Marshal(m)
-	require.NoError(t, err)
-	return out
-}
-
 const sha1 = "0123456789abcdef0123456789abcdef01234567"
 
 // delivery is one provider's signed push of a branch.
@@ -127,15 +109,15 @@ type delivery struct {
 
 var deliveries = []delivery{
 	{provider.GitHub, "push", func(t *testing.T, ref string) []byte {
-		return edit(t, fixture(t, "github/push.payload.json"), func(m map[string]any) {
+		return providertest.Edit(t, providertest.Payload(t, "github/push.payload.json"), func(m map[string]any) {
 			m["ref"], m["after"], m["deleted"] = ref, sha1, false
 		})
 	}},
 	{provider.Gitea, "push", func(t *testing.T, ref string) []byte {
-		return edit(t, fixture(t, "gitea/push.json"), func(m map[string]any) { m["ref"], m["after"] = ref, sha1 })
+		return providertest.Edit(t, providertest.Payload(t, "gitea/push.json"), func(m map[string]any) { m["ref"], m["after"] = ref, sha1 })
 	}},
 	{provider.GitLab, "Push Hook", func(t *testing.T, ref string) []byte {
-		return edit(t, fixture(t, "gitlab/push.json"), func(m map[string]any) { m["ref"], m["after"] = ref, sha1 })
+		return providertest.Edit(t, providertest.Payload(t, "gitlab/push.json"), func(m map[string]any) { m["ref"], m["after"] = ref, sha1 })
 	}},
 	{provider.Generic, "push", func(t *testing.T, ref string) []byte {
 		return []byte(fmt.Sprintf(`{"ref":%q,"after":%q}`, ref, sha1))
@@ -277,30 +259,30 @@ func TestReceiver_pullRequestsAndReviewsGoToThePreviewHandler(t *testing.T) {
 		m["pull_request"].(map[string]any)["base"].(map[string]any)["ref"] = "main"
 	}
 
-	opened := edit(t, fixture(t, "github/pull_request.opened.payload.json"), toMain)
+	opened := providertest.Edit(t, providertest.Payload(t, "github/pull_request.opened.payload.json"), toMain)
 	w := serve(r, request(provider.GitHub, "pull_request", path, opened, a.secret))
 	require.Equal(t, http.StatusAccepted, w.Code, w.Body.String())
 	assert.Equal(t, "pr infra #2 opened", <-rec.done)
 
 	// The octokit example targets master, which this Repository does not track.
-	w = serve(r, request(provider.GitHub, "pull_request", path, fixture(t, "github/pull_request.opened.payload.json"), a.secret))
+	w = serve(r, request(provider.GitHub, "pull_request", path, providertest.Payload(t, "github/pull_request.opened.payload.json"), a.secret))
 	assert.Equal(t, http.StatusOK, w.Code)
 	assert.Contains(t, w.Body.String(), "targets refs/heads/master")
 
-	review := edit(t, fixture(t, "github/pull_request_review.dismissed.payload.json"), toMain)
+	review := providertest.Edit(t, providertest.Payload(t, "github/pull_request_review.dismissed.payload.json"), toMain)
 	w = serve(r, request(provider.GitHub, "pull_request_review", path, review, a.secret))
 	require.Equal(t, http.StatusAccepted, w.Code, w.Body.String())
 	assert.Equal(t, "review infra #2 dismissed", <-rec.done)
 
-	w = serve(r, request(provider.Gitea, "pull_request_approved", path, fixture(t, "gitea/pull_request_approved.json"), a.secret))
+	w = serve(r, request(provider.Gitea, "pull_request_approved", path, providertest.Payload(t, "gitea/pull_request_approved.json"), a.secret))
 	require.Equal(t, http.StatusAccepted, w.Code, w.Body.String())
 	assert.Equal(t, "review infra #3 approved", <-rec.done)
 
-	w = serve(r, request(provider.GitLab, "Merge Request Hook", path, fixture(t, "gitlab/merge_request.merge.json"), a.secret))
+	w = serve(r, request(provider.GitLab, "Merge Request Hook", path, providertest.Payload(t, "gitlab/merge_request.merge.json"), a.secret))
 	require.Equal(t, http.StatusAccepted, w.Code, w.Body.String())
 	assert.Equal(t, "pr infra #1 closed", <-rec.done)
 
-	w = serve(r, request(provider.GitHub, "ping", path, fixture(t, "github/ping.payload.json"), a.secret))
+	w = serve(r, request(provider.GitHub, "ping", path, providertest.Payload(t, "github/ping.payload.json"), a.secret))
 	assert.Equal(t, http.StatusOK, w.Code)
 
 	// Previews off: pull requests are ignored.
@@ -368,7 +350,7 @@ func TestReceiver_retriesFailedPullRequestWork(t *testing.T) {
 	r := &webhook.Receiver{Reader: env.Client, SecretReader: env.Client, Trigger: rec, PullRequests: f, Metrics: webhook.NewMetrics(prometheus.NewRegistry()),
 		Log: logr.Discard(), Workers: 1, RetryWait: time.Millisecond}
 	runReceiver(t, r)
-	opened := edit(t, fixture(t, "github/pull_request.opened.payload.json"), func(m map[string]any) {
+	opened := providertest.Edit(t, providertest.Payload(t, "github/pull_request.opened.payload.json"), func(m map[string]any) {
 		m["pull_request"].(map[string]any)["base"].(map[string]any)["ref"] = "main"
 	})
 	require.Equal(t, http.StatusAccepted, serve(r, request(provider.GitHub, "pull_request", a.repo.Status.WebhookPath, opened, a.secret)).Code)

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider/providertest"
 	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -110,7 +111,7 @@ func TestPushWebhook_syncsAtOnceAndIgnoresOtherBranchesAndReplays(t *testing.T) 
 	}
 	before := observed()
 	c1 := w.merge(map[string]string{prodValues: "replicaCount: 7\n"})
-	body := edit(t, w.pushBody(c1), func(m map[string]any) { m["ref"] = "refs/heads/feature" })
+	body := providertest.Edit(t, w.pushBody(c1), func(m map[string]any) { m["ref"] = "refs/heads/feature" })
 	assert.Equal(t, http.StatusOK, w.send("push", body), "a branch the Repository does not track")
 	require.Equal(t, http.StatusAccepted, w.send("push", w.pushBody(c1)))
 	w.changeRequest(sluicev1.ChangeRequestName("cart-prod", c1, 1))

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -37,6 +36,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider/providertest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook"
@@ -258,29 +258,14 @@ func (w *world) merge(files map[string]string) string {
 	return w.git.Commit("merge", "alice@example.com")
 }
 
-func fixture(t testing.TB, path string) []byte {
-	b, err := os.ReadFile(filepath.Join(root, "gitops-syncer", "testdata", "webhooks", path))
-	require.NoError(t, err)
-	return b
-}
-
-func edit(t testing.TB, body []byte, fn func(m map[string]any)) []byte {
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(body, &m))
-	fn(m)
-	out, err := json.Marshal(m)
-	require.NoError(t, err)
-	return out
-}
-
 func (w *world) pushBody(after string) []byte {
-	return edit(w.t, fixture(w.t, "github/push.payload.json"), func(m map[string]any) {
+	return providertest.Edit(w.t, providertest.Payload(w.t, "github/push.payload.json"), func(m map[string]any) {
 		m["ref"], m["after"], m["deleted"], m["created"] = "refs/heads/main", after, false, false
 	})
 }
 
 func (w *world) prBody(action string, n int64, head, base string) []byte {
-	return edit(w.t, fixture(w.t, "github/pull_request.opened.payload.json"), func(m map[string]any) {
+	return providertest.Edit(w.t, providertest.Payload(w.t, "github/pull_request.opened.payload.json"), func(m map[string]any) {
 		m["action"], m["number"] = action, n
 		pr := m["pull_request"].(map[string]any)
 		pr["number"] = n
@@ -296,7 +281,7 @@ func (w *world) reviewBody(n, id int64, state, commit, head, login string) []byt
 	if state == "dismissed" {
 		fix, action = "github/pull_request_review.dismissed.payload.json", "dismissed"
 	}
-	return edit(w.t, fixture(w.t, fix), func(m map[string]any) {
+	return providertest.Edit(w.t, providertest.Payload(w.t, fix), func(m map[string]any) {
 		m["action"] = action
 		r := m["review"].(map[string]any)
 		r["id"], r["state"], r["commit_id"], r["author_association"] = id, state, commit, "MEMBER"
