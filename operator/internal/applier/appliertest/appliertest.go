@@ -27,3 +27,18 @@ func RequireFailure(t testing.TB, err error, reason string) *applier.Failure {
 	require.Equal(t, reason, fail.Reason, fail.Error())
 	return fail
 }
+
+// TerraformStack is a stack of the built-in terraform_data resource (it
+// needs no provider download) with one variable, size, and an output.
+const TerraformStack = `variable "size" {
+  type = string
+}
+
+resource "terraform_data" "db" {
+  input = "db-${var.size}"
+}
+
+output "db" {
+  value = terraform_data.db.output
+}
+`

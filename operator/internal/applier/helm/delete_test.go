@@ -39,19 +39,6 @@ import (
 	"github.com/sluice-gitops/sluice/operator/internal/controller"
 )
 
-const deleteStackTF = `variable "size" {
-  type = string
-}
-
-resource "terraform_data" "db" {
-  input = "db-${var.size}"
-}
-
-output "db" {
-  value = terraform_data.db.output
-}
-`
-
 // deleteFixture is the Helm fixture plus a Terraform stack, rights for the
 // state in the control namespace, and an admin kubeconfig for planning as
 // the syncer does.
@@ -98,7 +85,7 @@ func (f *deleteFixture) credential(mode tfstate.Mode) map[string]string {
 // files is the artifact of a revision: chart, values and the stack.
 func (f *deleteFixture) files() map[string][]byte {
 	files := f.tree("message: hello\n")
-	files["services/web/terraform/main.tf"] = []byte(deleteStackTF)
+	files["services/web/terraform/main.tf"] = []byte(appliertest.TerraformStack)
 	return files
 }
 

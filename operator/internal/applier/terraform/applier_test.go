@@ -66,20 +66,8 @@ func setup(e *testenv.Env) error {
 	return err
 }
 
-// stackTF is a stack of the built-in terraform_data resource (it needs no
-// provider download), with one variable.
-const stackTF = `variable "size" {
-  type = string
-}
-
-resource "terraform_data" "db" {
-  input = "db-${var.size}"
-}
-
-output "db" {
-  value = terraform_data.db.output
-}
-`
+// stackTF is the stack of the Release db-staging.
+const stackTF = appliertest.TerraformStack
 
 // fixture is a control namespace with the ServiceAccount "deployer" (with
 // a Role for the state and plan Secrets and the state lock Leases there)
