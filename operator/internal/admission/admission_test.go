@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -23,6 +22,7 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/config"
 	"github.com/sluice-gitops/sluice/operator/internal/admission"
+	"github.com/sluice-gitops/sluice/operator/internal/admission/admissiontest"
 )
 
 const (
@@ -59,12 +59,7 @@ func setup(e *testenv.Env) error {
 	if err := grantEverything(ctx); err != nil {
 		return err
 	}
-	if err := admission.Install(ctx, env.Client, params); err != nil {
-		return err
-	}
-	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := admission.WaitActive(waitCtx, env.Config, env.Scheme, params); err != nil {
+	if err := admissiontest.Enforce(ctx, env, params); err != nil {
 		return err
 	}
 

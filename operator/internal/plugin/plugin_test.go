@@ -29,6 +29,7 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/config"
 	"github.com/sluice-gitops/sluice/operator/internal/admission"
+	"github.com/sluice-gitops/sluice/operator/internal/admission/admissiontest"
 	"github.com/sluice-gitops/sluice/operator/internal/plugin"
 )
 
@@ -65,12 +66,7 @@ func setup(e *testenv.Env) error {
 	if err := grant(ctx); err != nil {
 		return err
 	}
-	if err := admission.Install(ctx, env.Client, params); err != nil {
-		return err
-	}
-	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := admission.WaitActive(waitCtx, env.Config, env.Scheme, params); err != nil {
+	if err := admissiontest.Enforce(ctx, env, params); err != nil {
 		return err
 	}
 	if carolCfg, err = env.AddUser("carol", "sre"); err != nil {
