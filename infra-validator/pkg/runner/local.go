@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Local runs each job in a sandboxed child process of this one (see the
@@ -326,10 +327,7 @@ func suffix(msg string) string {
 	if msg == "" {
 		return ""
 	}
-	if len(msg) > 300 {
-		msg = msg[:300] + "…"
-	}
-	return ": " + msg
+	return ": " + sluicev1.Truncate(msg, 300)
 }
 
 // env is the child's whole environment: built from nothing.

@@ -11,6 +11,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Limits bound what an artifact may hold. Zero fields take the defaults of
@@ -83,10 +85,7 @@ func (e *UnsafeArchiveError) Error() string {
 }
 
 func unsafeEntry(name, format string, args ...any) error {
-	if len(name) > 200 {
-		name = name[:200] + "…"
-	}
-	return &UnsafeArchiveError{Entry: name, Problem: fmt.Sprintf(format, args...)}
+	return &UnsafeArchiveError{Entry: sluicev1.Truncate(name, 200), Problem: fmt.Sprintf(format, args...)}
 }
 
 // errTooBig is returned by limitedReader past its limit.
