@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -83,10 +84,7 @@ func TestSync_readsRepositorySecretsWithGetOnlyInItsNamespace(t *testing.T) {
 		DataDir: t.TempDir(), Namespaces: []string{ns}, Validator: validator, SkipNameValidation: true,
 	})
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Start(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testenv.Go(t, s)
 
 	repo := newRepository(t, ns, "infra", srv.RepoURL("infra"), func(r *sluicev1.Repository) {
 		r.Spec.SecretRef = &sluicev1.LocalObjectReference{Name: "git"}

@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
 )
 
 func freeAddr(t *testing.T) string {
@@ -41,10 +41,7 @@ func TestSyncer_servesProbesAndMetricsAndTakesTheLeaderLease(t *testing.T) {
 		SkipNameValidation:      true,
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ctx := testenv.Go(t, s).Context
 
 	get := func(url string) (int, string) {
 		resp, err := http.Get(url)

@@ -158,5 +158,16 @@ func (r *Running) Stop() error {
 	return r.err
 }
 
+// FailOnError stops the run when tb ends and fails tb when Start returned
+// an error; it returns r.
+func (r *Running) FailOnError(tb testing.TB) *Running {
+	tb.Cleanup(func() {
+		if err := r.Stop(); err != nil {
+			tb.Errorf("run stopped with an error: %v", err)
+		}
+	})
+	return r
+}
+
 // Done is closed once Start returned.
 func (r *Running) Done() <-chan struct{} { return r.done }

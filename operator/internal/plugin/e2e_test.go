@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/admission"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
@@ -30,7 +31,7 @@ import (
 // with the test applier for helm delivery, watching namespace ns.
 func startOperator(t *testing.T, ns string) *testapplier.Applier {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	require.NoError(t, env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "sluice-operator-e2e"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
@@ -60,12 +61,7 @@ func startOperator(t *testing.T, ns string) *testapplier.Applier {
 		Appliers:          applier.Registry{sluicev1.DeliveryHelm: ta},
 		LockRetryInterval: time.Second,
 	}))
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	testenv.Go(t, mgr).FailOnError(t)
 	return ta
 }
 

@@ -31,6 +31,7 @@ import (
 	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate/tfstatetest"
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
@@ -301,12 +302,10 @@ func (c *counting) DeleteState(ctx context.Context, req applier.Request) error {
 func startDeleteManager(t *testing.T, f *deleteFixture, wrap func(applier.Applier) applier.Applier) (stop func()) {
 	t.Helper()
 	reg := applier.Registry{sluicev1.DeliveryHelm: newApplier(t)}
-	ctx, cancel := context.WithCancel(context.Background())
+	// The state server of the Terraform applier ends with the test.
+	ctx := t.Context()
 	flags := tfapplier.Flags{Apply: true, StateAddr: "127.0.0.1:0"}
-	if err := flags.Register(ctx, reg, env.Config, server.BaseURL(), logr.Discard()); err != nil {
-		cancel()
-		require.NoError(t, err)
-	}
+	require.NoError(t, flags.Register(ctx, reg, env.Config, server.BaseURL(), logr.Discard()))
 	if wrap != nil {
 		reg[sluicev1.DeliveryHelm] = wrap(reg[sluicev1.DeliveryHelm])
 	}
@@ -316,18 +315,8 @@ func startDeleteManager(t *testing.T, f *deleteFixture, wrap func(applier.Applie
 		Namespaces: []string{f.ctl},
 	})
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			require.NoError(t, <-done)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	run := testenv.Go(t, mgr).FailOnError(t)
+	return func() { require.NoError(t, run.Stop()) }
 }
 
 func TestDelete_approvedDeleteUninstallsThenDestroysThenDeletesTheRelease(t *testing.T) {

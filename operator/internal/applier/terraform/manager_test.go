@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/controller"
@@ -24,7 +25,7 @@ func startManager(t *testing.T, f *fixture, next applier.Applier) {
 	t.Helper()
 	reg := applier.Registry{sluicev1.DeliveryHelm: next}
 	tfFlags := Flags{Apply: true, StateAddr: "127.0.0.1:0"}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := t.Context()
 	require.NoError(t, tfFlags.Register(ctx, reg, env.Config, server.BaseURL(), logr.Discard()))
 	mgr, err := controller.NewManager(ctx, env.Config, controller.ManagerOptions{
 		Options:     controller.Options{Appliers: reg, LockRetryInterval: time.Second, SkipNameValidation: true},
@@ -32,12 +33,7 @@ func startManager(t *testing.T, f *fixture, next applier.Applier) {
 		Namespaces: []string{f.ctl},
 	})
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	testenv.Go(t, mgr).FailOnError(t)
 }
 
 // submit creates the Repository and Release once, then an auto-approvable

@@ -1,7 +1,6 @@
 package terraform
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/controller"
@@ -56,7 +56,7 @@ func TestOperator_aMissingTerraformBinaryStallsTheChangeWithThePath(t *testing.T
 	require.NoError(t, os.Symlink(installed, bin))
 
 	reg := applier.Registry{sluicev1.DeliveryHelm: next}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := t.Context()
 	require.NoError(t, (&Flags{Apply: true, Path: bin, StateAddr: "127.0.0.1:0"}).Register(ctx, reg, env.Config, server.BaseURL(), logr.Discard()))
 	require.NoError(t, os.Remove(bin), "the binary goes after the start-up check")
 	mgr, err := controller.NewManager(ctx, env.Config, controller.ManagerOptions{
@@ -65,12 +65,7 @@ func TestOperator_aMissingTerraformBinaryStallsTheChangeWithThePath(t *testing.T
 		Namespaces: []string{f.ctl},
 	})
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	testenv.Go(t, mgr).FailOnError(t)
 	errorsBefore := reconcileErrors(t, "changerequest")
 
 	cr := f.change("small")
