@@ -118,19 +118,13 @@ func (f *Fixture) Start(setups ...func(ctrl.Manager) error) {
 	fetcher.TempDir = t.TempDir()
 	ha, err := helmapplier.New(helmapplier.Options{Config: f.Env.Config, Fetcher: fetcher, Log: logr.Discard()})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, controller.Setup(ctx, mgr, controller.Options{
+	require.NoError(t, controller.Setup(context.Background(), mgr, controller.Options{
 		Appliers: applier.Registry{sluicev1.DeliveryHelm: ha}, LockRetryInterval: time.Second, SkipNameValidation: true,
 	}))
 	for _, s := range setups {
 		require.NoError(t, s(mgr))
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	testenv.Go(t, mgr).FailOnError(t)
 }
 
 // Values is the honest staging values file of the first change.
