@@ -178,6 +178,9 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 			changes = append(changes, cr)
 		}
 	}
+	clock := newPhaseClock(t, op)
+	cpuBefore, requestsBefore := readCPU(t), apiRequests(t)
+	profiled := profileAPIServer(t, envInt("SLUICE_BENCH_APISERVER_PROFILE_SECONDS", 20))
 	start := time.Now()
 	createAll(t, changes)
 	created := time.Since(start)
@@ -212,6 +215,12 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 	benchLine("writes per change: %.2f (%.2f by the ChangeRequest reconciler, %.2f by the Release reconciler; target 4); 1000-change time %.1fs; ChangeRequest reconciles ending in RequeueAfter: %.0f",
 		float64(writes)/float64(len(changes)), float64(writes-releaseWrites)/float64(len(changes)), float64(releaseWrites)/float64(len(changes)),
 		took.Seconds(), reconcileCount(t, "changerequest", "requeue_after")-requeuesBefore)
+	cpuAfter := readCPU(t)
+	benchLine("CPU during the run: kube-apiserver %.1fs, etcd %.1fs, test process (operator + test client) %.1fs, in %.1fs of wall time on %d cores; API requests %s",
+		cpuAfter.apiserver-cpuBefore.apiserver, cpuAfter.etcd-cpuBefore.etcd, cpuAfter.self-cpuBefore.self, took.Seconds(), runtime.NumCPU(),
+		requestsSince(requestsBefore, apiRequests(t)))
+	clock.report()
+	profiled()
 
 	// Steady state: wait for the locks to be handed back, then reconcile
 	// everything once more and count writes.
