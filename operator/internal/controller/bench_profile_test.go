@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -248,4 +249,49 @@ func profileAPIServer(t *testing.T, seconds int) (wait func()) {
 		}
 	}()
 	return func() { <-done }
+}
+
+// queueFigures reports, per controller, how long requests waited in the
+// work queue and how long reconciles took (means over the whole run, from
+// controller-runtime's workqueue histograms), and the longest wait.
+func queueFigures(t *testing.T) string {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	var parts []string
+	for _, mf := range families {
+		var what string
+		switch mf.GetName() {
+		case "workqueue_queue_duration_seconds":
+			what = "queue wait"
+		case "workqueue_work_duration_seconds":
+			what = "reconcile"
+		default:
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			if h.GetSampleCount() == 0 {
+				continue
+			}
+			var name string
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "name" {
+					name = l.GetValue()
+				}
+			}
+			// The smallest bucket bound that holds 90% of the samples.
+			p90 := "+Inf"
+			for _, b := range h.GetBucket() {
+				if float64(b.GetCumulativeCount()) >= 0.9*float64(h.GetSampleCount()) {
+					p90 = (time.Duration(b.GetUpperBound() * float64(time.Second))).String()
+					break
+				}
+			}
+			parts = append(parts, fmt.Sprintf("%s %s: mean %v, p90 ≤ %s (n=%d)", name, what,
+				(time.Duration(h.GetSampleSum()/float64(h.GetSampleCount())*float64(time.Second))).Round(time.Millisecond), p90, h.GetSampleCount()))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
 }

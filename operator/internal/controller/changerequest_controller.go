@@ -99,6 +99,9 @@ type changeScope struct {
 	handBack bool
 	// applied: the applier was called in this pass.
 	applied bool
+	// stored: cr is what the API server returned for this reconcile's
+	// own status write, so it is current without reading it again.
+	stored bool
 }
 
 // phaseChange is one phase entered, with the reason and message of the
@@ -145,14 +148,17 @@ func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	// A pass that found the cache behind the API server (at the hand-off,
 	// before applying, or when its status write lost the race) runs again
 	// at once on what the API server returned (bounded), rather than
-	// after a short requeue.
+	// after a short requeue. stored says cr is what the API server
+	// returned for this reconcile's own write.
+	stored := false
 	for range maxRestarts {
 		if cr.Status.Phase.IsTerminal() || !cr.DeletionTimestamp.IsZero() {
 			// Terminal phases never change; the Release reconciler takes
 			// the apply lock from a terminal holder.
 			return ctrl.Result{}, nil
 		}
-		s := &changeScope{cr: cr, original: cr.DeepCopy()}
+		s := &changeScope{cr: cr, original: cr.DeepCopy(), stored: stored}
+		stored = false
 		res := r.runSteps(ctx, s)
 		if fresh, ok := res.restart.(*sluicev1.ChangeRequest); ok {
 			cr = fresh
@@ -186,13 +192,25 @@ func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 				return ctrl.Result{}, err
 			}
 		}
+		if res.err == nil && s.enteredApplying() {
+			// Applying is stored: apply now, on the copy the API server
+			// returned for that write, rather than in a pass of its own.
+			cr, stored = s.cr, true
+			continue
+		}
 		return res.result()
 	}
 	return ctrl.Result{RequeueAfter: conflictRetry}, nil
 }
 
 // maxRestarts bounds the passes of one Reconcile on fresher copies.
-const maxRestarts = 3
+const maxRestarts = 4
+
+// enteredApplying reports whether this pass moved the change to Applying
+// (and, once its status is written, stored it).
+func (s *changeScope) enteredApplying() bool {
+	return s.cr.Status.Phase == sluicev1.PhaseApplying && s.original.Status.Phase != sluicev1.PhaseApplying
+}
 
 // runSteps runs the steps of one pass in order and stops at the first that
 // ends it. The order matters:
@@ -209,8 +227,9 @@ const maxRestarts = 3
 //     without asking for approvals or the lock.
 //   - Gate before HandOff: only an approved change may take the apply lock,
 //     and the hand-off re-checks the gate on fresh data before Applying is
-//     written; the applier is called on the next pass, once Applying is
-//     stored (crash safety).
+//     written; the applier is called only once Applying is stored (crash
+//     safety): in the same reconcile, on the copy that write returned, or
+//     in a later pass.
 func (r *ChangeRequestReconciler) runSteps(ctx context.Context, s *changeScope) stepResult {
 	steps := []func(context.Context, *changeScope) stepResult{
 		r.reconcilePreview,
@@ -363,7 +382,8 @@ func (r *ChangeRequestReconciler) reconcileSupersede(ctx context.Context, s *cha
 	}
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonSuperseded, "superseded by "+newer.Name)
 	s.setPhase(sluicev1.PhaseSuperseded, sluicev1.ReasonSuperseded, fmt.Sprintf("ChangeRequest %s for revision %s is newer", newer.Name, newer.Spec.Revision))
-	// A change that held the lock without applying hands it back next pass.
+	// A superseded change that held the lock without applying loses it to
+	// the Release reconciler (a terminal holder).
 	return done()
 }
 
@@ -454,9 +474,9 @@ func (r *ChangeRequestReconciler) decide(s *changeScope, in gate.Inputs, approva
 	return d
 }
 
-// reconcileHandOff takes the release's apply lock, re-checks the gate on
-// fresh data and moves the change to Applying. The applier is called on
-// the next pass, once Applying is stored.
+// reconcileHandOff takes the release's apply lock (or waits for it),
+// re-checks the gate on fresh data and moves the change to Applying. The
+// applier is called only once Applying is stored (see Reconcile).
 func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *changeScope) stepResult {
 	if _, ok := r.Appliers.For(delivery(s.cr)); !ok {
 		return s.noApplier()
@@ -565,13 +585,16 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 	}
 	// A stale cache could still show Applying after the result was
 	// written; the applier is idempotent, but needs not be asked twice.
-	fresh := &sluicev1.ChangeRequest{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.cr), fresh); err != nil {
-		return failed(client.IgnoreNotFound(fmt.Errorf("re-read ChangeRequest before applying: %w", err)))
-	}
-	if fresh.ResourceVersion != s.original.ResourceVersion {
-		// Decide on what is current: it may already be terminal.
-		return restartWith(fresh)
+	// The copy this reconcile's own write returned is current.
+	if !s.stored {
+		fresh := &sluicev1.ChangeRequest{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.cr), fresh); err != nil {
+			return failed(client.IgnoreNotFound(fmt.Errorf("re-read ChangeRequest before applying: %w", err)))
+		}
+		if fresh.ResourceVersion != s.original.ResourceVersion {
+			// Decide on what is current: it may already be terminal.
+			return restartWith(fresh)
+		}
 	}
 	rel, held, holder, err := r.acquireLock(ctx, s.cr, true)
 	if apierrors.IsConflict(err) {

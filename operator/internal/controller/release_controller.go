@@ -88,7 +88,7 @@ func (r *ReleaseReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.O
 		Named("release").
 		For(&sluicev1.Release{}, builder.WithPredicates(releaseChanged())).
 		Watches(&sluicev1.Release{}, summarizeLater(self, lockFreed), builder.WithPredicates(releaseLockChanged())).
-		Watches(&sluicev1.ChangeRequest{}, summarizeLater(releaseOf, lockMayMove), builder.WithPredicates(changePhaseChanged())).
+		Watches(&sluicev1.ChangeRequest{}, summarizeLater(releaseOf, r.lockMayMove), builder.WithPredicates(changePhaseChanged())).
 		Watches(&sluicev1.Approval{}, handler.EnqueueRequestsFromMapFunc(releaseOf), builder.WithPredicates(createdOnly())).
 		WithOptions(opts).
 		Complete(r)
@@ -120,12 +120,12 @@ const SummaryDelay = time.Second
 // summarizeLater enqueues the Releases fn maps an object to: at once when
 // urgent says the event may move the apply lock, else after SummaryDelay.
 // The queue keeps one entry per Release, at the earliest time asked for.
-func summarizeLater(fn handler.MapFunc, urgent func(o client.Object, deleted bool) bool) handler.EventHandler {
+func summarizeLater(fn handler.MapFunc, urgent func(ctx context.Context, o client.Object, deleted bool) bool) handler.EventHandler {
 	add := func(ctx context.Context, o client.Object, deleted bool, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		if o == nil {
 			return
 		}
-		now := urgent(o, deleted)
+		now := urgent(ctx, o, deleted)
 		for _, req := range fn(ctx, o) {
 			if now {
 				q.Add(req)
@@ -148,16 +148,31 @@ func summarizeLater(fn handler.MapFunc, urgent func(o client.Object, deleted boo
 }
 
 // lockMayMove reports whether a ChangeRequest event may let its release's
-// apply lock move: the change was approved (it may take a free lock),
-// ended or was deleted (it may have held it).
-func lockMayMove(o client.Object, deleted bool) bool {
+// apply lock move, per the cached Release: the change was approved while
+// the lock is free, or the holder ended or was deleted. Other phase
+// changes (and these, should the cache be behind) are summarised after
+// SummaryDelay, which hands the lock on too.
+func (r *ReleaseReconciler) lockMayMove(ctx context.Context, o client.Object, deleted bool) bool {
 	cr, ok := o.(*sluicev1.ChangeRequest)
-	return deleted || !ok || cr.Status.Phase == sluicev1.PhaseApproved || cr.Status.Phase.IsTerminal()
+	if !ok {
+		return false
+	}
+	rel := &sluicev1.Release{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: cr.Spec.Release}, rel); err != nil {
+		return false
+	}
+	switch holder := rel.Status.CurrentChange; {
+	case holder == "":
+		return cr.Status.Phase == sluicev1.PhaseApproved
+	case holder == cr.Name:
+		return deleted || cr.Status.Phase.IsTerminal()
+	}
+	return false
 }
 
 // lockFreed reports whether a Release's apply lock is free: a change
 // waiting in line may take it.
-func lockFreed(o client.Object, _ bool) bool {
+func lockFreed(_ context.Context, o client.Object, _ bool) bool {
 	rel, ok := o.(*sluicev1.Release)
 	return ok && rel.Status.CurrentChange == ""
 }
