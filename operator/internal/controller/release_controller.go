@@ -364,6 +364,10 @@ func (r *ReleaseReconciler) reconcileLock(ctx context.Context, s *releaseScope) 
 				return ctrl.Result{}, fmt.Errorf("get lock holder %s: %w", holder, err)
 			case cr.Status.Phase.IsTerminal():
 				releaseLock(s.rel, cr)
+			case cr.Spec.Release == s.rel.Name:
+				// Newer than the cache: its own events bring the
+				// release back.
+				return ctrl.Result{}, nil
 			default:
 				return ctrl.Result{RequeueAfter: lockRetry(r.LockRetryInterval)}, nil
 			}
