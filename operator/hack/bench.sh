@@ -2,12 +2,16 @@
 # Operator benchmarks on envtest, printed as figures (make bench runs this):
 #  - time for 1,000 auto-approved ChangeRequests across 100 releases to reach
 #    a terminal phase with a no-op applier, the operator's writes per change
-#    (by the ChangeRequest and the Release reconciler) and the ChangeRequest
-#    reconciles that ended in a RequeueAfter;
+#    (by the ChangeRequest and the Release reconciler), the ChangeRequest
+#    reconciles that ended in a RequeueAfter, the CPU of kube-apiserver, etcd
+#    and the test process, API requests by verb, where a change's time goes
+#    (first phase, lock hand-over, apply) and the work queues' waits;
 #  - write calls per reconcile at steady state (target 0);
 #  - the operator's memory with 10,000 ChangeRequests in its cache;
 #  - the pure gate's cost per decision (Go benchmark).
-# Knobs: SLUICE_BENCH_RELEASES, SLUICE_BENCH_PER_RELEASE, SLUICE_BENCH_CACHED.
+# Knobs: SLUICE_BENCH_RELEASES, SLUICE_BENCH_PER_RELEASE, SLUICE_BENCH_CACHED;
+# SLUICE_BENCH_APISERVER_PROFILE=<file> writes a CPU profile of kube-apiserver
+# over the first SLUICE_BENCH_APISERVER_PROFILE_SECONDS (20) of the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -62,7 +62,7 @@ func main() {
 	flag.IntVar(&o.Concurrency, "concurrency", 4, "Parallel reconciles per controller.")
 	flag.IntVar(&o.KeepChangeRequests, "keep-changerequests", 20, "ChangeRequests kept per Release; older terminal ones are deleted.")
 	flag.DurationVar(&o.ApprovalGracePeriod, "approval-grace-period", 0, "How long an Approval matching no ChangeRequest is kept (default 10m).")
-	flag.DurationVar(&o.LockRetryInterval, "lock-retry-interval", 0, "How often a change waiting for its release's apply lock looks again (default 30s).")
+	flag.DurationVar(&o.LockRetryInterval, "lock-retry-interval", 0, "How often a lock that no watch frees is looked at again: a change in Applying whose lock a manual edit gave away, or a lock held by another release's change (default 30s). Changes waiting in line do not poll.")
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated control namespaces to watch (default: all).")
 	flag.StringVar(&testAppliers, "test-applier", "", "FOR DEMOS AND TESTS ONLY: comma-separated deliveries (helm,argocd) handled by the record-only test applier, which installs nothing and only records changes in a ConfigMap.")
 	zapOpts := zap.Options{}

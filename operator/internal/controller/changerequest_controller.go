@@ -67,8 +67,10 @@ type ChangeRequestReconciler struct {
 	Metrics *metrics.Recorder
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
-	// LockRetryInterval is how often a change waiting for the apply lock
-	// looks again; 30s when zero.
+	// LockRetryInterval is how often a change in Applying whose lock a
+	// manual edit gave to another live change looks again; 30s when zero.
+	// Changes waiting in line for the lock do not poll: the lock moving to
+	// them wakes them.
 	LockRetryInterval time.Duration
 	// BeforeHandOff, when set, is called after the gate passed on cached
 	// data and the apply lock was taken, right before the uncached
@@ -92,6 +94,14 @@ type changeScope struct {
 	// status that records the decision is written: a pass whose write
 	// fails is repeated, and must not count twice.
 	written []func()
+	// handBack: the change holds the apply lock but no longer passes the
+	// gate; the lock is handed back once the status is written.
+	handBack bool
+	// applied: the applier was called in this pass.
+	applied bool
+	// stored: cr is what the API server returned for this reconcile's
+	// own status write, so it is current without reading it again.
+	stored bool
 }
 
 // phaseChange is one phase entered, with the reason and message of the
@@ -116,10 +126,9 @@ func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts contro
 		Named("changerequest").
 		For(&sluicev1.ChangeRequest{}, builder.WithPredicates(changeRequestChanged())).
 		Watches(&sluicev1.ChangeRequest{}, handler.EnqueueRequestsFromMapFunc(r.olderChangesOfRelease), builder.WithPredicates(createdOnly())).
-		Watches(&sluicev1.ChangeRequest{}, handler.EnqueueRequestsFromMapFunc(r.nextInLineAfter), builder.WithPredicates(leftTheLine())).
 		Watches(&sluicev1.Approval{}, handler.EnqueueRequestsFromMapFunc(r.changesForApproval), builder.WithPredicates(approvalCreatedOrDeleted())).
 		Watches(&sluicev1.Release{}, handler.EnqueueRequestsFromMapFunc(r.changesForRelease), builder.WithPredicates(releaseGateInputsChanged())).
-		Watches(&sluicev1.Release{}, handler.EnqueueRequestsFromMapFunc(r.lockHolderAndNextInLine), builder.WithPredicates(releaseLockMoved())).
+		Watches(&sluicev1.Release{}, handler.EnqueueRequestsFromMapFunc(lockHolder), builder.WithPredicates(releaseLockMoved())).
 		Watches(&sluicev1.ApprovalPolicy{}, handler.EnqueueRequestsFromMapFunc(r.changesForPolicy)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.changesForNamespace), builder.WithPredicates(namespaceLabelsChanged())).
 		Watches(&sluicev1.Person{}, handler.EnqueueRequestsFromMapFunc(r.changesForPerson)).
@@ -136,19 +145,20 @@ func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if err := r.Client.Get(ctx, req.NamespacedName, cr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	// A pass that found the cache behind the API server runs again at
-	// once on what the API server returned (bounded), rather than after a
-	// short requeue.
+	// A pass that found the cache behind the API server (at the hand-off,
+	// before applying, or when its status write lost the race) runs again
+	// at once on what the API server returned (bounded), rather than
+	// after a short requeue. stored says cr is what the API server
+	// returned for this reconcile's own write.
+	stored := false
 	for range maxRestarts {
-		if cr.Status.Phase.IsTerminal() {
-			// Terminal phases never change; only the release's lock may
-			// still have to be handed back.
-			return r.reconcileTerminal(ctx, cr).result()
-		}
-		if !cr.DeletionTimestamp.IsZero() {
+		if cr.Status.Phase.IsTerminal() || !cr.DeletionTimestamp.IsZero() {
+			// Terminal phases never change; the Release reconciler takes
+			// the apply lock from a terminal holder.
 			return ctrl.Result{}, nil
 		}
-		s := &changeScope{cr: cr, original: cr.DeepCopy()}
+		s := &changeScope{cr: cr, original: cr.DeepCopy(), stored: stored}
+		stored = false
 		res := r.runSteps(ctx, s)
 		if fresh, ok := res.restart.(*sluicev1.ChangeRequest); ok {
 			cr = fresh
@@ -158,15 +168,35 @@ func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			s.summarize(res)
 		}
 		err := r.patchStatus(ctx, s)
+		if apierrors.IsConflict(err) && !s.applied {
+			log.FromContext(ctx).V(1).Info("Status write lost a race; deciding again on a fresh copy", "changeRequest", s.cr.Name)
+			fresh := &sluicev1.ChangeRequest{}
+			if err := r.APIReader.Get(ctx, req.NamespacedName, fresh); err != nil {
+				return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("re-read ChangeRequest after a conflict: %w", err))
+			}
+			cr = fresh
+			continue
+		}
 		switch {
 		case apierrors.IsConflict(err):
-			// The cache was behind the API server; the watch event of
-			// the newer version brings the change back (a short requeue
-			// covers a write the predicate hides).
-			log.FromContext(ctx).V(1).Info("Status write lost a race; retrying", "changeRequest", s.cr.Name)
+			// The applier was called in this pass: it is not called
+			// again in the same reconcile.
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		case err != nil:
 			return ctrl.Result{}, kerrors.NewAggregate([]error{res.err, err})
+		}
+		if s.handBack {
+			// Its status is written first, so the Release reconciler
+			// does not hand the lock straight back to it.
+			if err := r.handBackLock(ctx, s.cr); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		if res.err == nil && s.enteredApplying() {
+			// Applying is stored: apply now, on the copy the API server
+			// returned for that write, rather than in a pass of its own.
+			cr, stored = s.cr, true
+			continue
 		}
 		return res.result()
 	}
@@ -174,7 +204,13 @@ func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 }
 
 // maxRestarts bounds the passes of one Reconcile on fresher copies.
-const maxRestarts = 3
+const maxRestarts = 4
+
+// enteredApplying reports whether this pass moved the change to Applying
+// (and, once its status is written, stored it).
+func (s *changeScope) enteredApplying() bool {
+	return s.cr.Status.Phase == sluicev1.PhaseApplying && s.original.Status.Phase != sluicev1.PhaseApplying
+}
 
 // runSteps runs the steps of one pass in order and stops at the first that
 // ends it. The order matters:
@@ -191,8 +227,9 @@ const maxRestarts = 3
 //     without asking for approvals or the lock.
 //   - Gate before HandOff: only an approved change may take the apply lock,
 //     and the hand-off re-checks the gate on fresh data before Applying is
-//     written; the applier is called on the next pass, once Applying is
-//     stored (crash safety).
+//     written; the applier is called only once Applying is stored (crash
+//     safety): in the same reconcile, on the copy that write returned, or
+//     in a later pass.
 func (r *ChangeRequestReconciler) runSteps(ctx context.Context, s *changeScope) stepResult {
 	steps := []func(context.Context, *changeScope) stepResult{
 		r.reconcilePreview,
@@ -345,7 +382,8 @@ func (r *ChangeRequestReconciler) reconcileSupersede(ctx context.Context, s *cha
 	}
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonSuperseded, "superseded by "+newer.Name)
 	s.setPhase(sluicev1.PhaseSuperseded, sluicev1.ReasonSuperseded, fmt.Sprintf("ChangeRequest %s for revision %s is newer", newer.Name, newer.Spec.Revision))
-	// A change that held the lock without applying hands it back next pass.
+	// A superseded change that held the lock without applying loses it to
+	// the Release reconciler (a terminal holder).
 	return done()
 }
 
@@ -397,7 +435,8 @@ func (r *ChangeRequestReconciler) reconcileGate(ctx context.Context, s *changeSc
 		s.setPhase(d.Phase(), d.Reason, d.Message)
 		s.cr.Status.ApprovedAt = nil
 		// A change that is not approved must not keep the lock.
-		return r.handBackLockResult(ctx, s.cr, s.release)
+		s.handBackIfHeld(s.release)
+		return done()
 	}
 	s.setCondition(sluicev1.ConditionApproved, metav1.ConditionTrue, d.Reason, d.Message)
 	if s.cr.Status.Phase != sluicev1.PhaseApproved {
@@ -435,39 +474,26 @@ func (r *ChangeRequestReconciler) decide(s *changeScope, in gate.Inputs, approva
 	return d
 }
 
-// reconcileHandOff takes the release's apply lock, re-checks the gate on
-// fresh data and moves the change to Applying. The applier is called on
-// the next pass, once Applying is stored.
+// reconcileHandOff takes the release's apply lock (or waits for it),
+// re-checks the gate on fresh data and moves the change to Applying. The
+// applier is called only once Applying is stored (see Reconcile).
 func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *changeScope) stepResult {
 	if _, ok := r.Appliers.For(delivery(s.cr)); !ok {
 		return s.noApplier()
 	}
-	var (
-		rel  *sluicev1.Release
-		held bool
-		err  error
-	)
-	// While the cache shows another live change holding the lock, or
-	// another approved change ahead in line, wait without asking the API
-	// server (the Release watch and the one ahead wake us).
-	if !r.lockBusyInCache(ctx, s) && !r.waitInLine(ctx, s) {
-		rel, held, _, err = r.acquireLock(ctx, s.cr)
+	// Only a change first in line with the lock free asks the API server
+	// for it; the others wait without polling: the Release reconciler
+	// hands the lock on, and the lock moving wakes its new holder.
+	if !r.mayTakeLock(ctx, s) {
+		return s.waitForLock()
 	}
-	if apierrors.IsConflict(err) {
-		// Another writer touched the Release between read and write:
-		// look again right away.
-		return requeueAfter(conflictRetry)
+	rel, held, _, err := r.acquireLock(ctx, s.cr, false)
+	if apierrors.IsConflict(err) || err == nil && !held {
+		// Another change or writer was first: wait in line.
+		return s.waitForLock()
 	}
 	if err != nil {
 		return failed(err)
-	}
-	if !held {
-		// The message names no holder, so waiting changes are not
-		// rewritten each time the lock passes on.
-		msg := "waiting for the release's apply lock (Release.status.currentChange)"
-		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonWaitingForLock, msg)
-		s.ready(sluicev1.ReasonWaitingForLock, msg)
-		return requeueAfter(r.lockRetry())
 	}
 	if r.BeforeHandOff != nil {
 		r.BeforeHandOff(ctx, s.cr.DeepCopy())
@@ -508,7 +534,8 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 		s.setCondition(sluicev1.ConditionApproved, metav1.ConditionFalse, reason, msg)
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, reason, "not applied")
 		s.setPhase(d.Phase(), reason, msg)
-		return r.handBackLockResult(ctx, s.cr, rel)
+		s.handBackIfHeld(rel)
+		return done()
 	}
 	app, _ := r.Appliers.For(delivery(s.cr))
 	now := metav1.NewTime(r.now())
@@ -516,6 +543,24 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, "handed to the "+app.Name()+" applier")
 	s.setPhase(sluicev1.PhaseApplying, sluicev1.ReasonApplying, "handed to the "+app.Name()+" applier")
 	return done()
+}
+
+// waitForLock ends the pass of an approved change waiting for its
+// release's apply lock. Nothing is requeued: the lock moving to it wakes it.
+func (s *changeScope) waitForLock() stepResult {
+	// The message names no holder, so waiting changes are not rewritten
+	// each time the lock passes on.
+	msg := "waiting for the release's apply lock (Release.status.currentChange)"
+	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonWaitingForLock, msg)
+	s.ready(sluicev1.ReasonWaitingForLock, msg)
+	return done()
+}
+
+// handBackIfHeld marks the lock for hand-back when the change holds it
+// (per rel) and leaves a non-terminal phase; a terminal holder's lock is
+// taken by the Release reconciler.
+func (s *changeScope) handBackIfHeld(rel *sluicev1.Release) {
+	s.handBack = rel != nil && rel.Status.CurrentChange == s.cr.Name && !s.cr.Status.Phase.IsTerminal()
 }
 
 // noApplier stalls a change whose delivery no applier handles: the
@@ -540,15 +585,18 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 	}
 	// A stale cache could still show Applying after the result was
 	// written; the applier is idempotent, but needs not be asked twice.
-	fresh := &sluicev1.ChangeRequest{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.cr), fresh); err != nil {
-		return failed(client.IgnoreNotFound(fmt.Errorf("re-read ChangeRequest before applying: %w", err)))
+	// The copy this reconcile's own write returned is current.
+	if !s.stored {
+		fresh := &sluicev1.ChangeRequest{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.cr), fresh); err != nil {
+			return failed(client.IgnoreNotFound(fmt.Errorf("re-read ChangeRequest before applying: %w", err)))
+		}
+		if fresh.ResourceVersion != s.original.ResourceVersion {
+			// Decide on what is current: it may already be terminal.
+			return restartWith(fresh)
+		}
 	}
-	if fresh.ResourceVersion != s.original.ResourceVersion {
-		// Decide on what is current: it may already be terminal.
-		return restartWith(fresh)
-	}
-	rel, held, holder, err := r.acquireLock(ctx, s.cr)
+	rel, held, holder, err := r.acquireLock(ctx, s.cr, true)
 	if apierrors.IsConflict(err) {
 		// Another writer touched the Release between read and write:
 		// look again right away.
@@ -572,6 +620,9 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 		return failed(fmt.Errorf("get Repository %s: %w", rel.Spec.Repository, err))
 	}
 
+	// From here on the applier may act: a lost status write is not
+	// followed by a second call in the same reconcile.
+	s.applied = true
 	if s.cr.IsDelete() {
 		return r.applyDelete(ctx, s, app, rel, repo)
 	}
@@ -634,23 +685,6 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, "apply attempt failed, retrying: "+err.Error())
 		return failed(fmt.Errorf("apply %s with the %s applier: %w", s.cr.Name, app.Name(), err))
 	}
-}
-
-// reconcileTerminal hands the apply lock back once a change that held it is
-// terminal, recording an applied change on the Release in the same write,
-// unless another change waits for the lock: that one takes it over.
-func (r *ChangeRequestReconciler) reconcileTerminal(ctx context.Context, cr *sluicev1.ChangeRequest) stepResult {
-	rel := &sluicev1.Release{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: cr.Spec.Release}, rel); err != nil {
-		return orDone(client.IgnoreNotFound(err))
-	}
-	if rel.Status.CurrentChange != cr.Name || r.successorWaits(ctx, cr) {
-		// The next change takes the lock over and records this one in
-		// the same write (and the Release reconciler hands it back
-		// should it not).
-		return done()
-	}
-	return r.handBackLockResult(ctx, cr, rel)
 }
 
 // truncate bounds a status message to maxMessage bytes on a rune boundary.

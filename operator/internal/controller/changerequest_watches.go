@@ -35,15 +35,6 @@ func changeRequestChanged() predicate.Predicate {
 	}
 }
 
-// leftTheLine passes a ChangeRequest that ended, left Approved, or was
-// deleted: the changes of its release waiting for the apply lock behind it
-// look again (see waitInLine and successorWaits).
-func leftTheLine() predicate.Predicate {
-	return updates(true, func(o, n *sluicev1.ChangeRequest) bool {
-		return o.Status.Phase != n.Status.Phase && (n.Status.Phase.IsTerminal() || o.Status.Phase == sluicev1.PhaseApproved)
-	})
-}
-
 // updates passes the updates of a T for which changed holds and, when
 // deletes is set, its deletion; never creations or generic events.
 func updates[T client.Object](deletes bool, changed func(old, new T) bool) predicate.Predicate {
@@ -84,8 +75,8 @@ func approvalCreatedOrDeleted() predicate.Predicate {
 // decision on its changes: creation and deletion, labels (policies select
 // by them), environment, target namespace, the applied rule and namespace
 // and the latest change. The syncer's lastSyncedTree and the conditions
-// are skipped; the apply lock moving wakes only the changes it concerns
-// (releaseLockMoved).
+// are skipped; the apply lock moving wakes only its new holder
+// (releaseLockMoved, lockHolder).
 func releaseGateInputsChanged() predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc: func(event.CreateEvent) bool { return true },
@@ -113,73 +104,15 @@ func releaseLockMoved() predicate.Predicate {
 	return updates(false, func(o, n *sluicev1.Release) bool { return o.Status.CurrentChange != n.Status.CurrentChange })
 }
 
-// lockHolderAndNextInLine maps a Release whose lock moved to the change
-// holding it (it may be terminal and due to hand it back), to changes in
-// Applying (after a manual edit of the lock one may wait for it) and to
-// the first change waiting for it; the others wait on, woken as the line
-// moves.
-func (r *ChangeRequestReconciler) lockHolderAndNextInLine(ctx context.Context, o client.Object) []reconcile.Request {
+// lockHolder maps a Release whose apply lock moved to the change that
+// holds it now: the one change that may go on. The changes waiting in line
+// are not woken; the lock comes to them.
+func lockHolder(_ context.Context, o client.Object) []reconcile.Request {
 	rel, ok := o.(*sluicev1.Release)
-	if !ok {
+	if !ok || rel.Status.CurrentChange == "" {
 		return nil
 	}
-	var list sluicev1.ChangeRequestList
-	if err := r.Client.List(ctx, &list, client.InNamespace(rel.Namespace), client.MatchingFields{IndexRelease: rel.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		log.FromContext(ctx).Error(err, "Listing ChangeRequests to wake failed", "namespace", rel.Namespace)
-		return nil
-	}
-	var out []reconcile.Request
-	if h := rel.Status.CurrentChange; h != "" {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: rel.Namespace, Name: h}})
-	}
-	var first *sluicev1.ChangeRequest
-	for i := range list.Items {
-		c := &list.Items[i]
-		switch {
-		case c.Name == rel.Status.CurrentChange:
-		case c.Status.Phase == sluicev1.PhaseApplying:
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
-		case waitsForLock(c) && (first == nil || inLineBefore(c, first)):
-			first = c
-		}
-	}
-	if first != nil {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(first)})
-	}
-	return out
-}
-
-// nextInLineAfter maps a change that left the line for the apply lock (it
-// ended, left Approved, or was deleted) to the first change of its release
-// still waiting.
-func (r *ChangeRequestReconciler) nextInLineAfter(ctx context.Context, o client.Object) []reconcile.Request {
-	cr, ok := o.(*sluicev1.ChangeRequest)
-	if !ok || isPreview(cr) {
-		return nil
-	}
-	return r.nextInLine(ctx, cr.Namespace, cr.Spec.Release, cr.Name)
-}
-
-// nextInLine returns the first change of a release waiting for its apply
-// lock per the cache (see waitsForLock and inLineBefore), other than
-// exclude.
-func (r *ChangeRequestReconciler) nextInLine(ctx context.Context, namespace, release, exclude string) []reconcile.Request {
-	var list sluicev1.ChangeRequestList
-	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{IndexRelease: release}, client.UnsafeDisableDeepCopy); err != nil {
-		log.FromContext(ctx).Error(err, "Listing ChangeRequests to wake failed", "namespace", namespace)
-		return nil
-	}
-	var first *sluicev1.ChangeRequest
-	for i := range list.Items {
-		c := &list.Items[i]
-		if c.Name != exclude && waitsForLock(c) && (first == nil || inLineBefore(c, first)) {
-			first = c
-		}
-	}
-	if first == nil {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(first)}}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: rel.Namespace, Name: rel.Status.CurrentChange}}}
 }
 
 // changesForApproval maps an Approval to the ChangeRequests with its

@@ -14,55 +14,89 @@ import (
 )
 
 // The release's apply lock is Release.status.currentChange: the one change
-// of a release that may be handed to an applier. It is taken and handed
-// back with optimistic-concurrency patches of the Release's status, read
-// from the API server, never from the cache.
+// of a release that may be handed to an applier. It is taken and handed on
+// with optimistic-concurrency patches of the Release's status.
+//
+// Who writes it:
+//   - a change that passed the gate takes a free lock itself, but only when
+//     no other change of the release is ahead of it in line
+//     (mayTakeLock), so a single change needs no extra round trip;
+//   - a change that holds the lock but no longer passes the gate hands it
+//     back itself, once its own status is written (only the holder may let
+//     a live lock go);
+//   - everything else is the Release reconciler's (reconcileLock in
+//     release_controller.go): it takes the lock from a holder that is
+//     terminal (recording an applied one) or gone, and gives a free lock to
+//     the first change in line, in the same write as its summary. The
+//     changes waiting in line never race for it and never poll: the lock
+//     moving wakes its new holder (lockHolder).
+//
+// Safety does not depend on who writes it: a live holder is never replaced
+// (terminal phases are final, so a cached terminal phase is never stale),
+// every write carries the resourceVersion it read, and the change re-checks
+// the gate on data read from the API server before Applying is written.
 
 // conflictRetry is how soon a pass that lost an optimistic-concurrency race
-// for the apply lock runs again.
+// it cannot settle by re-reading runs again.
 const conflictRetry = 100 * time.Millisecond
 
-// lockBusyInCache reports whether the cached Release shows the apply lock
-// held by another change that the cache shows as live. It is only a hint
-// that saves API calls while many changes wait; taking the lock always
-// reads the Release from the API server.
-func (r *ChangeRequestReconciler) lockBusyInCache(ctx context.Context, s *changeScope) bool {
-	holder := s.release.Status.CurrentChange
-	if holder == "" || holder == s.cr.Name {
+// mayTakeLock reports whether s.cr, which passed the gate, should ask the
+// API server for the apply lock itself: the cached Release shows it free
+// or held by s.cr, and no other change of the release is ahead of it in
+// line (see inLineBefore) that waits for the lock or is not decided yet (a
+// burst of changes created together would otherwise all race for it).
+// It is only a hint that saves writes; the API server decides.
+func (r *ChangeRequestReconciler) mayTakeLock(ctx context.Context, s *changeScope) bool {
+	switch s.release.Status.CurrentChange {
+	case s.cr.Name:
+		return true
+	case "":
+	default:
 		return false
 	}
-	other := &sluicev1.ChangeRequest{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.cr.Namespace, Name: holder}, other); err != nil {
-		return false
+	var list sluicev1.ChangeRequestList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.cr.Namespace), client.MatchingFields{IndexRelease: s.cr.Spec.Release}, client.UnsafeDisableDeepCopy); err != nil {
+		return false // wait: the Release reconciler hands the lock on
 	}
-	return !other.Status.Phase.IsTerminal()
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.Name != s.cr.Name && (waitsForLock(o) || undecided(o)) && inLineBefore(o, s.cr) {
+			return false
+		}
+	}
+	return true
+}
+
+// undecided reports whether a cached change has not been through the gate
+// yet (no phase), and may still be approved.
+func undecided(cr *sluicev1.ChangeRequest) bool {
+	return cr.Status.Phase == "" && cr.DeletionTimestamp.IsZero() && !isPreview(cr)
 }
 
 func (r *ChangeRequestReconciler) lockRetry() time.Duration {
-	if r.LockRetryInterval > 0 {
-		return r.LockRetryInterval
+	return lockRetry(r.LockRetryInterval)
+}
+
+func lockRetry(d time.Duration) time.Duration {
+	if d > 0 {
+		return d
 	}
 	return 30 * time.Second
 }
 
-// handBackLockResult hands the lock back and turns a lost race into a
-// quick retry instead of an error with growing backoff.
-func (r *ChangeRequestReconciler) handBackLockResult(ctx context.Context, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) stepResult {
-	err := r.handBackLock(ctx, cr, rel)
-	if apierrors.IsConflict(err) {
-		return requeueAfter(conflictRetry)
+// handBackLock clears Release.status.currentChange when cr holds it, read
+// from the API server, with an optimistic-concurrency patch. Only the
+// holder calls it, for a lock it holds while live.
+func (r *ChangeRequestReconciler) handBackLock(ctx context.Context, cr *sluicev1.ChangeRequest) error {
+	rel := &sluicev1.Release{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: cr.Spec.Release}, rel); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("get Release %s to hand back its apply lock: %w", cr.Spec.Release, err))
 	}
-	return orDone(err)
-}
-
-// handBackLock clears Release.status.currentChange when cr holds it (per
-// rel), with an optimistic-concurrency patch.
-func (r *ChangeRequestReconciler) handBackLock(ctx context.Context, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) error {
-	if rel == nil || rel.Status.CurrentChange != cr.Name {
+	if rel.Status.CurrentChange != cr.Name {
 		return nil
 	}
 	orig := rel.DeepCopy()
-	releaseLock(rel, cr)
+	rel.Status.CurrentChange = ""
 	if err := r.Client.Status().Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
 		return fmt.Errorf("hand back the apply lock of Release %s: %w", rel.Name, err)
 	}
@@ -97,10 +131,11 @@ func recordApplied(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) {
 
 // acquireLock takes the release's apply lock for cr with an
 // optimistic-concurrency patch of Release.status.currentChange, reading the
-// Release from the API server. A lock held by a change that is gone or
-// terminal is taken over (recording that change first). It returns the
-// fresh Release, whether cr holds the lock, and otherwise who does.
-func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.ChangeRequest) (*sluicev1.Release, bool, string, error) {
+// Release from the API server. With takeOver, a lock held by a change that
+// is gone or terminal is taken over (recording that change first);
+// without, only a free lock is taken. It returns the fresh Release,
+// whether cr holds the lock, and otherwise who does.
+func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.ChangeRequest, takeOver bool) (*sluicev1.Release, bool, string, error) {
 	rel := &sluicev1.Release{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: cr.Spec.Release}, rel); err != nil {
 		return nil, false, "", fmt.Errorf("get Release %s for the apply lock: %w", cr.Spec.Release, err)
@@ -110,6 +145,9 @@ func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.
 		return rel, true, "", nil
 	}
 	orig := rel.DeepCopy()
+	if holder != "" && !takeOver {
+		return rel, false, holder, nil
+	}
 	if holder != "" {
 		other := &sluicev1.ChangeRequest{}
 		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: holder}, other)
@@ -129,28 +167,6 @@ func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.
 	}
 	log.FromContext(ctx).V(1).Info("Took the apply lock", "release", rel.Name)
 	return rel, true, "", nil
-}
-
-// waitInLine reports whether another approved change of the release is
-// ahead of s.cr in the line for the apply lock (see inLineBefore), per the
-// cache. Only the first in line asks the API server for the lock, so the
-// changes of a release do not race for it: the others wait, and are woken
-// when the one ahead leaves Approved (see nextInLine).
-func (r *ChangeRequestReconciler) waitInLine(ctx context.Context, s *changeScope) bool {
-	if s.release.Status.CurrentChange == s.cr.Name {
-		return false
-	}
-	var list sluicev1.ChangeRequestList
-	if err := r.Client.List(ctx, &list, client.InNamespace(s.cr.Namespace), client.MatchingFields{IndexRelease: s.cr.Spec.Release}, client.UnsafeDisableDeepCopy); err != nil {
-		return false // only a hint: the API server decides
-	}
-	for i := range list.Items {
-		o := &list.Items[i]
-		if o.Name != s.cr.Name && waitsForLock(o) && inLineBefore(o, s.cr) {
-			return true
-		}
-	}
-	return false
 }
 
 // waitsForLock reports whether a cached change is approved and waiting for
@@ -174,18 +190,20 @@ func inLineBefore(a, b *sluicev1.ChangeRequest) bool {
 	return a.Name < b.Name
 }
 
-// successorWaits reports whether the cache shows another change of cr's
-// release waiting for the lock: it takes the lock over from the terminal
-// cr (recording cr) in one write, so cr does not hand it back first.
-func (r *ChangeRequestReconciler) successorWaits(ctx context.Context, cr *sluicev1.ChangeRequest) bool {
-	var list sluicev1.ChangeRequestList
-	if err := r.Client.List(ctx, &list, client.InNamespace(cr.Namespace), client.MatchingFields{IndexRelease: cr.Spec.Release}, client.UnsafeDisableDeepCopy); err != nil {
-		return false
-	}
-	for i := range list.Items {
-		if o := &list.Items[i]; o.Name != cr.Name && waitsForLock(o) {
-			return true
+// nextHolder is the change a free apply lock goes to, per the cache: a
+// change in Applying first (it was approved and re-checked and may be half
+// applied; only a manual edit of the lock leaves one without it), then the
+// first change waiting in line; nil when none waits.
+func nextHolder(changes []sluicev1.ChangeRequest) *sluicev1.ChangeRequest {
+	var first *sluicev1.ChangeRequest
+	for i := range changes {
+		c := &changes[i]
+		if c.Status.Phase == sluicev1.PhaseApplying && c.DeletionTimestamp.IsZero() {
+			return c
+		}
+		if waitsForLock(c) && (first == nil || inLineBefore(c, first)) {
+			first = c
 		}
 	}
-	return false
+	return first
 }

@@ -58,6 +58,10 @@ type ReleaseReconciler struct {
 	// created (a ChangeRequest only missing from the cache is caught by a
 	// live read).
 	ApprovalGracePeriod time.Duration
+	// LockRetryInterval is how often a lock held by a live change that is
+	// not one of the release's own (a manual edit) is looked at again;
+	// 30s when zero.
+	LockRetryInterval time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -83,8 +87,8 @@ func (r *ReleaseReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.O
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("release").
 		For(&sluicev1.Release{}, builder.WithPredicates(releaseChanged())).
-		Watches(&sluicev1.Release{}, summarizeLater(self), builder.WithPredicates(releaseLockChanged())).
-		Watches(&sluicev1.ChangeRequest{}, summarizeLater(releaseOf), builder.WithPredicates(changePhaseChanged())).
+		Watches(&sluicev1.Release{}, summarizeLater(self, lockFreed), builder.WithPredicates(releaseLockChanged())).
+		Watches(&sluicev1.ChangeRequest{}, summarizeLater(releaseOf, r.lockMayMove), builder.WithPredicates(changePhaseChanged())).
 		Watches(&sluicev1.Approval{}, handler.EnqueueRequestsFromMapFunc(releaseOf), builder.WithPredicates(createdOnly())).
 		WithOptions(opts).
 		Complete(r)
@@ -107,33 +111,70 @@ func releaseOf(_ context.Context, o client.Object) []reconcile.Request {
 
 // SummaryDelay is how long the Release reconciler lets the phase changes
 // of a release's ChangeRequests and its lock hand-overs gather before it
-// summarises them: a burst of changes is one status write, not one each,
-// and it races less with the ChangeRequests taking the lock.
+// summarises them: a burst of changes is one status write, not one each.
+// Events that may move the apply lock (see lockMayMove and lockFreed) are
+// not delayed: the lock is handed on at once, and the summary is written
+// in the same write.
 const SummaryDelay = time.Second
 
-// summarizeLater enqueues the Releases fn maps an object to after
-// SummaryDelay; the queue keeps one entry per Release, at the earliest
-// time asked for.
-func summarizeLater(fn handler.MapFunc) handler.EventHandler {
-	add := func(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+// summarizeLater enqueues the Releases fn maps an object to: at once when
+// urgent says the event may move the apply lock, else after SummaryDelay.
+// The queue keeps one entry per Release, at the earliest time asked for.
+func summarizeLater(fn handler.MapFunc, urgent func(ctx context.Context, o client.Object, deleted bool) bool) handler.EventHandler {
+	add := func(ctx context.Context, o client.Object, deleted bool, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		if o == nil {
 			return
 		}
+		now := urgent(ctx, o, deleted)
 		for _, req := range fn(ctx, o) {
-			q.AddAfter(req, SummaryDelay)
+			if now {
+				q.Add(req)
+			} else {
+				q.AddAfter(req, SummaryDelay)
+			}
 		}
 	}
 	return handler.Funcs{
 		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.Object, q)
+			add(ctx, e.Object, false, q)
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.ObjectNew, q)
+			add(ctx, e.ObjectNew, false, q)
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.Object, q)
+			add(ctx, e.Object, true, q)
 		},
 	}
+}
+
+// lockMayMove reports whether a ChangeRequest event may let its release's
+// apply lock move, per the cached Release: the change was approved while
+// the lock is free, or the holder ended or was deleted. Other phase
+// changes (and these, should the cache be behind) are summarised after
+// SummaryDelay, which hands the lock on too.
+func (r *ReleaseReconciler) lockMayMove(ctx context.Context, o client.Object, deleted bool) bool {
+	cr, ok := o.(*sluicev1.ChangeRequest)
+	if !ok {
+		return false
+	}
+	rel := &sluicev1.Release{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: cr.Spec.Release}, rel); err != nil {
+		return false
+	}
+	switch holder := rel.Status.CurrentChange; {
+	case holder == "":
+		return cr.Status.Phase == sluicev1.PhaseApproved
+	case holder == cr.Name:
+		return deleted || cr.Status.Phase.IsTerminal()
+	}
+	return false
+}
+
+// lockFreed reports whether a Release's apply lock is free: a change
+// waiting in line may take it.
+func lockFreed(_ context.Context, o client.Object, _ bool) bool {
+	rel, ok := o.(*sluicev1.Release)
+	return ok && rel.Status.CurrentChange == ""
 }
 
 // self maps a Release to itself.
@@ -205,24 +246,36 @@ func (r *ReleaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 
-	s := &releaseScope{rel: rel, original: rel.DeepCopy()}
-	result, err := r.reconcileSteps(ctx, s)
-	if err == nil {
-		// Summarised once, at the end of a successful pass.
-		r.reconcileConditions(s)
-		s.rel.Status.ObservedGeneration = s.rel.Generation
+	// A status write that lost a race (the syncer, a change taking the
+	// lock, or a cache behind) runs the pass again at once on the
+	// Release as the API server has it (bounded), rather than after a
+	// short requeue.
+	for range maxRestarts {
+		s := &releaseScope{rel: rel, original: rel.DeepCopy()}
+		result, err := r.reconcileSteps(ctx, s)
+		if err == nil {
+			// Summarised once, at the end of a successful pass.
+			r.reconcileConditions(s)
+			s.rel.Status.ObservedGeneration = s.rel.Generation
+		}
+		perr := r.patchStatus(ctx, s)
+		if apierrors.IsConflict(perr) {
+			fresh := &sluicev1.Release{}
+			if err := r.APIReader.Get(ctx, req.NamespacedName, fresh); err != nil {
+				return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("re-read Release after a conflict: %w", err))
+			}
+			if !fresh.DeletionTimestamp.IsZero() {
+				return r.reconcileDelete(ctx, fresh)
+			}
+			rel = fresh
+			continue
+		}
+		if perr != nil {
+			return ctrl.Result{}, kerrors.NewAggregate([]error{err, perr})
+		}
+		return result, err
 	}
-	perr := r.patchStatus(ctx, s)
-	switch {
-	case apierrors.IsConflict(perr):
-		// Another writer (the syncer, the lock) was first; its event
-		// brings the Release back, the short requeue covers one the
-		// predicate hides.
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
-	case perr != nil:
-		return ctrl.Result{}, kerrors.NewAggregate([]error{err, perr})
-	}
-	return result, err
+	return ctrl.Result{RequeueAfter: conflictRetry}, nil
 }
 
 // reconcileSteps runs the steps of one pass: the lock repair first (the
@@ -238,7 +291,8 @@ func (r *ReleaseReconciler) reconcileSteps(ctx context.Context, s *releaseScope)
 	slices.SortFunc(s.changes, newestFirst)
 	s.all = s.changes
 
-	if err := r.reconcileLock(ctx, s); err != nil {
+	lockResult, err := r.reconcileLock(ctx, s)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	r.reconcileApplied(s)
@@ -246,7 +300,11 @@ func (r *ReleaseReconciler) reconcileSteps(ctx context.Context, s *releaseScope)
 	if err := r.reconcileRetention(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.reconcileApprovalGC(ctx, s)
+	result, err := r.reconcileApprovalGC(ctx, s)
+	if d := lockResult.RequeueAfter; d > 0 && (result.RequeueAfter == 0 || d < result.RequeueAfter) {
+		result.RequeueAfter = d
+	}
+	return result, err
 }
 
 // newestFirst orders changes newest first: creation time, then attempt,
@@ -279,33 +337,47 @@ func (r *ReleaseReconciler) patchStatus(ctx context.Context, s *releaseScope) er
 	return nil
 }
 
-// reconcileLock frees an apply lock whose holder is terminal (recording it
-// when applied) or gone. A live holder keeps it.
-func (r *ReleaseReconciler) reconcileLock(ctx context.Context, s *releaseScope) error {
-	holder := s.rel.Status.CurrentChange
-	if holder == "" {
-		return nil
-	}
-	for i := range s.changes {
-		if s.changes[i].Name == holder {
-			if s.changes[i].Status.Phase.IsTerminal() {
-				releaseLock(s.rel, &s.changes[i])
+// reconcileLock hands the apply lock on: a holder that is terminal
+// (recorded as the applied change when applied) or gone lets it go, and a
+// free lock goes to the next holder in line (nextHolder), in the same
+// write as the summary. It is the one writer that moves a lock from one
+// change to the next, so the changes never race for it. A live holder
+// keeps it; one that is not a change of this release (a manual edit) is
+// looked at again after LockRetryInterval, as nothing else would wake
+// this release when it ends.
+func (r *ReleaseReconciler) reconcileLock(ctx context.Context, s *releaseScope) (ctrl.Result, error) {
+	if holder := s.rel.Status.CurrentChange; holder != "" {
+		i := slices.IndexFunc(s.changes, func(c sluicev1.ChangeRequest) bool { return c.Name == holder })
+		switch {
+		case i >= 0 && !s.changes[i].Status.Phase.IsTerminal():
+			return ctrl.Result{}, nil
+		case i >= 0:
+			releaseLock(s.rel, &s.changes[i])
+		default:
+			// Not in the cache: make sure it is really gone.
+			cr := &sluicev1.ChangeRequest{}
+			err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.rel.Namespace, Name: holder}, cr)
+			switch {
+			case apierrors.IsNotFound(err):
+				s.rel.Status.CurrentChange = ""
+			case err != nil:
+				return ctrl.Result{}, fmt.Errorf("get lock holder %s: %w", holder, err)
+			case cr.Status.Phase.IsTerminal():
+				releaseLock(s.rel, cr)
+			case cr.Spec.Release == s.rel.Name:
+				// Newer than the cache: its own events bring the
+				// release back.
+				return ctrl.Result{}, nil
+			default:
+				return ctrl.Result{RequeueAfter: lockRetry(r.LockRetryInterval)}, nil
 			}
-			return nil
 		}
 	}
-	// Not in the cache: make sure it is really gone.
-	cr := &sluicev1.ChangeRequest{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.rel.Namespace, Name: holder}, cr)
-	switch {
-	case apierrors.IsNotFound(err):
-		s.rel.Status.CurrentChange = ""
-	case err != nil:
-		return fmt.Errorf("get lock holder %s: %w", holder, err)
-	case cr.Status.Phase.IsTerminal():
-		releaseLock(s.rel, cr)
+	if next := nextHolder(s.changes); next != nil {
+		s.rel.Status.CurrentChange = next.Name
+		log.FromContext(ctx).V(1).Info("Handed the apply lock on", "changeRequest", next.Name)
 	}
-	return nil
+	return ctrl.Result{}, nil
 }
 
 // finishedAt is when a terminal change reached its phase.

@@ -45,9 +45,11 @@ type Options struct {
 	// ApprovalGracePeriod is how long an Approval whose digest matches no
 	// ChangeRequest is kept before it is deleted; 10 minutes when zero.
 	ApprovalGracePeriod time.Duration
-	// LockRetryInterval is how often a change waiting for its release's
-	// apply lock looks again (it is also woken when the lock is released);
-	// 30 seconds when zero.
+	// LockRetryInterval is how often the lock is looked at again in the
+	// states no watch ends: a change in Applying whose lock a manual edit
+	// gave to another live change, or a lock held by a change that is not
+	// the release's own; 30 seconds when zero. Changes waiting in line do
+	// not poll: the lock is handed to them.
 	LockRetryInterval time.Duration
 	// SkipNameValidation lets a process run the controllers more than once
 	// (tests that restart the manager); the operator leaves it false.
@@ -109,6 +111,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Appliers:            opts.Appliers,
 		KeepChangeRequests:  opts.KeepChangeRequests,
 		ApprovalGracePeriod: opts.ApprovalGracePeriod,
+		LockRetryInterval:   opts.LockRetryInterval,
 	}
 	if err := rel.SetupWithManager(mgr, copts); err != nil {
 		return fmt.Errorf("set up the Release controller: %w", err)

@@ -1,0 +1,132 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
+)
+
+// lineApplier applies nothing and records, per release, the order of the
+// applies and how many ran at once.
+type lineApplier struct {
+	mu          sync.Mutex
+	inFlight    map[string]int
+	maxInFlight int
+	order       []string
+}
+
+func (a *lineApplier) Name() string { return "line" }
+
+func (a *lineApplier) Apply(_ context.Context, req applier.Request) (applier.Result, error) {
+	a.mu.Lock()
+	a.inFlight[req.Release.Name]++
+	a.maxInFlight = max(a.maxInFlight, a.inFlight[req.Release.Name])
+	a.order = append(a.order, req.Change.Name)
+	a.mu.Unlock()
+	// Widen the window in which a second apply of the release could start.
+	time.Sleep(20 * time.Millisecond)
+	a.mu.Lock()
+	a.inFlight[req.Release.Name]--
+	a.mu.Unlock()
+	return applier.Result{Message: "applied"}, nil
+}
+
+// TestLock_changesApprovedTogetherApplyOneAtATimeInLineWithoutPolling: six
+// auto-approved changes of a release created at once are applied one at a
+// time, oldest first (or superseded by a newer one), with the lock handed
+// from one to the next by the Release reconciler: no ChangeRequest
+// reconcile ends in a RequeueAfter (nothing polls the lock), and a change
+// makes at most three status writes of its own (Approved, Applying,
+// Applied; the first takes the free lock itself instead of writing
+// Approved) and one write of the Release that hands it the lock: four in
+// all, plus the hand-back after the last and one summary of the Release.
+func TestLock_changesApprovedTogetherApplyOneAtATimeInLineWithoutPolling(t *testing.T) {
+	f := newFixture(t)
+	la := &lineApplier{inFlight: map[string]int{}}
+	op := startOperator(t, f.ns, operatorConfig{applier: la, concurrency: 4})
+	// Count the writes that were stored (a write that lost a race is no
+	// write): every update of a ChangeRequest or a Release here is the
+	// operator's.
+	var stored sync.Map
+	for _, obj := range []client.Object{&sluicev1.ChangeRequest{}, &sluicev1.Release{}} {
+		inf, err := op.mgr.GetCache().GetInformer(ctx(t), obj)
+		require.NoError(t, err)
+		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(o, n any) {
+			if o.(client.Object).GetResourceVersion() != n.(client.Object).GetResourceVersion() {
+				c, _ := stored.LoadOrStore(fmt.Sprintf("%T", n), new(atomic.Int64))
+				c.(*atomic.Int64).Add(1)
+			}
+		}})
+		require.NoError(t, err)
+	}
+	count := func(obj client.Object) int64 {
+		c, ok := stored.Load(fmt.Sprintf("%T", obj))
+		if !ok {
+			return 0
+		}
+		return c.(*atomic.Int64).Load()
+	}
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	require.Eventually(t, func() bool {
+		r := f.getRelease(rel.Name)
+		return len(r.Finalizers) == 1 && r.Status.ObservedGeneration == r.Generation
+	}, waitFor, 50*time.Millisecond)
+	time.Sleep(2 * SummaryDelay) // the Release's own set-up is not counted
+	changeWrites, releaseWrites := count(&sluicev1.ChangeRequest{}), count(&sluicev1.Release{})
+	requeues := reconcileCount(t, "changerequest", "requeue_after")
+
+	const n = 6
+	var changes []*sluicev1.ChangeRequest
+	for range n {
+		changes = append(changes, f.change(rel, autoApprove))
+	}
+	var applied []string
+	for _, cr := range changes {
+		got := f.eventually(cr, "terminal", func(c *sluicev1.ChangeRequest) bool { return c.Status.Phase.IsTerminal() })
+		require.Contains(t, []sluicev1.ChangeRequestPhase{sluicev1.PhaseApplied, sluicev1.PhaseSuperseded}, got.Status.Phase, describe(got))
+		if got.Status.Phase == sluicev1.PhaseApplied {
+			applied = append(applied, got.Name)
+		}
+	}
+	require.NotEmpty(t, applied)
+	require.Eventually(t, func() bool {
+		r := f.getRelease(rel.Name)
+		return r.Status.CurrentChange == "" && r.Status.AppliedChange == applied[len(applied)-1]
+	}, waitFor, 50*time.Millisecond, "the last change applied is recorded and the lock handed back")
+
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	require.Equal(t, 1, la.maxInFlight, "two changes of the release were applied at once")
+	require.Equal(t, applied, la.order, "the changes were applied in line (oldest first), each once")
+	require.True(t, slices.IsSortedFunc(la.order, func(a, b string) int {
+		ia := slices.IndexFunc(changes, func(c *sluicev1.ChangeRequest) bool { return c.Name == a })
+		ib := slices.IndexFunc(changes, func(c *sluicev1.ChangeRequest) bool { return c.Name == b })
+		return ia - ib
+	}))
+	require.Zero(t, reconcileCount(t, "changerequest", "requeue_after")-requeues, "a ChangeRequest reconcile polled")
+	// The counts are read once the operator's cache has seen the last write.
+	require.Eventually(t, func() bool {
+		r := &sluicev1.Release{}
+		require.NoError(t, op.mgr.GetCache().Get(ctx(t), client.ObjectKeyFromObject(rel), r))
+		return r.Status.CurrentChange == "" && r.Status.AppliedChange == applied[len(applied)-1]
+	}, waitFor, 50*time.Millisecond)
+	changeWrites, releaseWrites = count(&sluicev1.ChangeRequest{})-changeWrites, count(&sluicev1.Release{})-releaseWrites
+	t.Logf("%d changes, %d applied: %d ChangeRequest writes, %d Release writes", n, len(applied), changeWrites, releaseWrites)
+	require.LessOrEqual(t, changeWrites, int64(3*n), "ChangeRequest writes")
+	// Each applied change is handed the lock once; beyond four writes per
+	// change, the release takes the hand-back after the last and one
+	// summary of its own (the Ready of the newest change, a superseded
+	// change in its history).
+	require.LessOrEqual(t, changeWrites+releaseWrites, int64(4*n+2), "writes for %d changes", n)
+}
