@@ -60,10 +60,14 @@ type Attestation struct {
 	GateReason string                 `json:"gateReason,omitempty"`
 	ApprovedAt string                 `json:"approvedAt,omitempty"`
 	AppliedAt  string                 `json:"appliedAt,omitempty"`
-	// PolicyBundleDigest is empty: ChangeRequests do not record the digest
-	// of the policy bundle the validator ran (yet).
+	// PolicyBundleDigest is the digest of the policy bundle the syncer
+	// validated the change with (its spec.policyBundleDigest); empty for a
+	// change made before syncers recorded it.
 	PolicyBundleDigest string `json:"policyBundleDigest"`
-	TraceID            string `json:"traceID,omitempty"`
+	// TerraformState is the state the apply left, as the change records
+	// it (lineage, serial, resources digest).
+	TerraformState *sluicev1.TerraformApplyResult `json:"terraformState,omitempty"`
+	TraceID        string                         `json:"traceID,omitempty"`
 }
 
 // AttestedApprover is one standing approval that counted.
@@ -125,13 +129,10 @@ func (a *app) audit(cmd *cobra.Command, o *auditOptions, names []string) error {
 		}
 		rels = append(rels, rel)
 	}
-	checker, err := a.helmChecker()
-	if err != nil {
-		return err
-	}
+	run := &auditRun{a: a}
 	out := make([]Attestation, 0, len(rels))
 	for i := range rels {
-		out = append(out, a.auditRelease(ctx, &rels[i], checker))
+		out = append(out, a.auditRelease(ctx, &rels[i], run))
 	}
 
 	if o.output == outputJSON {
@@ -162,9 +163,20 @@ func (a *app) audit(cmd *cobra.Command, o *auditOptions, names []string) error {
 	return nil
 }
 
-// helmChecker compares live objects as the plugin's own user.
-func (a *app) helmChecker() (*drift.HelmChecker, error) {
-	cfg := a.restConfig
+// auditRun is one audit command's shared state: what the provers reuse
+// across releases.
+type auditRun struct {
+	a    *app
+	helm *drift.HelmChecker
+}
+
+// helmChecker compares live objects as the plugin's own user; it is made
+// on first use.
+func (r *auditRun) helmChecker() (*drift.HelmChecker, error) {
+	if r.helm != nil {
+		return r.helm, nil
+	}
+	cfg := r.a.restConfig
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the API server: %w", err)
@@ -173,11 +185,34 @@ func (a *app) helmChecker() (*drift.HelmChecker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discover the API server's kinds: %w", err)
 	}
-	return &drift.HelmChecker{Config: cfg, Mapper: mapper, Direct: true}, nil
+	r.helm = &drift.HelmChecker{Config: cfg, Mapper: mapper, Direct: true}
+	return r.helm, nil
+}
+
+// proof is what one prover found about one part of a release.
+type proof struct {
+	// Result is AuditProven, AuditDrifted or AuditUnknown.
+	Result   string
+	Evidence []string
+}
+
+func (p *proof) say(format string, args ...any) {
+	p.Evidence = append(p.Evidence, fmt.Sprintf(format, args...))
+}
+
+// prover holds one part of what runs (the Terraform state, the delivered
+// workload) to the release's applied change, from the API server alone.
+// It is called only for a change that is Applied and approved.
+type prover func(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) proof
+
+// deliveryProvers prove the workload of a change by its delivery; a
+// delivery without one is unknown. Each delivery's file adds its own.
+var deliveryProvers = map[sluicev1.Delivery]prover{
+	sluicev1.DeliveryHelm: proveHelm,
 }
 
 // auditRelease proves one release or says why not.
-func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, checker *drift.HelmChecker) Attestation {
+func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, run *auditRun) Attestation {
 	at := Attestation{Release: rel.Name, Namespace: rel.Namespace, Result: AuditUnknown, Approvers: []AttestedApprover{}}
 	say := func(format string, args ...any) { at.Evidence = append(at.Evidence, fmt.Sprintf(format, args...)) }
 	if rel.Status.AppliedChange == "" {
@@ -194,9 +229,11 @@ func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, checker *
 	at.Digests.Manifest, at.Digests.Plan = string(cr.Spec.ManifestDigest), string(cr.Spec.PlanDigest)
 	at.Digests.PlanFile, at.Digests.Artifact = string(cr.Spec.PlanFileSHA256), string(cr.Spec.Artifact.SHA256)
 	at.Rule = cr.Status.EffectiveRule
+	at.PolicyBundleDigest = string(cr.Spec.PolicyBundleDigest)
 	at.TraceID = tracing.TraceID(tracing.Extract(ctx, cr.Annotations[sluicev1.AnnotationTraceParent]))
 	if cr.Status.Apply != nil {
 		at.HelmRevision = cr.Status.Apply.HelmRevision
+		at.TerraformState = cr.Status.Apply.Terraform
 		if cr.Status.Apply.FinishedAt != nil {
 			at.AppliedAt = cr.Status.Apply.FinishedAt.UTC().Format(time.RFC3339)
 		}
@@ -232,42 +269,66 @@ func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, checker *
 	}
 	say("gate: %s (%s)", d.Reason, d.Message)
 
-	result := AuditProven
-	if rel.Spec.Terraform != nil && cr.Spec.PlanDigest != "" {
-		tfResult, evidence := a.auditTerraform(ctx, rel, cr)
-		at.Evidence = append(at.Evidence, evidence...)
-		if tfResult == AuditDrifted {
-			at.Result = AuditDrifted
-			return at
-		}
-		result = tfResult
+	// Each part of the release is held to the change: the Terraform
+	// state when the change applied a plan, then the workload by its
+	// delivery. Drifted wins over unknown, unknown over proven.
+	var parts []proof
+	hasPlan := rel.Spec.Terraform != nil && cr.Spec.PlanDigest != ""
+	if hasPlan {
+		parts = append(parts, proveTerraform(ctx, run, rel, cr))
 	}
-	tfOnly := rel.Spec.Terraform != nil && cr.Spec.PlanDigest != "" && cr.Spec.ManifestDigest == ""
-	switch {
-	case tfOnly:
+	switch prove, ok := deliveryProvers[cr.Spec.Delivery.OrDefault()]; {
+	case hasPlan && cr.Spec.ManifestDigest == "":
 		// No manifests were approved with the change: the drift
-		// controller skips the Helm part of such a change as well.
-		say("the change approved no manifests, only the Terraform plan")
-	case cr.Spec.Delivery == sluicev1.DeliveryHelm:
-		repo := &sluicev1.Repository{}
-		_ = a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo)
-		rep, err := checker.Check(ctx, rel, repo, cr)
-		switch {
-		case err != nil:
-			say("the live Helm release cannot be compared: %v", err)
-			return at
-		case rep.Drifted():
-			at.Result = AuditDrifted
-			say("%s", drift.Summary(cr.Name, rep.Objects))
-			return at
-		}
-		say("Helm revision %d hashes to manifestDigest and its %d objects match the live ones", at.HelmRevision, rep.Checked)
+		// controller skips the workload of such a change as well.
+		parts = append(parts, proof{Result: AuditProven, Evidence: []string{"the change approved no manifests, only the Terraform plan"}})
+	case ok:
+		parts = append(parts, prove(ctx, run, rel, cr))
 	default:
-		result = AuditUnknown
-		say("delivery %s is not checked live by audit", cr.Spec.Delivery)
+		parts = append(parts, proof{Result: AuditUnknown, Evidence: []string{fmt.Sprintf("delivery %s is not checked live by audit", cr.Spec.Delivery)}})
 	}
-	at.Result = result
+	at.Result = AuditProven
+	for _, p := range parts {
+		at.Evidence = append(at.Evidence, p.Evidence...)
+		switch {
+		case p.Result == AuditDrifted:
+			at.Result = AuditDrifted
+		case p.Result != AuditProven && at.Result == AuditProven:
+			at.Result = AuditUnknown
+		}
+	}
 	return at
+}
+
+// proveHelm holds the live Helm release to the change: its record hashes
+// to manifestDigest and every object it installed matches (the drift
+// controller's Helm check, as the plugin's user).
+func proveHelm(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) proof {
+	p := proof{Result: AuditUnknown}
+	checker, err := r.helmChecker()
+	if err != nil {
+		p.say("the live Helm release cannot be compared: %v", err)
+		return p
+	}
+	repo := &sluicev1.Repository{}
+	_ = r.a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo)
+	rep, err := checker.Check(ctx, rel, repo, cr)
+	switch {
+	case err != nil:
+		p.say("the live Helm release cannot be compared: %v", err)
+		return p
+	case rep.Drifted():
+		p.Result = AuditDrifted
+		p.say("%s", drift.Summary(cr.Name, rep.Objects))
+		return p
+	}
+	var rev int32
+	if cr.Status.Apply != nil {
+		rev = cr.Status.Apply.HelmRevision
+	}
+	p.Result = AuditProven
+	p.say("Helm revision %d hashes to manifestDigest and its %d objects match the live ones", rev, rep.Checked)
+	return p
 }
 
 // auditTerraform holds the release's Terraform state, as the API server
@@ -277,6 +338,11 @@ func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, checker *
 // plan of this change (see package drift) is drift. Proven it never is:
 // the apply records no state serial, so a later write by another
 // terraform run cannot be told from the apply's own by the serial alone.
+func proveTerraform(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) proof {
+	res, ev := r.a.auditTerraform(ctx, rel, cr)
+	return proof{Result: res, Evidence: ev}
+}
+
 func (a *app) auditTerraform(ctx context.Context, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) (string, []string) {
 	var ev []string
 	say := func(format string, args ...any) { ev = append(ev, fmt.Sprintf(format, args...)) }
