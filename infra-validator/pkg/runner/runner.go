@@ -60,9 +60,9 @@ type Job struct {
 	// terraform.PlanOptions.
 	Vars             map[string]string `json:"vars,omitempty"`
 	VarsFromPlanFile []byte            `json:"varsFromPlanFile,omitempty"`
-	Workspace string            `json:"workspace,omitempty"`
-	Destroy   bool              `json:"destroy,omitempty"`
-	Backend   terraform.Backend `json:"backend"`
+	Workspace        string            `json:"workspace,omitempty"`
+	Destroy          bool              `json:"destroy,omitempty"`
+	Backend          terraform.Backend `json:"backend"`
 	// Env reaches terraform's environment only: the state credential
 	// (TF_HTTP_*) and the provider settings the caller was configured to
 	// pass.
