@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	tfapplier "github.com/sluice-gitops/sluice/operator/internal/applier/terraform"
@@ -331,45 +332,105 @@ func proveHelm(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *slui
 	return p
 }
 
-// auditTerraform holds the release's Terraform state, as the API server
-// stores it, to the applied change: the state Secret must exist, carry
-// the lineage of the state the approved plan file was made against, and
-// not be older than it; a Drifted condition from the drift controller's
-// plan of this change (see package drift) is drift. Proven it never is:
-// the apply records no state serial, so a later write by another
-// terraform run cannot be told from the apply's own by the serial alone.
+// proveTerraform holds the release's Terraform state, as the API server
+// stores it (the state Secret, read as the plugin's user), to the state
+// the applied change's apply recorded (status.apply.terraform):
+//
+//   - the same lineage and serial and the same resources digest: proven,
+//     the state is the one the apply left;
+//   - another serial but the same resources digest: proven, the state was
+//     written since but holds exactly what the apply left;
+//   - the apply's serial but other resources (a state written by hand
+//     with the serial kept), another lineage, other resources, or no
+//     state at all: drifted;
+//   - the drift controller's plan of this change found Terraform drift
+//     (the real infrastructure differs even if the state does not):
+//     drifted.
+//
+// A change applied before applies recorded their state is held to its
+// approved plan's prior state only, which cannot prove it: unknown.
 func proveTerraform(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) proof {
-	res, ev := r.a.auditTerraform(ctx, rel, cr)
-	return proof{Result: res, Evidence: ev}
-}
-
-func (a *app) auditTerraform(ctx context.Context, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) (string, []string) {
-	var ev []string
-	say := func(format string, args ...any) { ev = append(ev, fmt.Sprintf(format, args...)) }
+	p := proof{Result: AuditUnknown}
 	ws := rel.Spec.Terraform.Workspace
 	if ws == "" {
 		ws = "default"
 	}
 	name := tfapplier.StateSecretName(ws, rel.Name)
 	st := &corev1.Secret{}
-	if err := a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: name}, st); err != nil {
+	if err := r.a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: name}, st); err != nil {
 		if apierrors.IsNotFound(err) {
-			say("the Terraform state Secret %s is gone", name)
-			return AuditDrifted, ev
+			p.Result = AuditDrifted
+			p.say("the Terraform state Secret %s is gone", name)
+			return p
 		}
-		say("the Terraform state Secret %s cannot be read: %v", name, err)
-		return AuditUnknown, ev
+		p.say("the Terraform state Secret %s cannot be read: %v", name, err)
+		return p
 	}
-	cur, ok := tfapplier.StoredStateVersion(st.Data["tfstate"])
-	if !ok {
-		say("the Terraform state in %s cannot be read", name)
-		return AuditUnknown, ev
+	cur, err := tfapplier.StoredState(st.Data["tfstate"])
+	if err != nil {
+		p.say("the Terraform state in %s cannot be read: %v", name, err)
+		return p
 	}
-	say("Terraform state lineage %s serial %d", cur.Lineage, cur.Serial)
+	p.say("Terraform state lineage %s serial %d, resources %s (%d)", cur.Lineage, cur.Serial, cur.ResourcesDigest, cur.Resources)
+	if tfDrift := terraformDriftOf(rel, cr); len(tfDrift) > 0 {
+		p.Result = AuditDrifted
+		p.say("the drift controller's plan of %s: %s", cr.Name, drift.Summary(cr.Name, tfDrift))
+		return p
+	}
+	var rec *sluicev1.TerraformApplyResult
+	if cr.Status.Apply != nil {
+		rec = cr.Status.Apply.Terraform
+	}
+	if rec == nil {
+		return provePriorState(ctx, r, rel, cr, cur, p)
+	}
+	sameSerial := cur.Serial == uint64(max(rec.Serial, 0))
+	sameResources := cur.ResourcesDigest == string(rec.ResourcesDigest)
+	switch {
+	case cur.Lineage != rec.Lineage:
+		p.Result = AuditDrifted
+		p.say("the apply left lineage %s: the state was replaced", rec.Lineage)
+	case sameSerial && sameResources:
+		p.Result = AuditProven
+		p.say("the state is the one the apply of %s left (serial %d, same resources)", cr.Name, rec.Serial)
+	case sameResources:
+		p.Result = AuditProven
+		p.say("the state was written after the apply of %s (serial %d), but holds exactly the resources it left", cr.Name, rec.Serial)
+	case sameSerial:
+		p.Result = AuditDrifted
+		p.say("the state has the serial the apply of %s left (%d) but other resources than its %s: it was rewritten behind Sluice's back", cr.Name, rec.Serial, rec.ResourcesDigest)
+	default:
+		p.Result = AuditDrifted
+		p.say("the state was written after the apply of %s (serial %d) and its resources differ from the %s it left", cr.Name, rec.Serial, rec.ResourcesDigest)
+	}
+	return p
+}
+
+// terraformDriftOf is the Terraform part of the drift the drift
+// controller last found against cr.
+func terraformDriftOf(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) []sluicev1.DriftedObject {
+	d := rel.Status.Drift
+	if d == nil || d.Change != cr.Name {
+		return nil
+	}
+	var out []sluicev1.DriftedObject
+	for _, o := range d.Objects {
+		if o.Kind == drift.TerraformKind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// provePriorState holds the state of a change whose apply recorded none
+// to the prior state its approved plan file was made against: a replaced
+// lineage or an older serial is drift; anything else is unknown, since a
+// later write cannot be told from the apply's own.
+func provePriorState(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sluicev1.ChangeRequest, cur tf.StateRecord, p proof) proof {
 	var plan []byte
 	for i := 0; ; i++ {
 		s := &corev1.Secret{}
-		if err := a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: sluicev1.PlanSecretName(cr.Name, i)}, s); err != nil {
+		if err := r.a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: sluicev1.PlanSecretName(cr.Name, i)}, s); err != nil {
 			if !apierrors.IsNotFound(err) || i == 0 {
 				plan = nil
 			}
@@ -380,33 +441,23 @@ func (a *app) auditTerraform(ctx context.Context, rel *sluicev1.Release, cr *slu
 	if prior, ok := tfapplier.PlanPriorState(plan); ok {
 		switch {
 		case prior.Lineage != cur.Lineage:
-			say("the approved plan was made against lineage %s: the state was replaced", prior.Lineage)
-			return AuditDrifted, ev
+			p.Result = AuditDrifted
+			p.say("the approved plan was made against lineage %s: the state was replaced", prior.Lineage)
+			return p
 		case cur.Serial < prior.Serial:
-			say("the approved plan was made against serial %d: the state was rolled back", prior.Serial)
-			return AuditDrifted, ev
+			p.Result = AuditDrifted
+			p.say("the approved plan was made against serial %d: the state was rolled back", prior.Serial)
+			return p
 		}
-		say("the approved plan was made against serial %d of this lineage", prior.Serial)
+		p.say("the approved plan was made against serial %d of this lineage", prior.Serial)
 	} else {
-		say("the approved plan file of %s cannot be read, so its prior state is not compared", cr.Name)
-	}
-	if d := rel.Status.Drift; d != nil && d.Change == cr.Name {
-		var tfObjs []sluicev1.DriftedObject
-		for _, o := range d.Objects {
-			if o.Kind == drift.TerraformKind {
-				tfObjs = append(tfObjs, o)
-			}
-		}
-		if len(tfObjs) > 0 {
-			say("the drift controller's plan of %s: %s", cr.Name, drift.Summary(cr.Name, tfObjs))
-			return AuditDrifted, ev
-		}
+		p.say("the approved plan file of %s cannot be read, so its prior state is not compared", cr.Name)
 	}
 	if c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionDrifted); c != nil && c.Status == metav1.ConditionFalse {
-		say("the drift controller's last plan found no change (%s)", c.LastTransitionTime.UTC().Format(time.RFC3339))
+		p.say("the drift controller's last plan found no change (%s)", c.LastTransitionTime.UTC().Format(time.RFC3339))
 	}
-	say("the apply records no state serial, so later writes to the state cannot be excluded")
-	return AuditUnknown, ev
+	p.say("the apply of %s recorded no state, so later writes to the state cannot be excluded", cr.Name)
+	return p
 }
 
 // approvedBy evaluates the applied change's standing Approvals under the
