@@ -87,6 +87,8 @@ func TestAudit_provesATerraformReleaseByTheStateItsApplyLeft(t *testing.T) {
 	require.NoError(t, err, at.Evidence)
 	require.Equal(t, plugin.AuditProven, at.Result, at.Evidence)
 	require.Equal(t, recorded, at.TerraformState)
+	require.NotEmpty(t, at.PolicyBundleDigest)
+	require.Equal(t, string(f.Applied().Spec.PolicyBundleDigest), at.PolicyBundleDigest, "the attestation names the policy bundle of the verdict")
 	require.Contains(t, strings.Join(at.Evidence, "; "), "the state is the one the apply of "+at.Change+" left")
 
 	// Written again (a higher serial) with the same resources: still what

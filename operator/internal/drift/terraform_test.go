@@ -117,6 +117,8 @@ func newTFFixture(t *testing.T) *tfFixture {
 			PlanFileSHA256: sluicev1.Digest(plan.Report.PlanFileSHA256),
 			Verdict:        sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow},
 			Rule:           sluicev1.ApprovalRule{Required: 1, AutoApproveRisk: sluicev1.AutoApproveNone},
+			// As the syncer records it (policy.BundleDigest).
+			PolicyBundleDigest: sluicev1.SHA256Digest([]byte("the syncer's policy bundle")),
 		},
 	}
 	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
