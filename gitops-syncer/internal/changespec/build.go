@@ -87,6 +87,7 @@ func Build(c Change) *sluicev1.ChangeRequest {
 	if res := c.Result; res != nil {
 		spec.ManifestDigest, spec.PlanDigest, spec.PlanFileSHA256 = res.ManifestDigest, res.PlanDigest, res.PlanFileSHA256
 		spec.PlanSummary = res.PlanSummary
+		spec.PolicyBundleDigest = res.PolicyBundleDigest
 		spec.Verdict = res.Verdict
 		findings = append(findings, res.Verdict.Findings...)
 	} else {

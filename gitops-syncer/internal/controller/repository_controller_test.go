@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -58,6 +59,9 @@ func TestSync_pushCreatesChangeRequestsForChangedReleasesOnly(t *testing.T) {
 	assert.NotEmpty(t, alphaCR.Spec.ManifestDigest)
 	assert.Empty(t, alphaCR.Spec.PlanDigest)
 	assert.Equal(t, alphaCR.ExpectedApprovalDigest(), alphaCR.Spec.ApprovalDigest)
+	bundle, err := policy.BundleDigest(policy.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, sluicev1.Digest(bundle), alphaCR.Spec.PolicyBundleDigest, "the change records the policy bundle its verdict came from")
 	assert.Equal(t, []sluicev1.Identity{"email:alice@example.com"}, alphaCR.Spec.Authors)
 	assert.Equal(t, "initial catalog", alphaCR.Spec.CommitMessage)
 	assert.Equal(t, "alpha-staging", alphaCR.Spec.TargetNamespace)

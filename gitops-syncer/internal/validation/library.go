@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
@@ -29,6 +30,8 @@ import (
 type Library struct {
 	V     *validate.Validator
 	state StateGranter
+	// bundle is the digest of the policies V evaluates.
+	bundle sluicev1.Digest
 }
 
 // StateGranter hands out run credentials for one release's state
@@ -64,14 +67,19 @@ func NewLibrary(ctx context.Context, opts LibraryOptions) (*Library, error) {
 	if opts.State != nil && opts.Runner == nil {
 		return nil, errors.New("load validator: a state server needs a terraform runner")
 	}
-	v, err := validate.New(ctx, validate.Options{
+	vopts := validate.Options{
 		Terraform: terraform.ExecOptions{ExecPath: opts.TerraformPath, Env: opts.TerraformEnv, Runner: opts.Runner},
 		Helm:      validate.HelmOptions{KubeVersion: opts.KubeVersion},
-	})
+	}
+	v, err := validate.New(ctx, vopts)
 	if err != nil {
 		return nil, fmt.Errorf("load validator: %w", err)
 	}
-	return &Library{V: v, state: opts.State}, nil
+	bundle, err := policy.BundleDigest(vopts.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("load validator: %w", err)
+	}
+	return &Library{V: v, state: opts.State, bundle: sluicev1.Digest(bundle)}, nil
 }
 
 // Validate implements Validator. A manifest the library refuses (a values
@@ -81,6 +89,15 @@ func NewLibrary(ctx context.Context, opts LibraryOptions) (*Library, error) {
 // when terraform names them). A failing state backend or a timeout is an
 // error, so the sync is retried.
 func (l *Library) Validate(ctx context.Context, req Request) (*Result, error) {
+	res, err := l.validate(ctx, req)
+	if res != nil {
+		// Every verdict, a rejection included, came from this bundle.
+		res.PolicyBundleDigest = l.bundle
+	}
+	return res, err
+}
+
+func (l *Library) validate(ctx context.Context, req Request) (*Result, error) {
 	previous, prevErr := l.previousManifest(ctx, req)
 	sreq := validate.ServiceRequest{
 		RepoRoot:         req.RepoRoot,

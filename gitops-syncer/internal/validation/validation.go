@@ -77,6 +77,9 @@ type Result struct {
 	ManifestDigest sluicev1.Digest
 	PlanDigest     sluicev1.Digest
 	PlanFileSHA256 sluicev1.Digest
+	// PolicyBundleDigest is the digest of the policy bundle the verdict
+	// came from (policy.BundleDigest); "" when the validator has none.
+	PolicyBundleDigest sluicev1.Digest
 	// PlanFile is the saved Terraform plan, stored in the plan Secret(s).
 	PlanFile    []byte
 	PlanSummary *sluicev1.PlanSummary

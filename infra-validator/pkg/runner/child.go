@@ -136,7 +136,7 @@ func runJob(ctx context.Context, job *Job, cfg childConfig) *Result {
 	switch job.Op {
 	case OpPlan:
 		planFile, planJSON, err := terraform.PlanFiles(ctx, terraform.PlanOptions{
-			ExecOptions: exec, Dir: dir, Vars: job.Vars, Workspace: job.Workspace, Backend: job.Backend, Destroy: job.Destroy,
+			ExecOptions: exec, Dir: dir, Vars: job.Vars, VarsFromPlanFile: job.VarsFromPlanFile, Workspace: job.Workspace, Backend: job.Backend, Destroy: job.Destroy,
 		})
 		if err != nil {
 			return fail(err)
@@ -150,7 +150,7 @@ func runJob(ctx context.Context, job *Job, cfg childConfig) *Result {
 		if err != nil {
 			return fail(err)
 		}
-		res.InPlace = out.InPlace
+		res.InPlace, res.State, res.StateError = out.InPlace, out.State, out.StateError
 	default:
 		return fail(errors.New("unknown operation " + string(job.Op)))
 	}

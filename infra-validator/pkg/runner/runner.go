@@ -56,11 +56,13 @@ type Job struct {
 	// PlanOptions.Root); Stack is the stack folder inside it.
 	Files []byte `json:"files"`
 	Stack string `json:"stack"`
-	// Vars, Workspace and Destroy are as in terraform.PlanOptions.
-	Vars      map[string]string `json:"vars,omitempty"`
-	Workspace string            `json:"workspace,omitempty"`
-	Destroy   bool              `json:"destroy,omitempty"`
-	Backend   terraform.Backend `json:"backend"`
+	// Vars, VarsFromPlanFile, Workspace and Destroy are as in
+	// terraform.PlanOptions.
+	Vars             map[string]string `json:"vars,omitempty"`
+	VarsFromPlanFile []byte            `json:"varsFromPlanFile,omitempty"`
+	Workspace        string            `json:"workspace,omitempty"`
+	Destroy          bool              `json:"destroy,omitempty"`
+	Backend          terraform.Backend `json:"backend"`
 	// Env reaches terraform's environment only: the state credential
 	// (TF_HTTP_*) and the provider settings the caller was configured to
 	// pass.
@@ -85,6 +87,9 @@ type Result struct {
 	PlanFile []byte `json:"planFile,omitempty"`
 	PlanJSON []byte `json:"planJSON,omitempty"`
 	InPlace  bool   `json:"inPlace,omitempty"`
+	// State and StateError are terraform.ApplyResult's.
+	State      *terraform.StateRecord `json:"state,omitempty"`
+	StateError string                 `json:"stateError,omitempty"`
 	// Error is set when the run failed.
 	Error *Error `json:"error,omitempty"`
 	// Sandbox says how the run was confined.
@@ -214,7 +219,7 @@ func planJob(opts terraform.PlanOptions) (*Job, error) {
 		return nil, fmt.Errorf("terraform runner: pack the stack: %w", err)
 	}
 	return &Job{
-		Op: OpPlan, Files: files, Stack: stack, Vars: opts.Vars, Workspace: opts.Workspace, Destroy: opts.Destroy,
+		Op: OpPlan, Files: files, Stack: stack, Vars: opts.Vars, VarsFromPlanFile: opts.VarsFromPlanFile, Workspace: opts.Workspace, Destroy: opts.Destroy,
 		Backend: opts.Backend, Env: opts.Env, Secrets: opts.Secrets, Timeout: opts.Timeout,
 	}, nil
 }
@@ -318,5 +323,5 @@ func runApply(ctx context.Context, r jobRunner, opts terraform.ApplyOptions) (te
 	if err != nil {
 		return terraform.ApplyResult{}, err
 	}
-	return terraform.ApplyResult{InPlace: res.InPlace}, nil
+	return terraform.ApplyResult{InPlace: res.InPlace, State: res.State, StateError: terraform.Redact(res.StateError, job.secrets())}, nil
 }

@@ -65,6 +65,12 @@ type ApplyResult struct {
 	// from (the plan was applied before, say by an operator that then
 	// restarted before recording it): nothing was applied.
 	InPlace bool
+	// State is the state the apply left (or found in place), read with
+	// `terraform state pull` right after terraform finished; nil when it
+	// could not be read, and StateError says why. The apply itself
+	// succeeded either way.
+	State      *StateRecord `json:"state,omitempty"`
+	StateError string       `json:"stateError,omitempty"`
 }
 
 // Apply applies an approved plan file through terraform-exec: it checks the
@@ -119,7 +125,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (ApplyResult, error) {
 	}
 	if opts.LookOnly {
 		if inPlace(ctx, st, opts, planFile, "") {
-			return ApplyResult{InPlace: true}, nil
+			return withState(ctx, st, opts, ApplyResult{InPlace: true}), nil
 		}
 		return ApplyResult{}, fmt.Errorf("%w (a look after an interrupted apply found changes, or could not tell)", ErrStalePlan)
 	}
@@ -129,11 +135,35 @@ func Apply(ctx context.Context, opts ApplyOptions) (ApplyResult, error) {
 	var runErr *RunError
 	if errors.As(err, &runErr) && isStale(runErr) {
 		if inPlace(ctx, st, opts, planFile, lock) {
-			return ApplyResult{InPlace: true}, nil
+			return withState(ctx, st, opts, ApplyResult{InPlace: true}), nil
 		}
 		return ApplyResult{}, fmt.Errorf("%w (%s)", ErrStalePlan, runErr.Error())
 	}
-	return ApplyResult{}, err
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	return withState(ctx, st, opts, ApplyResult{}), nil
+}
+
+// withState records in res the state the apply left: `terraform state
+// pull` through the same backend, read by ReadStateRecord. A failure is
+// recorded as StateError, never an error of the apply, which is done.
+func withState(ctx context.Context, st *stack, opts ApplyOptions, res ApplyResult) ApplyResult {
+	var raw string
+	err := opts.run(ctx, st.tf, "state pull", func() error {
+		var err error
+		raw, err = st.tf.StatePull(ctx)
+		return err
+	})
+	if err == nil {
+		var rec StateRecord
+		if rec, err = ReadStateRecord([]byte(raw)); err == nil {
+			res.State = &rec
+			return res
+		}
+	}
+	res.StateError = Redact(err.Error(), opts.secrets())
+	return res
 }
 
 // inPlace (lock "" plans without the state lock) reports whether a fresh plan of the stack, with the variables the
@@ -158,26 +188,12 @@ func inPlace(ctx context.Context, st *stack, opts ApplyOptions, planFile, lock s
 	} else {
 		planOpts = append(planOpts, tfexec.LockTimeout(lock))
 	}
-	names := make([]string, 0, len(plan.Variables))
-	for k := range plan.Variables {
-		names = append(names, k)
+	vars, err := planVars(plan)
+	if err != nil {
+		return false
 	}
-	sort.Strings(names)
-	for _, k := range names {
-		v := plan.Variables[k]
-		if v == nil || v.Value == nil {
-			return false
-		}
-		switch val := v.Value.(type) {
-		case string:
-			planOpts = append(planOpts, tfexec.Var(k+"="+val))
-		default:
-			b, err := json.Marshal(val)
-			if err != nil {
-				return false
-			}
-			planOpts = append(planOpts, tfexec.Var(k+"="+string(b)))
-		}
+	for _, v := range vars {
+		planOpts = append(planOpts, v)
 	}
 	var changes bool
 	err = opts.run(ctx, st.tf, "plan", func() error {
@@ -186,6 +202,36 @@ func inPlace(ctx context.Context, st *stack, opts ApplyOptions, planFile, lock s
 		return err
 	})
 	return err == nil && !changes
+}
+
+// planVars are the -var options that give a new plan the variables a
+// saved plan was made with (its JSON's "variables"), sorted by name. A
+// variable without a value is an error: the new plan could not have the
+// same ones.
+func planVars(plan *tfjson.Plan) ([]*tfexec.VarOption, error) {
+	names := make([]string, 0, len(plan.Variables))
+	for k := range plan.Variables {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := make([]*tfexec.VarOption, 0, len(names))
+	for _, k := range names {
+		v := plan.Variables[k]
+		if v == nil || v.Value == nil {
+			return nil, fmt.Errorf("the plan records no value for variable %q", k)
+		}
+		switch val := v.Value.(type) {
+		case string:
+			out = append(out, tfexec.Var(k+"="+val))
+		default:
+			b, err := json.Marshal(val)
+			if err != nil {
+				return nil, fmt.Errorf("variable %q: %w", k, err)
+			}
+			out = append(out, tfexec.Var(k+"="+string(b)))
+		}
+	}
+	return out, nil
 }
 
 // planIsDestroy reports whether the plan was made in destroy mode.

@@ -123,6 +123,11 @@ type PlanOptions struct {
 	Dir string
 	// Vars are passed as -var name=value.
 	Vars map[string]string
+	// VarsFromPlanFile, when set instead of Vars, is a saved plan file of
+	// this stack: the plan is made with exactly the variables that plan
+	// was made with (its `terraform show -json` "variables"), as the drift
+	// plan of an applied change is. The caller checks the file's digest.
+	VarsFromPlanFile []byte
 	// Workspace is selected, or created when missing; "" means "default".
 	// BackendHTTP has no workspaces (the state address names it).
 	Workspace string
@@ -399,6 +404,9 @@ func (opts PlanOptions) check() error {
 			return fmt.Errorf("terraform plan: variable name %q is invalid", k)
 		}
 	}
+	if len(opts.Vars) > 0 && opts.VarsFromPlanFile != nil {
+		return errors.New("terraform plan: variables come either from Vars or from VarsFromPlanFile, not both")
+	}
 	return nil
 }
 
@@ -427,10 +435,41 @@ func PlanFiles(ctx context.Context, opts PlanOptions) (planFile, planJSON []byte
 	for _, k := range names {
 		planOpts = append(planOpts, tfexec.Var(k+"="+opts.Vars[k]))
 	}
+	if opts.VarsFromPlanFile != nil {
+		vars, err := varsOfPlanFile(ctx, tf, opts.ExecOptions, filepath.Join(tmp, "vars.tfplan"), opts.VarsFromPlanFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, v := range vars {
+			planOpts = append(planOpts, v)
+		}
+	}
 	if err := opts.run(ctx, tf, "plan", func() error { _, err := tf.Plan(ctx, planOpts...); return err }); err != nil {
 		return nil, nil, err
 	}
 	return showRaw(ctx, tf, opts.ExecOptions, file)
+}
+
+// varsOfPlanFile writes planFile to path and returns the -var options of
+// the variables it was made with.
+func varsOfPlanFile(ctx context.Context, tf *tfexec.Terraform, opts ExecOptions, path string, planFile []byte) ([]*tfexec.VarOption, error) {
+	if err := os.WriteFile(path, planFile, 0o600); err != nil {
+		return nil, fmt.Errorf("terraform plan: %w", err)
+	}
+	var plan *tfjson.Plan
+	err := opts.run(ctx, tf, "show", func() error {
+		var err error
+		plan, err = tf.ShowPlanFile(ctx, path)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	vars, err := planVars(plan)
+	if err != nil {
+		return nil, fmt.Errorf("terraform plan: the variables of the saved plan: %w", err)
+	}
+	return vars, nil
 }
 
 // stack is a stack folder initialised for one terraform call: the backend

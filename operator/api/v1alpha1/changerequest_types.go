@@ -267,6 +267,14 @@ type ChangeRequestSpec struct {
 	// ApprovalDigest binds approvals to this exact content; see
 	// ComputeApprovalDigest.
 	ApprovalDigest Digest `json:"approvalDigest"`
+
+	// PolicyBundleDigest is the digest of the policy bundle the syncer's
+	// validator judged this change with (every policy and data file, by
+	// path, sorted; see policy.BundleDigest). It records which rules the
+	// verdict came from; it is not part of approvalDigest, since the
+	// policies decide the verdict, not what is applied.
+	// +optional
+	PolicyBundleDigest Digest `json:"policyBundleDigest,omitempty"`
 }
 
 // ApplyResult is what the applier reported.
@@ -277,6 +285,10 @@ type ApplyResult struct {
 	// HelmRevision is the Helm release revision installed.
 	// +optional
 	HelmRevision int32 `json:"helmRevision,omitempty"`
+	// Terraform is the Terraform state the apply left, read by the runner
+	// right after terraform applied the plan (or found it in place).
+	// +optional
+	Terraform *TerraformApplyResult `json:"terraform,omitempty"`
 	// Message is the applier's summary.
 	// +kubebuilder:validation:MaxLength=2048
 	// +optional
@@ -287,6 +299,27 @@ type ApplyResult struct {
 	// FinishedAt is when it returned.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+}
+
+// TerraformApplyResult identifies the Terraform state an apply left, so
+// that `kubectl sluice audit` can prove later, from the state Secret alone,
+// that the state is still the one the approved plan produced.
+type TerraformApplyResult struct {
+	// Lineage is the state's lineage (it changes only when a state is
+	// created anew).
+	// +kubebuilder:validation:MaxLength=64
+	Lineage string `json:"lineage"`
+	// Serial is the state's serial after the apply; terraform raises it on
+	// every write that changes the state.
+	// +kubebuilder:validation:Minimum=0
+	Serial int64 `json:"serial"`
+	// ResourcesDigest is the sha256 of the state's resources (every
+	// instance's address and attributes, as the state stores them,
+	// canonical JSON; see terraform.StateResourcesDigest).
+	ResourcesDigest Digest `json:"resourcesDigest"`
+	// Resources counts the resource instances in the state.
+	// +optional
+	Resources int32 `json:"resources,omitempty"`
 }
 
 // ChangeRequestStatus is written only by the operator.

@@ -171,6 +171,11 @@ const (
 	// AnnotationReplan on a Release asks the syncer for a new plan at the
 	// same commit (the next "-rN" ChangeRequest); any new value triggers it.
 	AnnotationReplan = "gitops.sluice.dev/replan"
+	// DriftRevertPrefix starts the AnnotationReplan value the drift
+	// controller sets to have a release's applied revision applied again;
+	// the rest is the applied ChangeRequest's name. The syncer copies the
+	// value onto the re-plan's ChangeRequest.
+	DriftRevertPrefix = "drift-revert-"
 	// AnnotationReconcileRequestedAt on a Repository asks for a sync now.
 	AnnotationReconcileRequestedAt = "gitops.sluice.dev/reconcile-requested-at"
 	// AnnotationTraceParent carries the W3C trace context from the webhook

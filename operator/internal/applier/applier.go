@@ -28,6 +28,8 @@ type Request struct {
 type Result struct {
 	// HelmRevision is the Helm release revision installed, if any.
 	HelmRevision int32
+	// Terraform is the Terraform state the apply left, if it applied a plan.
+	Terraform *sluicev1.TerraformApplyResult
 	// Message is a one-line summary for the ChangeRequest status.
 	Message string
 }

@@ -653,6 +653,7 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 		s.written = append(s.written, func() { r.Metrics.Apply(app.Name(), metrics.ResultApplied, took, lead) })
 		s.cr.Status.Apply.Message = truncate(res.Message)
 		s.cr.Status.Apply.HelmRevision = res.HelmRevision
+		s.cr.Status.Apply.Terraform = res.Terraform
 		s.cr.Status.Apply.FinishedAt = &finished
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionTrue, sluicev1.ReasonSucceeded, res.Message)
 		s.setPhase(sluicev1.PhaseApplied, sluicev1.ReasonSucceeded, "applied by the "+app.Name()+" applier")

@@ -40,7 +40,7 @@ const FieldOwner = "sluice-drift"
 
 // RevertPrefix starts the re-plan value the drift controller sets on a
 // Release to have its applied revision applied again.
-const RevertPrefix = "drift-revert-"
+const RevertPrefix = sluicev1.DriftRevertPrefix
 
 // Checker compares one release's live state with its applied change.
 type Checker interface {

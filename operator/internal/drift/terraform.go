@@ -18,12 +18,13 @@ const TerraformKind = "terraform"
 // maxDriftFields is how many changed fields one drifted object lists.
 const maxDriftFields = 20
 
-// ApplyPlanner plans the configuration of a release's applied change
-// against its current state (*terraform.Applier's PlanApplied: the
-// applier's runner, state server and artifact fetcher, with a plan
-// credential that can read and lock the state, never write it).
+// ApplyPlanner plans the configuration of a release's applied change,
+// with the variables of its approved plan file, against its current state
+// (*terraform.Applier's PlanApplied: the applier's runner, state server
+// and artifact fetcher, with a plan credential that can read and lock the
+// state, never write it).
 type ApplyPlanner interface {
-	PlanApplied(ctx context.Context, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) (*tf.PlanResult, error)
+	PlanApplied(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository, cr *sluicev1.ChangeRequest) (*tf.PlanResult, error)
 }
 
 // TerraformChecker reports drift of a release's Terraform state: it
@@ -36,8 +37,8 @@ type TerraformChecker struct {
 }
 
 // Check implements Checker.
-func (c *TerraformChecker) Check(ctx context.Context, rel *sluicev1.Release, _ *sluicev1.Repository, applied *sluicev1.ChangeRequest) (Report, error) {
-	res, err := c.Planner.PlanApplied(ctx, rel, applied)
+func (c *TerraformChecker) Check(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository, applied *sluicev1.ChangeRequest) (Report, error) {
+	res, err := c.Planner.PlanApplied(ctx, rel, repo, applied)
 	if err != nil {
 		return Report{}, err
 	}

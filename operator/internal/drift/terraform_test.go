@@ -11,9 +11,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -22,6 +25,7 @@ import (
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate/tfstatetest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	tfapplier "github.com/sluice-gitops/sluice/operator/internal/applier/terraform"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
@@ -50,6 +54,7 @@ type tfFixture struct {
 	release *sluicev1.Release
 	applied *sluicev1.ChangeRequest
 	files   map[string][]byte
+	applier *tfapplier.Applier
 	rec     *Reconciler
 }
 
@@ -83,9 +88,14 @@ func newTFFixture(t *testing.T) *tfFixture {
 	}
 	require.NoError(t, c.Create(ctx, f.release))
 	f.files = map[string][]byte{"services/db/service.yaml": []byte("name: db\n"), "services/db/terraform/main.tf": []byte(tfStack)}
+	// The Repository's ServiceAccount reads the plan Secrets.
+	require.NoError(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: ctl}}))
+	require.NoError(t, env.GrantRole(ctx, ctl, "plans", types.NamespacedName{Namespace: ctl, Name: "deployer"},
+		[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}},
+		authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets"}))
 
-	// The approved change, applied as the Terraform applier does.
-	plan := f.run("small")
+	// The approved change's plan, made as the syncer makes it.
+	plan := f.plan("small", false)
 	tb := artifacttest.Tarball(f.files)
 	gz := artifacttest.Gzip(tb)
 	commit := appliertest.RandomSHA()
@@ -100,6 +110,8 @@ func newTFFixture(t *testing.T) *tfFixture {
 			PlanFileSHA256: sluicev1.Digest(plan.Report.PlanFileSHA256),
 			Verdict:        sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow},
 			Rule:           sluicev1.ApprovalRule{Required: 1, AutoApproveRisk: sluicev1.AutoApproveNone},
+			// As the syncer records it (policy.BundleDigest).
+			PolicyBundleDigest: sluicev1.SHA256Digest([]byte("the syncer's policy bundle")),
 		},
 	}
 	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
@@ -116,25 +128,72 @@ func newTFFixture(t *testing.T) *tfFixture {
 		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
 			Approver: "k8s:alice", Source: sluicev1.SourceKubernetes},
 	}))
-	rel := f.get()
-	orig := rel.DeepCopy()
-	rel.Status.AppliedChange, rel.Status.LastSyncedCommit = cr.Name, commit
-	require.NoError(t, c.Status().Patch(ctx, rel, client.MergeFrom(orig)))
-
 	fetcher, err := artifact.NewFetcher(server.BaseURL())
 	require.NoError(t, err)
 	fetcher.TempDir = t.TempDir()
 	a, err := tfapplier.New(tfapplier.Options{Config: env.Config, Fetcher: fetcher, Runner: &runner.Local{}, State: state, Log: logr.Discard()})
 	require.NoError(t, err)
+
+	// Applied by the Terraform applier, its result recorded as the
+	// ChangeRequest controller records it.
+	res, err := a.Apply(ctx, applier.Request{Change: cr.DeepCopy(), Release: f.get(), Repository: f.repo})
+	require.NoError(t, err)
+	require.NotNil(t, res.Terraform, res.Message)
+	orig := cr.DeepCopy()
+	now := metav1.Now()
+	cr.Status.Apply = &sluicev1.ApplyResult{Applier: tfapplier.Name, Message: res.Message, Terraform: res.Terraform, StartedAt: &now, FinishedAt: &now}
+	require.NoError(t, c.Status().Patch(ctx, cr, client.MergeFrom(orig)))
+	f.applied = cr
+	rel := f.get()
+	origRel := rel.DeepCopy()
+	rel.Status.AppliedChange, rel.Status.LastSyncedCommit = cr.Name, commit
+	rel.Status.AppliedDigest, rel.Status.AppliedRevision = cr.Spec.ApprovalDigest, commit
+	require.NoError(t, c.Status().Patch(ctx, rel, client.MergeFrom(origRel)))
+
+	f.applier = a
 	f.rec = &Reconciler{Client: c, Terraform: &TerraformChecker{Planner: a}, Metrics: metrics.NewDrift()}
 	return f
 }
 
 // run plans the stack with size and applies that plan to the release's
-// state through the state server with an apply credential: the applier's
-// run for the approved change, or an attacker's second terraform run
-// (someone with console access to the state).
+// state through the state server with an apply credential: a second
+// terraform run behind Sluice's back (someone with console access to the
+// state).
 func (f *tfFixture) run(size string) *tf.PlanResult {
+	f.t.Helper()
+	return f.apply(f.plan(size, false))
+}
+
+// destroy destroys the stack's resources in the release's state with a
+// second terraform run.
+func (f *tfFixture) destroy() {
+	f.t.Helper()
+	f.apply(f.plan("small", true))
+}
+
+// plan plans the stack with size (or its destroy) against the release's
+// state, as the syncer does.
+func (f *tfFixture) plan(size string, destroy bool) *tf.PlanResult {
+	f.t.Helper()
+	dir, stack, ex := f.stack()
+	res, err := tf.Plan(context.Background(), tf.PlanOptions{ExecOptions: ex, Root: dir, Dir: stack, Vars: map[string]string{"size": size}, Backend: tf.BackendHTTP, Destroy: destroy})
+	require.NoError(f.t, err)
+	return res
+}
+
+// apply applies a plan of f.plan.
+func (f *tfFixture) apply(res *tf.PlanResult) *tf.PlanResult {
+	f.t.Helper()
+	dir, stack, ex := f.stack()
+	_, err := tf.Apply(context.Background(), tf.ApplyOptions{ExecOptions: ex, Root: dir, Dir: stack, PlanFile: res.PlanFile,
+		PlanFileSHA256: res.Report.PlanFileSHA256, Backend: tf.BackendHTTP})
+	require.NoError(f.t, err)
+	return res
+}
+
+// stack writes the fixture's files into a new folder and returns it, the
+// stack folder and exec options with an apply credential for the state.
+func (f *tfFixture) stack() (string, string, tf.ExecOptions) {
 	f.t.Helper()
 	dir := f.t.TempDir()
 	for n, b := range f.files {
@@ -144,13 +203,7 @@ func (f *tfFixture) run(size string) *tf.PlanResult {
 	}
 	stack := filepath.Join(dir, "services/db/terraform")
 	cred := tfstatetest.Grant(f.t, f.state, tfstate.Grant{Namespace: f.release.Namespace, Release: f.release.Name, Mode: tfstate.ModeApply, TTL: time.Hour})
-	ex := tf.ExecOptions{Runner: &runner.Local{}, Env: cred.Env()}
-	res, err := tf.Plan(context.Background(), tf.PlanOptions{ExecOptions: ex, Root: dir, Dir: stack, Vars: map[string]string{"size": size}, Backend: tf.BackendHTTP})
-	require.NoError(f.t, err)
-	_, err = tf.Apply(context.Background(), tf.ApplyOptions{ExecOptions: ex, Root: dir, Dir: stack, PlanFile: res.PlanFile,
-		PlanFileSHA256: res.Report.PlanFileSHA256, Backend: tf.BackendHTTP})
-	require.NoError(f.t, err)
-	return res
+	return dir, stack, tf.ExecOptions{Runner: &runner.Local{}, Env: cred.Env()}
 }
 
 func (f *tfFixture) get() *sluicev1.Release {
@@ -228,4 +281,57 @@ func (f *tfFixture) MarkApplied() {
 	orig := cr.DeepCopy()
 	cr.Status.Phase = sluicev1.PhaseApplied
 	require.NoError(f.t, env.Client.Status().Patch(context.Background(), cr, client.MergeFrom(orig)))
+}
+
+// TestDrift_terraformPlansWithTheApprovedPlansVariables: the drift plan
+// uses the variables the approved plan was made with, so a variable
+// changed on the Release after the apply (a new change on its way) is not
+// drift; a change in the state still is.
+func TestDrift_terraformPlansWithTheApprovedPlansVariables(t *testing.T) {
+	f := newTFFixture(t)
+	rel := f.get()
+	orig := rel.DeepCopy()
+	rel.Spec.Terraform.Vars = map[string]string{"size": "large"}
+	require.NoError(t, env.Client.Patch(context.Background(), rel, client.MergeFrom(orig)))
+
+	rel, c := f.check()
+	require.Equal(t, metav1.ConditionFalse, c.Status, "a variable changed on the Release is no drift: %s", c.Message)
+	require.Nil(t, rel.Status.Drift)
+
+	f.run("medium")
+	_, c = f.check()
+	require.Equal(t, metav1.ConditionTrue, c.Status, c.Message)
+	require.Contains(t, c.Message, "terraform_data.db changed")
+}
+
+// Destroy destroys the stack's resources in the state with a second
+// terraform run.
+func (f *tfFixture) Destroy() { f.destroy() }
+
+// Replan plans the applied change's configuration, with its approved
+// plan's variables, against the release's state as it is now: what the
+// syncer's re-plan of the applied revision plans.
+func (f *tfFixture) Replan() *tf.PlanResult {
+	f.t.Helper()
+	repo := &sluicev1.Repository{}
+	require.NoError(f.t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.repo), repo))
+	res, err := f.applier.PlanApplied(context.Background(), f.get(), repo, f.applied)
+	require.NoError(f.t, err)
+	return res
+}
+
+// Release is the fixture's Release as the API server has it.
+func (f *tfFixture) Release() *sluicev1.Release { return f.get() }
+
+// Applied is the applied ChangeRequest as the API server has it.
+func (f *tfFixture) Applied() *sluicev1.ChangeRequest {
+	f.t.Helper()
+	cr := &sluicev1.ChangeRequest{}
+	require.NoError(f.t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.applied), cr))
+	return cr
+}
+
+// StateSecret is the name of the release's state Secret.
+func (f *tfFixture) StateSecret() string {
+	return tfapplier.StateSecretName("default", f.release.Name)
 }

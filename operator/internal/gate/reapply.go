@@ -2,6 +2,7 @@ package gate
 
 import (
 	"fmt"
+	"strings"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -28,8 +29,11 @@ func Reapplies(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) bool {
 // Terminal verdicts stay: a digest mismatch, a deny finding or a standing
 // reject for the digest still stop it.
 func reapplied(d Decision, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) Decision {
-	if d.Passed || d.Rejected() || !Reapplies(rel, cr) {
+	if d.Passed || d.Rejected() {
 		return d
+	}
+	if !Reapplies(rel, cr) {
+		return revertNeedsApproval(d, rel, cr)
 	}
 	d.Passed = true
 	d.Reason = sluicev1.ReasonReappliesApproved
@@ -39,4 +43,27 @@ func reapplied(d Decision, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) De
 	}
 	d.Message = fmt.Sprintf("re-applies %s (revision %s): the same approvalDigest %s passed the gate before, so no new approval is needed", applied, rel.Status.AppliedRevision, cr.Spec.ApprovalDigest)
 	return d
+}
+
+// revertNeedsApproval says, on a drift revert whose re-plan did not
+// reproduce the applied approvalDigest, why it waits for approval like
+// any change: a Terraform re-plan against a drifted state plans the moves
+// back to the approved configuration, which is a plan nobody approved (it
+// may replace or destroy what the approved plan only created), and a
+// chart may render otherwise today.
+func revertNeedsApproval(d Decision, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) Decision {
+	of, revert := strings.CutPrefix(cr.Annotations[sluicev1.AnnotationReplan], sluicev1.DriftRevertPrefix)
+	if !revert || rel == nil || d.Reason != sluicev1.ReasonAwaitingApprovals {
+		return d
+	}
+	d.Message = fmt.Sprintf("drift revert of %s: its re-plan has approvalDigest %s, not the applied %s (a Terraform plan that moves drifted resources back, or a chart that renders otherwise today, is a new plan), so it needs approval like any change; %s",
+		of, cr.Spec.ApprovalDigest, orNone(string(rel.Status.AppliedDigest)), d.Message)
+	return d
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"strings"
 	"testing"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -59,5 +60,42 @@ func TestGate_reapplyOfTheAppliedDigest(t *testing.T) {
 				t.Fatalf("passed %v, want %v", d.Passed, want)
 			}
 		})
+	}
+}
+
+// TestGate_aDriftRevertThatDoesNotReproduceTheDigestSaysWhy: a drift
+// revert (the re-plan the drift controller asked for) whose digest is not
+// the applied one waits for approval, and the gate says it is a revert
+// that became a new plan; a change that is no revert keeps the usual
+// message.
+func TestGate_aDriftRevertThatDoesNotReproduceTheDigestSaysWhy(t *testing.T) {
+	applied := change()
+	rel := release("checkout-prod", "prod", "checkout-prod", func(r *sluicev1.Release) {
+		r.Status.AppliedDigest, r.Status.AppliedChange = applied.Spec.ApprovalDigest, applied.Name
+	})
+	replanned := func(c *sluicev1.ChangeRequest) {
+		c.Name = applied.Name + "-r2"
+		c.Spec.Attempt = 2
+		c.Spec.PlanDigest = sluicev1.SHA256Digest([]byte("a plan that updates the drifted resource back"))
+		c.Spec.ApprovalDigest = c.ExpectedApprovalDigest()
+	}
+	in := Inputs{Release: &rel, Releases: []sluicev1.Release{rel}}
+
+	revert := change(replanned, func(c *sluicev1.ChangeRequest) {
+		c.Annotations = map[string]string{sluicev1.AnnotationReplan: sluicev1.DriftRevertPrefix + applied.Name}
+	})
+	d, errs := Decide(in, revert, nil)
+	if len(errs) > 0 || d.Passed || d.Reason != sluicev1.ReasonAwaitingApprovals {
+		t.Fatalf("decision %+v %v, want it waiting for approvals", d, errs)
+	}
+	for _, want := range []string{"drift revert of " + applied.Name, string(revert.Spec.ApprovalDigest), "not the applied " + string(applied.Spec.ApprovalDigest), "needs approval like any change"} {
+		if !strings.Contains(d.Message, want) {
+			t.Fatalf("message %q lacks %q", d.Message, want)
+		}
+	}
+
+	plain, errs := Decide(in, change(replanned), nil)
+	if len(errs) > 0 || plain.Passed || strings.Contains(plain.Message, "drift revert") {
+		t.Fatalf("a re-plan that is no revert: %+v %v", plain, errs)
 	}
 }

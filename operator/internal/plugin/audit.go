@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	tfapplier "github.com/sluice-gitops/sluice/operator/internal/applier/terraform"
@@ -60,10 +61,14 @@ type Attestation struct {
 	GateReason string                 `json:"gateReason,omitempty"`
 	ApprovedAt string                 `json:"approvedAt,omitempty"`
 	AppliedAt  string                 `json:"appliedAt,omitempty"`
-	// PolicyBundleDigest is empty: ChangeRequests do not record the digest
-	// of the policy bundle the validator ran (yet).
+	// PolicyBundleDigest is the digest of the policy bundle the syncer
+	// validated the change with (its spec.policyBundleDigest); empty for a
+	// change made before syncers recorded it.
 	PolicyBundleDigest string `json:"policyBundleDigest"`
-	TraceID            string `json:"traceID,omitempty"`
+	// TerraformState is the state the apply left, as the change records
+	// it (lineage, serial, resources digest).
+	TerraformState *sluicev1.TerraformApplyResult `json:"terraformState,omitempty"`
+	TraceID        string                         `json:"traceID,omitempty"`
 }
 
 // AttestedApprover is one standing approval that counted.
@@ -125,13 +130,10 @@ func (a *app) audit(cmd *cobra.Command, o *auditOptions, names []string) error {
 		}
 		rels = append(rels, rel)
 	}
-	checker, err := a.helmChecker()
-	if err != nil {
-		return err
-	}
+	run := &auditRun{a: a}
 	out := make([]Attestation, 0, len(rels))
 	for i := range rels {
-		out = append(out, a.auditRelease(ctx, &rels[i], checker))
+		out = append(out, a.auditRelease(ctx, &rels[i], run))
 	}
 
 	if o.output == outputJSON {
@@ -162,9 +164,20 @@ func (a *app) audit(cmd *cobra.Command, o *auditOptions, names []string) error {
 	return nil
 }
 
-// helmChecker compares live objects as the plugin's own user.
-func (a *app) helmChecker() (*drift.HelmChecker, error) {
-	cfg := a.restConfig
+// auditRun is one audit command's shared state: what the provers reuse
+// across releases.
+type auditRun struct {
+	a    *app
+	helm *drift.HelmChecker
+}
+
+// helmChecker compares live objects as the plugin's own user; it is made
+// on first use.
+func (r *auditRun) helmChecker() (*drift.HelmChecker, error) {
+	if r.helm != nil {
+		return r.helm, nil
+	}
+	cfg := r.a.restConfig
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the API server: %w", err)
@@ -173,11 +186,34 @@ func (a *app) helmChecker() (*drift.HelmChecker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discover the API server's kinds: %w", err)
 	}
-	return &drift.HelmChecker{Config: cfg, Mapper: mapper, Direct: true}, nil
+	r.helm = &drift.HelmChecker{Config: cfg, Mapper: mapper, Direct: true}
+	return r.helm, nil
+}
+
+// proof is what one prover found about one part of a release.
+type proof struct {
+	// Result is AuditProven, AuditDrifted or AuditUnknown.
+	Result   string
+	Evidence []string
+}
+
+func (p *proof) say(format string, args ...any) {
+	p.Evidence = append(p.Evidence, fmt.Sprintf(format, args...))
+}
+
+// prover holds one part of what runs (the Terraform state, the delivered
+// workload) to the release's applied change, from the API server alone.
+// It is called only for a change that is Applied and approved.
+type prover func(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) proof
+
+// deliveryProvers prove the workload of a change by its delivery; a
+// delivery without one is unknown. Each delivery's file adds its own.
+var deliveryProvers = map[sluicev1.Delivery]prover{
+	sluicev1.DeliveryHelm: proveHelm,
 }
 
 // auditRelease proves one release or says why not.
-func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, checker *drift.HelmChecker) Attestation {
+func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, run *auditRun) Attestation {
 	at := Attestation{Release: rel.Name, Namespace: rel.Namespace, Result: AuditUnknown, Approvers: []AttestedApprover{}}
 	say := func(format string, args ...any) { at.Evidence = append(at.Evidence, fmt.Sprintf(format, args...)) }
 	if rel.Status.AppliedChange == "" {
@@ -194,9 +230,11 @@ func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, checker *
 	at.Digests.Manifest, at.Digests.Plan = string(cr.Spec.ManifestDigest), string(cr.Spec.PlanDigest)
 	at.Digests.PlanFile, at.Digests.Artifact = string(cr.Spec.PlanFileSHA256), string(cr.Spec.Artifact.SHA256)
 	at.Rule = cr.Status.EffectiveRule
+	at.PolicyBundleDigest = string(cr.Spec.PolicyBundleDigest)
 	at.TraceID = tracing.TraceID(tracing.Extract(ctx, cr.Annotations[sluicev1.AnnotationTraceParent]))
 	if cr.Status.Apply != nil {
 		at.HelmRevision = cr.Status.Apply.HelmRevision
+		at.TerraformState = cr.Status.Apply.Terraform
 		if cr.Status.Apply.FinishedAt != nil {
 			at.AppliedAt = cr.Status.Apply.FinishedAt.UTC().Format(time.RFC3339)
 		}
@@ -232,78 +270,167 @@ func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, checker *
 	}
 	say("gate: %s (%s)", d.Reason, d.Message)
 
-	result := AuditProven
-	if rel.Spec.Terraform != nil && cr.Spec.PlanDigest != "" {
-		tfResult, evidence := a.auditTerraform(ctx, rel, cr)
-		at.Evidence = append(at.Evidence, evidence...)
-		if tfResult == AuditDrifted {
-			at.Result = AuditDrifted
-			return at
-		}
-		result = tfResult
+	// Each part of the release is held to the change: the Terraform
+	// state when the change applied a plan, then the workload by its
+	// delivery. Drifted wins over unknown, unknown over proven.
+	var parts []proof
+	hasPlan := rel.Spec.Terraform != nil && cr.Spec.PlanDigest != ""
+	if hasPlan {
+		parts = append(parts, proveTerraform(ctx, run, rel, cr))
 	}
-	tfOnly := rel.Spec.Terraform != nil && cr.Spec.PlanDigest != "" && cr.Spec.ManifestDigest == ""
-	switch {
-	case tfOnly:
+	switch prove, ok := deliveryProvers[cr.Spec.Delivery.OrDefault()]; {
+	case hasPlan && cr.Spec.ManifestDigest == "":
 		// No manifests were approved with the change: the drift
-		// controller skips the Helm part of such a change as well.
-		say("the change approved no manifests, only the Terraform plan")
-	case cr.Spec.Delivery == sluicev1.DeliveryHelm:
-		repo := &sluicev1.Repository{}
-		_ = a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo)
-		rep, err := checker.Check(ctx, rel, repo, cr)
-		switch {
-		case err != nil:
-			say("the live Helm release cannot be compared: %v", err)
-			return at
-		case rep.Drifted():
-			at.Result = AuditDrifted
-			say("%s", drift.Summary(cr.Name, rep.Objects))
-			return at
-		}
-		say("Helm revision %d hashes to manifestDigest and its %d objects match the live ones", at.HelmRevision, rep.Checked)
+		// controller skips the workload of such a change as well.
+		parts = append(parts, proof{Result: AuditProven, Evidence: []string{"the change approved no manifests, only the Terraform plan"}})
+	case ok:
+		parts = append(parts, prove(ctx, run, rel, cr))
 	default:
-		result = AuditUnknown
-		say("delivery %s is not checked live by audit", cr.Spec.Delivery)
+		parts = append(parts, proof{Result: AuditUnknown, Evidence: []string{fmt.Sprintf("delivery %s is not checked live by audit", cr.Spec.Delivery)}})
 	}
-	at.Result = result
+	at.Result = AuditProven
+	for _, p := range parts {
+		at.Evidence = append(at.Evidence, p.Evidence...)
+		switch {
+		case p.Result == AuditDrifted:
+			at.Result = AuditDrifted
+		case p.Result != AuditProven && at.Result == AuditProven:
+			at.Result = AuditUnknown
+		}
+	}
 	return at
 }
 
-// auditTerraform holds the release's Terraform state, as the API server
-// stores it, to the applied change: the state Secret must exist, carry
-// the lineage of the state the approved plan file was made against, and
-// not be older than it; a Drifted condition from the drift controller's
-// plan of this change (see package drift) is drift. Proven it never is:
-// the apply records no state serial, so a later write by another
-// terraform run cannot be told from the apply's own by the serial alone.
-func (a *app) auditTerraform(ctx context.Context, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) (string, []string) {
-	var ev []string
-	say := func(format string, args ...any) { ev = append(ev, fmt.Sprintf(format, args...)) }
+// proveHelm holds the live Helm release to the change: its record hashes
+// to manifestDigest and every object it installed matches (the drift
+// controller's Helm check, as the plugin's user).
+func proveHelm(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) proof {
+	p := proof{Result: AuditUnknown}
+	checker, err := r.helmChecker()
+	if err != nil {
+		p.say("the live Helm release cannot be compared: %v", err)
+		return p
+	}
+	repo := &sluicev1.Repository{}
+	_ = r.a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo)
+	rep, err := checker.Check(ctx, rel, repo, cr)
+	switch {
+	case err != nil:
+		p.say("the live Helm release cannot be compared: %v", err)
+		return p
+	case rep.Drifted():
+		p.Result = AuditDrifted
+		p.say("%s", drift.Summary(cr.Name, rep.Objects))
+		return p
+	}
+	var rev int32
+	if cr.Status.Apply != nil {
+		rev = cr.Status.Apply.HelmRevision
+	}
+	p.Result = AuditProven
+	p.say("Helm revision %d hashes to manifestDigest and its %d objects match the live ones", rev, rep.Checked)
+	return p
+}
+
+// proveTerraform holds the release's Terraform state, as the API server
+// stores it (the state Secret, read as the plugin's user), to the state
+// the applied change's apply recorded (status.apply.terraform):
+//
+//   - the same lineage and serial and the same resources digest: proven,
+//     the state is the one the apply left;
+//   - another serial but the same resources digest: proven, the state was
+//     written since but holds exactly what the apply left;
+//   - the apply's serial but other resources (a state written by hand
+//     with the serial kept), another lineage, other resources, or no
+//     state at all: drifted;
+//   - the drift controller's plan of this change found Terraform drift
+//     (the real infrastructure differs even if the state does not):
+//     drifted.
+//
+// A change applied before applies recorded their state is held to its
+// approved plan's prior state only, which cannot prove it: unknown.
+func proveTerraform(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) proof {
+	p := proof{Result: AuditUnknown}
 	ws := rel.Spec.Terraform.Workspace
 	if ws == "" {
 		ws = "default"
 	}
 	name := tfapplier.StateSecretName(ws, rel.Name)
 	st := &corev1.Secret{}
-	if err := a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: name}, st); err != nil {
+	if err := r.a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: name}, st); err != nil {
 		if apierrors.IsNotFound(err) {
-			say("the Terraform state Secret %s is gone", name)
-			return AuditDrifted, ev
+			p.Result = AuditDrifted
+			p.say("the Terraform state Secret %s is gone", name)
+			return p
 		}
-		say("the Terraform state Secret %s cannot be read: %v", name, err)
-		return AuditUnknown, ev
+		p.say("the Terraform state Secret %s cannot be read: %v", name, err)
+		return p
 	}
-	cur, ok := tfapplier.StoredStateVersion(st.Data["tfstate"])
-	if !ok {
-		say("the Terraform state in %s cannot be read", name)
-		return AuditUnknown, ev
+	cur, err := tfapplier.StoredState(st.Data["tfstate"])
+	if err != nil {
+		p.say("the Terraform state in %s cannot be read: %v", name, err)
+		return p
 	}
-	say("Terraform state lineage %s serial %d", cur.Lineage, cur.Serial)
+	p.say("Terraform state lineage %s serial %d, resources %s (%d)", cur.Lineage, cur.Serial, cur.ResourcesDigest, cur.Resources)
+	if tfDrift := terraformDriftOf(rel, cr); len(tfDrift) > 0 {
+		p.Result = AuditDrifted
+		p.say("the drift controller's plan of %s: %s", cr.Name, drift.Summary(cr.Name, tfDrift))
+		return p
+	}
+	var rec *sluicev1.TerraformApplyResult
+	if cr.Status.Apply != nil {
+		rec = cr.Status.Apply.Terraform
+	}
+	if rec == nil {
+		return provePriorState(ctx, r, rel, cr, cur, p)
+	}
+	sameSerial := cur.Serial == uint64(max(rec.Serial, 0))
+	sameResources := cur.ResourcesDigest == string(rec.ResourcesDigest)
+	switch {
+	case cur.Lineage != rec.Lineage:
+		p.Result = AuditDrifted
+		p.say("the apply left lineage %s: the state was replaced", rec.Lineage)
+	case sameSerial && sameResources:
+		p.Result = AuditProven
+		p.say("the state is the one the apply of %s left (serial %d, same resources)", cr.Name, rec.Serial)
+	case sameResources:
+		p.Result = AuditProven
+		p.say("the state was written after the apply of %s (serial %d), but holds exactly the resources it left", cr.Name, rec.Serial)
+	case sameSerial:
+		p.Result = AuditDrifted
+		p.say("the state has the serial the apply of %s left (%d) but other resources than its %s: it was rewritten behind Sluice's back", cr.Name, rec.Serial, rec.ResourcesDigest)
+	default:
+		p.Result = AuditDrifted
+		p.say("the state was written after the apply of %s (serial %d) and its resources differ from the %s it left", cr.Name, rec.Serial, rec.ResourcesDigest)
+	}
+	return p
+}
+
+// terraformDriftOf is the Terraform part of the drift the drift
+// controller last found against cr.
+func terraformDriftOf(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) []sluicev1.DriftedObject {
+	d := rel.Status.Drift
+	if d == nil || d.Change != cr.Name {
+		return nil
+	}
+	var out []sluicev1.DriftedObject
+	for _, o := range d.Objects {
+		if o.Kind == drift.TerraformKind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// provePriorState holds the state of a change whose apply recorded none
+// to the prior state its approved plan file was made against: a replaced
+// lineage or an older serial is drift; anything else is unknown, since a
+// later write cannot be told from the apply's own.
+func provePriorState(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sluicev1.ChangeRequest, cur tf.StateRecord, p proof) proof {
 	var plan []byte
 	for i := 0; ; i++ {
 		s := &corev1.Secret{}
-		if err := a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: sluicev1.PlanSecretName(cr.Name, i)}, s); err != nil {
+		if err := r.a.client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: sluicev1.PlanSecretName(cr.Name, i)}, s); err != nil {
 			if !apierrors.IsNotFound(err) || i == 0 {
 				plan = nil
 			}
@@ -314,33 +441,23 @@ func (a *app) auditTerraform(ctx context.Context, rel *sluicev1.Release, cr *slu
 	if prior, ok := tfapplier.PlanPriorState(plan); ok {
 		switch {
 		case prior.Lineage != cur.Lineage:
-			say("the approved plan was made against lineage %s: the state was replaced", prior.Lineage)
-			return AuditDrifted, ev
+			p.Result = AuditDrifted
+			p.say("the approved plan was made against lineage %s: the state was replaced", prior.Lineage)
+			return p
 		case cur.Serial < prior.Serial:
-			say("the approved plan was made against serial %d: the state was rolled back", prior.Serial)
-			return AuditDrifted, ev
+			p.Result = AuditDrifted
+			p.say("the approved plan was made against serial %d: the state was rolled back", prior.Serial)
+			return p
 		}
-		say("the approved plan was made against serial %d of this lineage", prior.Serial)
+		p.say("the approved plan was made against serial %d of this lineage", prior.Serial)
 	} else {
-		say("the approved plan file of %s cannot be read, so its prior state is not compared", cr.Name)
-	}
-	if d := rel.Status.Drift; d != nil && d.Change == cr.Name {
-		var tfObjs []sluicev1.DriftedObject
-		for _, o := range d.Objects {
-			if o.Kind == drift.TerraformKind {
-				tfObjs = append(tfObjs, o)
-			}
-		}
-		if len(tfObjs) > 0 {
-			say("the drift controller's plan of %s: %s", cr.Name, drift.Summary(cr.Name, tfObjs))
-			return AuditDrifted, ev
-		}
+		p.say("the approved plan file of %s cannot be read, so its prior state is not compared", cr.Name)
 	}
 	if c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionDrifted); c != nil && c.Status == metav1.ConditionFalse {
-		say("the drift controller's last plan found no change (%s)", c.LastTransitionTime.UTC().Format(time.RFC3339))
+		p.say("the drift controller's last plan found no change (%s)", c.LastTransitionTime.UTC().Format(time.RFC3339))
 	}
-	say("the apply records no state serial, so later writes to the state cannot be excluded")
-	return AuditUnknown, ev
+	p.say("the apply of %s recorded no state, so later writes to the state cannot be excluded", cr.Name)
+	return p
 }
 
 // approvedBy evaluates the applied change's standing Approvals under the

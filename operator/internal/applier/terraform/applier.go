@@ -44,6 +44,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -178,8 +179,10 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change has a plan, but its Release names no Terraform stack")
 	}
 	key := appliedKey(cr)
-	if _, done := a.applied.Load(key); done {
-		return applier.Result{Message: "terraform plan already applied"}, nil
+	if done, ok := a.applied.Load(key); ok {
+		res, _ := done.(applier.Result)
+		res.Message = "terraform plan already applied"
+		return res, nil
 	}
 	log := a.opts.Log.WithValues("change", cr.Namespace+"/"+cr.Name, "stack", string(rel.Spec.Terraform.Dir))
 
@@ -263,13 +266,35 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		return applier.Result{}, explain(err)
 	}
 	a.interrupted.Delete(key)
-	a.applied.Store(key, struct{}{})
+	out := applier.Result{Terraform: stateResult(res.State)}
 	if res.InPlace {
 		log.V(1).Info("The approved configuration is already in place", "duration", time.Since(start).Round(time.Millisecond).String())
-		return applier.Result{Message: "terraform: the approved configuration of plan " + short(string(cr.Spec.PlanFileSHA256)) + " is already in place (applied before), nothing applied"}, nil
+		out.Message = "terraform: the approved configuration of plan " + short(string(cr.Spec.PlanFileSHA256)) + " is already in place (applied before), nothing applied"
+	} else {
+		log.V(1).Info("Plan applied", "duration", time.Since(start).Round(time.Millisecond).String())
+		out.Message = "terraform applied plan " + short(string(cr.Spec.PlanFileSHA256))
 	}
-	log.V(1).Info("Plan applied", "duration", time.Since(start).Round(time.Millisecond).String())
-	return applier.Result{Message: "terraform applied plan " + short(string(cr.Spec.PlanFileSHA256))}, nil
+	if out.Terraform != nil {
+		out.Message += fmt.Sprintf(" (state serial %d)", out.Terraform.Serial)
+	} else {
+		// The apply is done; only the record for audit is missing.
+		why := res.StateError
+		if why == "" {
+			why = "its lineage or serial is out of range"
+		}
+		log.Info("The state the apply left could not be recorded; audit will not prove this change", "error", why)
+		out.Message += "; the state it left could not be recorded (" + why + "), so audit cannot prove it"
+	}
+	a.applied.Store(key, out)
+	return out, nil
+}
+
+// stateResult is the API's record of the state an apply left; nil for none.
+func stateResult(s *tf.StateRecord) *sluicev1.TerraformApplyResult {
+	if s == nil || !sluicev1.ValidDigest(s.ResourcesDigest) || s.Serial > math.MaxInt64 || s.Lineage == "" || len(s.Lineage) > 64 {
+		return nil
+	}
+	return &sluicev1.TerraformApplyResult{Lineage: s.Lineage, Serial: int64(s.Serial), ResourcesDigest: sluicev1.Digest(s.ResourcesDigest), Resources: int32(min(s.Resources, math.MaxInt32))}
 }
 
 // Forget drops what Apply remembers of cr, once the change's outcome no

@@ -51,6 +51,7 @@ func (c *chain) Apply(ctx context.Context, req applier.Request) (applier.Result,
 		return applier.Result{}, err
 	}
 	res.Message = tfRes.Message + "; " + res.Message
+	res.Terraform = tfRes.Terraform
 	return res, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 )
@@ -143,4 +144,19 @@ func PlanPriorState(plan []byte) (StateVersion, bool) {
 func StoredStateVersion(gz []byte) (StateVersion, bool) {
 	m, ok := gzippedStateMeta(gz)
 	return StateVersion{Lineage: m.Lineage, Serial: m.Serial}, ok
+}
+
+// StoredState reads the state a state Secret stores (gzipped JSON under
+// "tfstate") into its lineage, serial and resources digest, without
+// terraform: what audit compares with the state an apply recorded.
+func StoredState(gz []byte) (tf.StateRecord, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return tf.StateRecord{}, fmt.Errorf("the stored state is not gzipped: %w", err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(zr, 256<<20))
+	if err != nil {
+		return tf.StateRecord{}, fmt.Errorf("the stored state: %w", err)
+	}
+	return tf.ReadStateRecord(raw)
 }

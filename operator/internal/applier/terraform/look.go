@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -12,19 +14,39 @@ import (
 )
 
 // PlanApplied plans the configuration of the applied change cr (the
-// Terraform stack of its verified artifact, with the release's variables)
+// Terraform stack of its verified artifact, with the variables its
+// approved plan file was made with, not the Release's current ones)
 // against the release's current state, in the applier's runner with a
 // plan credential (ModePlan: read and lock this one state, never write).
 // Any resource change in the result is drift: the state no longer holds
-// what the approved plan applied. The drift controller calls it; it
-// shares the runner, the state server and the artifact fetcher the
-// applier was built with.
-func (a *Applier) PlanApplied(ctx context.Context, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) (*tf.PlanResult, error) {
-	if cr == nil || rel == nil {
-		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "no change or release to plan")
+// what the approved plan applied. The plan file is read from the change's
+// plan Secrets as the Repository's ServiceAccount and must hash to the
+// approved planFileSHA256. The drift controller calls it; it shares the
+// runner, the state server and the artifact fetcher the applier was
+// built with.
+func (a *Applier) PlanApplied(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository, cr *sluicev1.ChangeRequest) (*tf.PlanResult, error) {
+	if cr == nil || rel == nil || repo == nil {
+		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "no change, release or repository to plan")
 	}
 	if rel.Spec.Terraform == nil || rel.Spec.Terraform.Dir == "" {
 		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "Release %s names no Terraform stack", rel.Name)
+	}
+	sa := repo.Spec.ServiceAccountName
+	if sa == "" {
+		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "Repository %s names no serviceAccountName to read the plan as", repo.Name)
+	}
+	token, err := a.token(ctx, repo.Namespace, sa)
+	if err != nil {
+		return nil, err
+	}
+	asSA := rest.AnonymousClientConfig(a.opts.Config)
+	asSA.BearerToken = token
+	planFile, err := readPlan(ctx, asSA, cr, repo.Namespace+":"+sa)
+	if err != nil {
+		return nil, fmt.Errorf("the approved plan of %s, whose variables the drift plan uses: %w", cr.Name, err)
+	}
+	if got := tf.PlanFileSHA256(planFile); got != string(cr.Spec.PlanFileSHA256) {
+		return nil, applier.Permanent(sluicev1.ReasonDigestMismatch, "the stored plan file of %s hashes to %s, not the approved %s", cr.Name, got, cr.Spec.PlanFileSHA256)
 	}
 	content, err := a.opts.Fetcher.FetchChange(ctx, cr)
 	if err != nil {
@@ -53,12 +75,12 @@ func (a *Applier) PlanApplied(ctx context.Context, rel *sluicev1.Release, cr *sl
 		env[k] = v
 	}
 	res, err := tf.Plan(ctx, tf.PlanOptions{
-		ExecOptions: tf.ExecOptions{Runner: a.opts.Runner, Env: env, Secrets: cred.Secrets(), Timeout: a.opts.Timeout},
-		Root:        content.Dir,
-		Dir:         dir,
-		Vars:        rel.Spec.Terraform.Vars,
-		Workspace:   rel.Spec.Terraform.Workspace,
-		Backend:     tf.BackendHTTP,
+		ExecOptions:      tf.ExecOptions{Runner: a.opts.Runner, Env: env, Secrets: cred.Secrets(), Timeout: a.opts.Timeout},
+		Root:             content.Dir,
+		Dir:              dir,
+		VarsFromPlanFile: planFile,
+		Workspace:        rel.Spec.Terraform.Workspace,
+		Backend:          tf.BackendHTTP,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("plan the applied configuration of %s: %w", cr.Name, err)

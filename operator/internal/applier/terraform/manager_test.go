@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
@@ -85,6 +86,14 @@ func TestOperator_appliesThePlanThenTheManifestsAndFailsAStalePlan(t *testing.T)
 	require.Equal(t, 1, calls)
 	require.Equal(t, "db-small", state, "the manifests went after the infrastructure")
 	require.Contains(t, got.Status.Apply.Message, "terraform applied plan")
+	// The state the apply left is recorded on the change, as audit
+	// recomputes it from the state Secret.
+	var st corev1.Secret
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: StateSecretName("default", f.release.Name)}, &st))
+	stored, err := StoredState(st.Data["tfstate"])
+	require.NoError(t, err)
+	require.Equal(t, &sluicev1.TerraformApplyResult{Lineage: stored.Lineage, Serial: int64(stored.Serial), ResourcesDigest: sluicev1.Digest(stored.ResourcesDigest), Resources: 1},
+		got.Status.Apply.Terraform)
 
 	got = waitPhase(t, f.submit(t, stale), sluicev1.PhaseFailed)
 	require.Contains(t, got.Status.Apply.Message, sluicev1.ReasonStalePlan)
