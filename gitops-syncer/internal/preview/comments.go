@@ -9,12 +9,7 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -207,29 +202,9 @@ func (h *Handler) forgetInputs(ns string, n int64) {
 	})
 }
 
-// storeReview keeps the redacted review section of cr in a Secret owned
-// by it (review.SecretName), for `kubectl sluice diff`.
+// storeReview keeps the redacted review section of cr beside it, for
+// `kubectl sluice diff` and for rendering the comment again when its
+// approvals change (changespec.StoreReview).
 func (h *Handler) storeReview(ctx context.Context, cr *sluicev1.ChangeRequest, in review.Input) error {
-	in.Change = cr
-	s, err := review.Build(in)
-	if err != nil {
-		return err
-	}
-	data, err := review.Encode(s)
-	if err != nil {
-		return err
-	}
-	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: review.SecretName(cr.Name), Namespace: cr.Namespace,
-			Labels: map[string]string{review.LabelReview: "true", sluicev1.LabelRelease: cr.Spec.Release}},
-		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{review.SecretKey: data},
-	}
-	if err := controllerutil.SetControllerReference(cr, sec, h.Client.Scheme()); err != nil {
-		return err
-	}
-	if err := h.Client.Create(ctx, sec, client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create %s: %w", sec.Name, err)
-	}
-	return nil
+	return changespec.StoreReview(ctx, h.Client, FieldOwner, cr, in)
 }

@@ -46,7 +46,6 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/status"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
-	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -75,6 +74,7 @@ type ReviewConfirmer interface {
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=approvals,verbs=get;list;create
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create
 
 // Handler builds previews and records reviews. It implements
 // webhook.PullRequestHandler.
@@ -449,8 +449,7 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 		return built{}, fmt.Errorf("create preview %s: %w", name, err)
 	}
 	if res != nil {
-		in := review.Input{Plan: res.Plan, Manifest: res.Manifest, PreviousManifest: res.PreviousManifest,
-			AppliedRevision: appliedRevision(ctx, h.reader(), repo, release), RiskReasons: res.RiskReasons}
+		in := changespec.ReviewInput(res, appliedRevision(ctx, h.reader(), repo, release))
 		h.rememberInputs(cr, in)
 		if err := h.storeReview(ctx, cr, in); err != nil {
 			// `kubectl sluice diff` then shows less; the preview stands.

@@ -71,6 +71,9 @@ type Section struct {
 	HasManifest bool
 	ManifestErr string
 	Approval    Approval
+	// Trimmed: the stored section lost its plan attributes and diff lines
+	// to fit a ConfigMap (Trim).
+	Trimmed bool `json:",omitempty"`
 }
 
 // Finding is one finding as shown.

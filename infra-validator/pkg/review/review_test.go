@@ -301,3 +301,59 @@ func TestEncode_roundTrip(t *testing.T) {
 		t.Error("garbage decodes")
 	}
 }
+
+// TestConfigMap_storesTheSectionForItsChangeOnly: the stored section
+// decodes for the change that controls the ConfigMap, and a ConfigMap of
+// the same name that the change does not control is not read.
+func TestConfigMap_storesTheSectionForItsChangeOnly(t *testing.T) {
+	cr := testChange()
+	cr.UID = "uid-1"
+	s := testSection(t)
+	cm, err := NewConfigMap(cr, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Name != "shop-prod-pr7-5f2c9e1a7b-review" || cm.Labels[LabelReview] != "true" {
+		t.Fatalf("ConfigMap %s labelled %v", cm.Name, cm.Labels)
+	}
+	got, ok, err := FromConfigMap(cm, cr)
+	if err != nil || !ok {
+		t.Fatalf("the change's own review: ok %v, %v", ok, err)
+	}
+	var a, b bytes.Buffer
+	_ = Text(&a, s, false)
+	_ = Text(&b, got, false)
+	if a.String() != b.String() {
+		t.Error("the stored section renders otherwise than the original")
+	}
+	other := testChange()
+	other.UID = "uid-2"
+	if _, ok, _ := FromConfigMap(cm, other); ok {
+		t.Error("a ConfigMap the change does not control is read")
+	}
+}
+
+// TestTrim_keepsWhatFitsAndSaysSo: a trimmed section lists every resource
+// and object without their lines, and the terminal says so.
+func TestTrim_keepsWhatFitsAndSaysSo(t *testing.T) {
+	s := testSection(t)
+	tr := Trim(s)
+	if len(tr.Plan.Resources) != len(s.Plan.Resources) || len(tr.Objects) != len(s.Objects) {
+		t.Fatal("trimming dropped resources or objects")
+	}
+	for _, r := range tr.Plan.Resources {
+		if len(r.Attrs) > 0 {
+			t.Errorf("%s keeps its attributes", r.Address)
+		}
+	}
+	if len(s.Plan.Resources[0].Attrs) == 0 {
+		t.Error("trimming changed the original")
+	}
+	var b bytes.Buffer
+	if err := Text(&b, tr, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "too large to keep whole") {
+		t.Error("the terminal does not say the review was trimmed")
+	}
+}
