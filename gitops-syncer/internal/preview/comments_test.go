@@ -31,6 +31,7 @@ type githubAPI struct {
 	comments map[int64]string
 	nextID   int64
 	checks   int
+	edits    int
 	failures int
 	hold     chan struct{}
 }
@@ -87,6 +88,7 @@ func (g *githubAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case commentPath.MatchString(p) && r.Method == http.MethodPatch:
 		id, _ := strconv.ParseInt(commentPath.FindStringSubmatch(p)[1], 10, 64)
 		g.comments[id] = in["body"].(string)
+		g.edits++
 		reply(200, comment(id))
 	case strings.HasSuffix(p, "/check-runs") && r.Method == http.MethodGet:
 		reply(200, map[string]any{"total_count": 0, "check_runs": []any{}})

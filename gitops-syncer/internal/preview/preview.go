@@ -105,9 +105,10 @@ type Handler struct {
 	// CheckRuns also reports each release as a Check Run (GitHub).
 	CheckRuns bool
 
-	locks  sync.Map // "<ns>/<repo>#<pr>" → *sync.Mutex
-	inputs reviewInputs
-	pub    publisher
+	locks   sync.Map // "<ns>/<repo>#<pr>" → *sync.Mutex
+	inputs  reviewInputs
+	pub     publisher
+	threads sync.Map // threadKey → commentThread
 }
 
 // lock serialises the work on one pull request (a review may arrive while
@@ -144,11 +145,12 @@ func (h *Handler) PullRequest(ctx context.Context, repo *sluicev1.Repository, ev
 			return nil
 		}
 		h.forgetInputs(repo.Namespace, pr.Number)
+		h.threads.Delete(threadKey(repo.Namespace, repo.Name, pr.Number))
 		return h.deletePreviews(ctx, repo, pr.Number)
 	case provider.PROpened, provider.PRUpdated, provider.PRReopened:
 		b, err := h.build(ctx, repo, ev, pr, pr.HeadSHA)
 		if len(b) > 0 {
-			h.publishReview(ev, pr, b)
+			h.publishReview(ctx, repo, ev, pr, b)
 		}
 		return err
 	}
