@@ -201,8 +201,13 @@ func approvalOf(cr *sluicev1.ChangeRequest) Approval {
 	}
 	a.ApprovedBy = identities(cr.Status.ApprovedBy)
 	a.RejectedBy = identities(cr.Status.RejectedBy)
-	if n := rule.Required - int32(len(a.ApprovedBy)); n > 0 {
-		a.Needed = n
+	switch cr.Status.Phase {
+	case sluicev1.PhaseApproved, sluicev1.PhaseApplying, sluicev1.PhaseApplied:
+		// The gate passed (auto-approval included): nobody is needed.
+	default:
+		if n := rule.Required - int32(len(a.ApprovedBy)); n > 0 {
+			a.Needed = n
+		}
 	}
 	return a
 }

@@ -357,3 +357,18 @@ func TestTrim_keepsWhatFitsAndSaysSo(t *testing.T) {
 		t.Error("the terminal does not say the review was trimmed")
 	}
 }
+
+// TestApproval_aChangePastTheGateNeedsNobody: an auto-approved change
+// (applied with no approvals) does not read as still needing one.
+func TestApproval_aChangePastTheGateNeedsNobody(t *testing.T) {
+	cr := testChange()
+	cr.Status.ApprovedBy = nil
+	cr.Status.Phase = sluicev1.PhaseApplied
+	if a := approvalOf(cr); a.Needed != 0 {
+		t.Errorf("an applied change still needs %d approvals", a.Needed)
+	}
+	cr.Status.Phase = sluicev1.PhaseAwaitingApproval
+	if a := approvalOf(cr); a.Needed != 2 {
+		t.Errorf("a waiting change needs %d approvals, want 2", a.Needed)
+	}
+}
