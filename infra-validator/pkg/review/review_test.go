@@ -372,3 +372,31 @@ func TestApproval_aChangePastTheGateNeedsNobody(t *testing.T) {
 		t.Errorf("a waiting change needs %d approvals, want 2", a.Needed)
 	}
 }
+
+// TestRender_aSecretInAnAddressOrKeyIsRedacted: the plan is redacted in
+// one pass over addresses, paths and values; a run credential or a
+// credential-shaped string in any of them never shows, also when a
+// pattern would swallow the separators (a private key spanning fields).
+func TestRender_aSecretInAnAddressOrKeyIsRedacted(t *testing.T) {
+	const runCred = "run-cred-7f3a9c2e51"
+	plan := `{"format_version":"1.2","resource_changes":[
+ {"address":"aws_ssm_parameter.p[\"` + runCred + `\"]","change":{"actions":["create"],"before":null,"after":{"name":"x","tags":{"` + runCred + `":"y"},"note":"-----BEGIN RSA PRIVATE KEY-----\nMIIB"}}},
+ {"address":"null_resource.token_ghp_abcdefghijklmnopqrstuvwxyz0123456789","change":{"actions":["update"],"before":{"v":"1"},"after":{"v":"ghp_abcdefghijklmnopqrstuvwxyz0123456789"}}}]}`
+	s, err := Build(Input{Change: testChange(), PlanJSON: []byte(plan), Secrets: []string{runCred}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	if err := Text(&text, s, false); err != nil {
+		t.Fatal(err)
+	}
+	out := strings.Join(Markdown([]*Section{s}, LimitGitHub, 0), "\n") + text.String()
+	for _, sec := range []string{runCred, "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "MIIB"} {
+		if strings.Contains(out, sec) {
+			t.Errorf("the rendered review shows %q", sec)
+		}
+	}
+	if len(s.Plan.Resources) != 2 || !strings.Contains(out, "aws_ssm_parameter.p") {
+		t.Errorf("the resources are not listed: %+v", s.Plan.Resources)
+	}
+}
