@@ -9,7 +9,9 @@
 #      default Terraform policies (conftest --namespace 'sluice.terraform.*');
 #   3. time per plan of the library with policies compiled once (Go benchmark);
 #   4. time per chart of the library (render + schema + policy) vs `helm template`;
-#   5. peak memory of the CLI on a 10,000-resource plan.
+#   5. peak memory of the CLI on a 10,000-resource plan;
+#   6. terraform through the sandboxed runner vs bare terraform;
+#   7. CPU time of rendering the pull-request comment vs validating, 2,000-resource plan.
 # Installs conftest v0.71.1 and helm v3.22.0 into bin/tools when missing.
 set -euo pipefail
 
@@ -114,3 +116,9 @@ echo
 echo "== 6. terraform through the sandboxed runner vs bare terraform (same stack, same run; median of $RUNS runs)"
 (cd "$MOD" && go build -o "$WORK/runnerbench" ./hack/runnerbench)
 "$WORK/runnerbench" "$RUNS" 20 | sed 's/^/  /'
+echo
+
+echo "== 7. pull-request comment vs validation, 2,000-resource plan (Go benchmark, CPU time per run, taking turns)"
+(cd "$MOD" && go test -run '^$' -bench '^BenchmarkReviewVsValidate2000$' -benchtime "${BENCH_TIME:-20x}" ./pkg/review) |
+	awk '/^BenchmarkReviewVsValidate2000/ { for (i = 1; i < NF; i++) m[$(i + 1)] = $i
+		printf "  validate %.1f ms, render the comment %.1f ms: %.1f%% of the validation (target < 10%%)\n", m["validate-cpu-ns/op"] / 1e6, m["render-cpu-ns/op"] / 1e6, m["render-%"] }'

@@ -254,6 +254,8 @@ for _ in $(seq 1 120); do sluice get -o name 2>/dev/null | grep -q "cart-staging
 sluice wait "cart-staging-${head2:0:10}" --for applied --timeout 180s
 sluice get -l gitops.sluice.dev/release=cart-staging
 sluice describe "cart-staging-${head2:0:10}" | grep -E '^(Phase|Verdict|Gate):|Helm revision' 
+step "The comment Sluice posts in a pull request for this change (kubectl sluice diff --format markdown): the manifest diff against the applied revision and the approval state"
+sluice diff "cart-staging-${head2:0:10}" --format markdown
 # A change is per release: prod's inputs (its own entry and the shared
 # fields of service.yaml, values.yaml, values-prod.yaml, the chart, the
 # stack) are the same at ${head2:0:10}, so the syncer made no prod change.

@@ -273,6 +273,14 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 				return "", err
 			}
 		}
+		if result != nil {
+			// What `kubectl sluice diff` shows before an approve: the plan
+			// and the manifest diff against the last applied revision.
+			if err := changespec.StoreReview(ctx, r.Client, ControllerName, cr, changespec.ReviewInput(result, previousRevision(plan.release))); err != nil {
+				// diff then shows less; the change stands.
+				logger.Error(err, "Storing the review of a ChangeRequest failed", "changeRequest", cr.Name)
+			}
+		}
 		return cr.Name, r.recordSynced(ctx, plan, cr)
 	}
 	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, sluicev1.ShortSHA(plan.revision))

@@ -3,6 +3,7 @@ package preview
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,8 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -46,7 +47,10 @@ type publisher struct {
 	mu      sync.Mutex
 	pending map[string]commentJob
 	running map[string]bool
-	wg      sync.WaitGroup
+	// posted is the job last posted per pull request: the same job again
+	// (an approval change that reads the same) writes nothing.
+	posted map[string]commentJob
+	wg     sync.WaitGroup
 }
 
 // reviewInputs remembers, per preview, what its review is rendered from
@@ -57,8 +61,9 @@ type reviewInputs struct {
 }
 
 // publishReview renders the review of the previews at head and hands it
-// to the background publisher.
-func (h *Handler) publishReview(ev *provider.Event, pr *provider.PullRequest, previews []built) {
+// to the background publisher; it remembers the pull request's thread, so
+// an approval arriving later renders the comment again (RefreshApprovals).
+func (h *Handler) publishReview(ctx context.Context, repo *sluicev1.Repository, ev *provider.Event, pr *provider.PullRequest, previews []built) {
 	if h.Comments == nil || ev == nil {
 		return
 	}
@@ -66,31 +71,102 @@ func (h *Handler) publishReview(ev *provider.Event, pr *provider.PullRequest, pr
 	for _, b := range previews {
 		crs = append(crs, b.cr)
 	}
+	t := commentThread{Thread: provider.Thread{Repo: ev.Repo, ProjectID: ev.ProjectID, Number: pr.Number}, head: pr.HeadSHA}
+	h.threads.Store(threadKey(repo.Namespace, repo.Name, pr.Number), t)
+	h.submitReview(ctx, t, crs)
+}
+
+// commentThread is where a pull request's comment goes and the head its
+// previews were built at.
+type commentThread struct {
+	provider.Thread
+	head string
+}
+
+func threadKey(ns, repo string, pr int64) string { return fmt.Sprintf("%s/%s#%d", ns, repo, pr) }
+
+// submitReview renders the sections of crs (the previews of one pull
+// request at one head) and hands the comment to the publisher.
+func (h *Handler) submitReview(ctx context.Context, t commentThread, crs []*sluicev1.ChangeRequest) {
 	sort.Slice(crs, func(i, j int) bool { return crs[i].Spec.Release < crs[j].Spec.Release })
 	var sections []*review.Section
 	var checks []provider.Check
 	for _, cr := range crs {
-		in := review.Input{Change: cr}
-		if v, ok := h.inputs.Load(cr.Namespace + "/" + cr.Name); ok {
-			in = v.(review.Input)
-			in.Change = cr
-		}
-		s, err := review.Build(in)
+		s, err := h.sectionOf(ctx, cr)
 		if err != nil {
 			h.Log.Error(err, "Rendering the review failed", "changeRequest", cr.Name)
 			continue
 		}
 		sections = append(sections, s)
 		if h.CheckRuns {
-			checks = append(checks, checkOf(ev.Repo, pr.HeadSHA, s))
+			checks = append(checks, checkOf(t.Repo, t.head, s))
 		}
 	}
 	job := commentJob{
-		thread: provider.Thread{Repo: ev.Repo, ProjectID: ev.ProjectID, Number: pr.Number},
+		thread: t.Thread,
 		bodies: review.Markdown(sections, h.Comments.CommentLimit(), 0),
 		checks: checks,
 	}
-	h.pub.submit(h, fmt.Sprintf("%s#%d", ev.Repo, pr.Number), job)
+	h.pub.submit(h, fmt.Sprintf("%s#%d", t.Repo, t.Number), job)
+}
+
+// sectionOf is the review section of cr with its approval state as cr
+// records it: rendered from the inputs kept since its validation, or
+// read from the ConfigMap stored beside it (after a restart), or from the
+// ChangeRequest alone.
+func (h *Handler) sectionOf(ctx context.Context, cr *sluicev1.ChangeRequest) (*review.Section, error) {
+	if v, ok := h.inputs.Load(cr.Namespace + "/" + cr.Name); ok {
+		in := v.(review.Input)
+		in.Change = cr
+		return review.Build(in)
+	}
+	cm := &corev1.ConfigMap{}
+	err := h.reader().Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: review.ConfigMapName(cr.Name)}, cm)
+	if err == nil {
+		s, owned, err := review.FromConfigMap(cm, cr)
+		if err != nil {
+			return nil, err
+		}
+		if owned && !s.Trimmed {
+			return review.WithApproval(s, cr), nil
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("read the review of %s: %w", cr.Name, err)
+	}
+	return review.Build(review.Input{Change: cr})
+}
+
+// RefreshApprovals renders the comment of cr's pull request again when cr
+// is a preview at the head the comment shows: its approval state (who
+// approved, who is still needed, the phase) changed. Nothing is posted
+// when the comment reads the same (the publisher compares with what it
+// posted last), nor for a pull request this process has not commented on
+// since it started (its next push renders it).
+func (h *Handler) RefreshApprovals(ctx context.Context, cr *sluicev1.ChangeRequest) error {
+	pr := cr.Spec.PullRequest
+	repoName := cr.Labels[sluicev1.LabelRepository]
+	if h.Comments == nil || pr == nil || !pr.Preview || repoName == "" {
+		return nil
+	}
+	repo := &sluicev1.Repository{ObjectMeta: metav1.ObjectMeta{Namespace: cr.Namespace, Name: repoName}}
+	unlock := h.lock(repo, pr.Number)
+	defer unlock()
+	v, ok := h.threads.Load(threadKey(cr.Namespace, repoName, pr.Number))
+	if !ok {
+		return nil
+	}
+	t := v.(commentThread)
+	if t.head != pr.HeadSHA {
+		return nil // an older push's preview: the comment shows a newer one
+	}
+	crs, err := h.previewsAt(ctx, repo, pr.Number, t.head)
+	if err != nil {
+		return err
+	}
+	if len(crs) > 0 {
+		h.submitReview(ctx, t, crs)
+	}
+	return nil
 }
 
 // checkOf is the Check Run of one release's section.
@@ -115,7 +191,7 @@ func (p *publisher) submit(h *Handler, key string, job commentJob) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.pending == nil {
-		p.pending, p.running = map[string]commentJob{}, map[string]bool{}
+		p.pending, p.running, p.posted = map[string]commentJob{}, map[string]bool{}, map[string]commentJob{}
 	}
 	p.pending[key] = job
 	if p.running[key] {
@@ -145,11 +221,18 @@ func (p *publisher) run(h *Handler, key string) {
 			return
 		}
 		delete(p.pending, key)
+		last, had := p.posted[key]
 		p.mu.Unlock()
+		if had && reflect.DeepEqual(last, job) {
+			continue
+		}
 
 		err := h.post(job)
 		if err == nil {
 			attempt = 0
+			p.mu.Lock()
+			p.posted[key] = job
+			p.mu.Unlock()
 			continue
 		}
 		if attempt == len(retry) {
@@ -207,29 +290,9 @@ func (h *Handler) forgetInputs(ns string, n int64) {
 	})
 }
 
-// storeReview keeps the redacted review section of cr in a Secret owned
-// by it (review.SecretName), for `kubectl sluice diff`.
+// storeReview keeps the redacted review section of cr beside it, for
+// `kubectl sluice diff` and for rendering the comment again when its
+// approvals change (changespec.StoreReview).
 func (h *Handler) storeReview(ctx context.Context, cr *sluicev1.ChangeRequest, in review.Input) error {
-	in.Change = cr
-	s, err := review.Build(in)
-	if err != nil {
-		return err
-	}
-	data, err := review.Encode(s)
-	if err != nil {
-		return err
-	}
-	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: review.SecretName(cr.Name), Namespace: cr.Namespace,
-			Labels: map[string]string{review.LabelReview: "true", sluicev1.LabelRelease: cr.Spec.Release}},
-		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{review.SecretKey: data},
-	}
-	if err := controllerutil.SetControllerReference(cr, sec, h.Client.Scheme()); err != nil {
-		return err
-	}
-	if err := h.Client.Create(ctx, sec, client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create %s: %w", sec.Name, err)
-	}
-	return nil
+	return changespec.StoreReview(ctx, h.Client, FieldOwner, cr, in)
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
@@ -32,6 +31,7 @@ type githubAPI struct {
 	comments map[int64]string
 	nextID   int64
 	checks   int
+	edits    int
 	failures int
 	hold     chan struct{}
 }
@@ -88,6 +88,7 @@ func (g *githubAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case commentPath.MatchString(p) && r.Method == http.MethodPatch:
 		id, _ := strconv.ParseInt(commentPath.FindStringSubmatch(p)[1], 10, 64)
 		g.comments[id] = in["body"].(string)
+		g.edits++
 		reply(200, comment(id))
 	case strings.HasSuffix(p, "/check-runs") && r.Method == http.MethodGet:
 		reply(200, map[string]any{"total_count": 0, "check_runs": []any{}})
@@ -145,11 +146,11 @@ func TestPullRequest_theReviewCommentShowsWhatIsApprovedAndFollowsPushes(t *test
 	assert.Equal(t, 2, g.checks, "one Check Run per release")
 	// The same review is stored beside each preview for kubectl sluice diff.
 	for _, cr := range previews(t, i.repo.Namespace, 30) {
-		sec := &corev1.Secret{}
-		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: review.SecretName(cr.Name)}, sec))
-		assert.True(t, metav1.IsControlledBy(sec, &cr), "owned by its preview")
-		s, err := review.Decode(sec.Data[review.SecretKey])
+		cm := &corev1.ConfigMap{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: review.ConfigMapName(cr.Name)}, cm))
+		s, owned, err := review.FromConfigMap(cm, &cr)
 		require.NoError(t, err)
+		assert.True(t, owned, "controlled by its preview")
 		assert.True(t, s.HasManifest)
 		assert.Equal(t, string(cr.Spec.ApprovalDigest), s.Approval.Digest)
 	}

@@ -46,7 +46,6 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/status"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
-	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -75,6 +74,7 @@ type ReviewConfirmer interface {
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=approvals,verbs=get;list;create
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create
 
 // Handler builds previews and records reviews. It implements
 // webhook.PullRequestHandler.
@@ -105,9 +105,10 @@ type Handler struct {
 	// CheckRuns also reports each release as a Check Run (GitHub).
 	CheckRuns bool
 
-	locks  sync.Map // "<ns>/<repo>#<pr>" → *sync.Mutex
-	inputs reviewInputs
-	pub    publisher
+	locks   sync.Map // "<ns>/<repo>#<pr>" → *sync.Mutex
+	inputs  reviewInputs
+	pub     publisher
+	threads sync.Map // threadKey → commentThread
 }
 
 // lock serialises the work on one pull request (a review may arrive while
@@ -144,11 +145,12 @@ func (h *Handler) PullRequest(ctx context.Context, repo *sluicev1.Repository, ev
 			return nil
 		}
 		h.forgetInputs(repo.Namespace, pr.Number)
+		h.threads.Delete(threadKey(repo.Namespace, repo.Name, pr.Number))
 		return h.deletePreviews(ctx, repo, pr.Number)
 	case provider.PROpened, provider.PRUpdated, provider.PRReopened:
 		b, err := h.build(ctx, repo, ev, pr, pr.HeadSHA)
 		if len(b) > 0 {
-			h.publishReview(ev, pr, b)
+			h.publishReview(ctx, repo, ev, pr, b)
 		}
 		return err
 	}
@@ -449,8 +451,7 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 		return built{}, fmt.Errorf("create preview %s: %w", name, err)
 	}
 	if res != nil {
-		in := review.Input{Plan: res.Plan, Manifest: res.Manifest, PreviousManifest: res.PreviousManifest,
-			AppliedRevision: appliedRevision(ctx, h.reader(), repo, release), RiskReasons: res.RiskReasons}
+		in := changespec.ReviewInput(res, appliedRevision(ctx, h.reader(), repo, release))
 		h.rememberInputs(cr, in)
 		if err := h.storeReview(ctx, cr, in); err != nil {
 			// `kubectl sluice diff` then shows less; the preview stands.

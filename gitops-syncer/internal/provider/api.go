@@ -2,16 +2,14 @@ package provider
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"strings"
-	"time"
 
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"code.gitea.io/sdk/gitea"
+	"github.com/google/go-github/v75/github"
+	gitlab "gitlab.com/gitlab-org/api/client-go"
 )
 
 // GitLab access levels (members API).
@@ -72,16 +70,14 @@ func (a *API) Confirm(ctx context.Context, ev *Event) (*Review, error) {
 	return nil, fmt.Errorf("no review API for provider %q", a.Provider)
 }
 
-// ghReviewState is one review as GitHub and Gitea list them.
+// apiReview is one review as GitHub and Gitea list them.
 type apiReview struct {
-	ID       int64  `json:"id"`
-	State    string `json:"state"`
-	CommitID string `json:"commit_id"`
-	User     *struct {
-		Login string `json:"login"`
-	} `json:"user"`
+	ID       int64
+	State    string
+	CommitID string
+	Login    string
 	// Gitea marks a dismissed review with a flag rather than a state.
-	Dismissed bool `json:"dismissed"`
+	Dismissed bool
 }
 
 // stateOf maps a listed review's state to a decision; "" for a comment or a
@@ -101,52 +97,111 @@ func (r apiReview) stateOf() ReviewState {
 	return ""
 }
 
+// reviewAPI is what confirming a GitHub or Gitea review asks, through the
+// provider's Go client.
+type reviewAPI interface {
+	// permission is the user's permission and role name on the repository.
+	permission(ctx context.Context, owner, name, login string) (string, string, error)
+	// reviews lists one page (from 1) of the pull request's reviews; more
+	// says whether another page may follow.
+	reviews(ctx context.Context, owner, name string, number int64, page int) (list []apiReview, more bool, err error)
+}
+
+type githubReviews struct{ c *github.Client }
+
+func (g githubReviews) permission(ctx context.Context, owner, name, login string) (string, string, error) {
+	p, _, err := g.c.Repositories.GetPermissionLevel(ctx, owner, name, login)
+	if err != nil {
+		return "", "", err
+	}
+	return p.GetPermission(), p.GetRoleName(), nil
+}
+
+func (g githubReviews) reviews(ctx context.Context, owner, name string, number int64, page int) ([]apiReview, bool, error) {
+	list, resp, err := g.c.PullRequests.ListReviews(ctx, owner, name, int(number), &github.ListOptions{Page: page, PerPage: 100})
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]apiReview, 0, len(list))
+	for _, r := range list {
+		out = append(out, apiReview{ID: r.GetID(), State: r.GetState(), CommitID: r.GetCommitID(), Login: r.GetUser().GetLogin()})
+	}
+	return out, resp != nil && resp.NextPage != 0, nil
+}
+
+type giteaReviews struct{ c *gitea.Client }
+
+func (g giteaReviews) permission(_ context.Context, owner, name, login string) (string, string, error) {
+	p, _, err := g.c.CollaboratorPermission(owner, name, login)
+	if err != nil {
+		return "", "", err
+	}
+	return string(p.Permission), p.Role, nil
+}
+
+func (g giteaReviews) reviews(_ context.Context, owner, name string, number int64, page int) ([]apiReview, bool, error) {
+	list, _, err := g.c.ListPullReviews(owner, name, number, gitea.ListPullReviewsOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]apiReview, 0, len(list))
+	for _, r := range list {
+		login := ""
+		if r.Reviewer != nil {
+			login = r.Reviewer.UserName
+		}
+		out = append(out, apiReview{ID: r.ID, State: string(r.State), CommitID: r.CommitID, Login: login, Dismissed: r.Dismissed})
+	}
+	return out, len(list) > 0, nil
+}
+
 func (a *API) confirmGitHubLike(ctx context.Context, ev *Event) (*Review, error) {
 	rev := ev.Review
-	owner, name, ok := strings.Cut(ev.Repo, "/")
-	if !ok || owner == "" || name == "" || strings.Contains(name, "/") {
-		return nil, fmt.Errorf("repository %q is not owner/name", ev.Repo)
+	owner, name, err := splitRepo(ev.Repo)
+	if err != nil {
+		return nil, err
 	}
-	prefix := ""
-	if a.Provider == Gitea {
-		prefix = "/api/v1"
+	cl, err := a.commentClient(ctx)
+	if err != nil {
+		return nil, err
 	}
-	repoPath := fmt.Sprintf("%s/repos/%s/%s", prefix, url.PathEscape(owner), url.PathEscape(name))
+	var api reviewAPI
+	switch c := cl.(type) {
+	case *githubComments:
+		api = githubReviews{c.c}
+	case *giteaComments:
+		api = giteaReviews{c.c}
+	default:
+		return nil, fmt.Errorf("no review API for provider %q", a.Provider)
+	}
 
 	// May the reviewer write? GitHub: permission admin or write (maintain
 	// reports write, with role_name maintain); Gitea: write, admin, owner.
-	var perm struct {
-		Permission string `json:"permission"`
-		RoleName   string `json:"role_name"`
-	}
-	if err := a.get(ctx, repoPath+"/collaborators/"+url.PathEscape(rev.Login)+"/permission", &perm); err != nil {
+	perm, role, err := api.permission(ctx, owner, name, rev.Login)
+	if err != nil {
 		return nil, fmt.Errorf("check the reviewer's permission: %w", err)
 	}
-	if !writePermission(perm.Permission) && !writePermission(perm.RoleName) {
-		return nil, fmt.Errorf("%w: %s has %q access to %s", ErrUnconfirmed, rev.Reviewer, perm.Permission, ev.Repo)
+	if !writePermission(perm) && !writePermission(role) {
+		return nil, fmt.Errorf("%w: %s has %q access to %s", ErrUnconfirmed, rev.Reviewer, perm, ev.Repo)
 	}
 
 	// Is the review the reviewer's latest decision on the pull request?
 	var latest *apiReview
 	for page := 1; page <= 30; page++ {
-		var list []apiReview
-		p := fmt.Sprintf("%s/pulls/%d/reviews?per_page=100&page=%d", repoPath, rev.PullRequest.Number, page)
-		if a.Provider == Gitea {
-			p = fmt.Sprintf("%s/pulls/%d/reviews?limit=50&page=%d", repoPath, rev.PullRequest.Number, page)
-		}
-		if err := a.get(ctx, p, &list); err != nil {
+		list, more, err := api.reviews(ctx, owner, name, rev.PullRequest.Number, page)
+		if err != nil {
 			return nil, fmt.Errorf("list the pull request's reviews: %w", err)
 		}
 		for i := range list {
 			r := list[i]
-			if r.User == nil || !strings.EqualFold(r.User.Login, rev.Login) || r.stateOf() == "" {
+			if !strings.EqualFold(r.Login, rev.Login) || r.stateOf() == "" {
 				continue
 			}
 			if latest == nil || r.ID > latest.ID {
 				latest = &r
 			}
 		}
-		if len(list) == 0 || (a.Provider == GitHub && len(list) < 100) {
+		if !more {
 			break
 		}
 	}
@@ -183,24 +238,23 @@ func (a *API) confirmGitLab(ctx context.Context, ev *Event) (*Review, error) {
 	if ev.ProjectID <= 0 || rev.UserID <= 0 {
 		return nil, fmt.Errorf("%w: no project or user id to ask GitLab about", ErrUnconfirmed)
 	}
-	project := fmt.Sprintf("/api/v4/projects/%d", ev.ProjectID)
+	cl, err := a.commentClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	gl := cl.(*gitlabComments).c
 	min := a.GitLabMinAccess
 	if min == 0 {
 		min = GitLabDeveloper
 	}
-	var member struct {
-		AccessLevel int    `json:"access_level"`
-		State       string `json:"state"`
-	}
-	err := a.get(ctx, fmt.Sprintf("%s/members/all/%d", project, rev.UserID), &member)
-	var he *httpError
-	if errors.As(err, &he) && he.status == http.StatusNotFound {
+	member, resp, err := gl.ProjectMembers.GetInheritedProjectMember(ev.ProjectID, rev.UserID, gitlab.WithContext(ctx))
+	if resp != nil && resp.StatusCode == http.StatusNotFound {
 		return nil, fmt.Errorf("%w: %s is not a member of project %d", ErrUnconfirmed, rev.Reviewer, ev.ProjectID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("check the approver's access: %w", err)
 	}
-	if member.AccessLevel < min || (member.State != "" && member.State != "active") {
+	if int(member.AccessLevel) < min || (member.State != "" && member.State != "active") {
 		return nil, fmt.Errorf("%w: %s has access level %d to project %d; %d needed", ErrUnconfirmed, rev.Reviewer, member.AccessLevel, ev.ProjectID, min)
 	}
 
@@ -208,29 +262,20 @@ func (a *API) confirmGitLab(ctx context.Context, ev *Event) (*Review, error) {
 	// the approvals API must agree with the event: approved_by lists the
 	// user after an approval and not after an unapproval. A replay of an
 	// old approval then changes nothing.
-	var mr struct {
-		SHA string `json:"sha"`
-	}
-	if err := a.get(ctx, fmt.Sprintf("%s/merge_requests/%d", project, rev.PullRequest.Number), &mr); err != nil {
+	mr, _, err := gl.MergeRequests.GetMergeRequest(ev.ProjectID, rev.PullRequest.Number, nil, gitlab.WithContext(ctx))
+	if err != nil {
 		return nil, fmt.Errorf("read the merge request: %w", err)
 	}
 	if mr.SHA != rev.CommitSHA {
 		return nil, fmt.Errorf("%w: merge request %d is at %s, not %s", ErrUnconfirmed, rev.PullRequest.Number, mr.SHA, rev.CommitSHA)
 	}
-	var approvals struct {
-		ApprovedBy []struct {
-			User struct {
-				ID       int64  `json:"id"`
-				Username string `json:"username"`
-			} `json:"user"`
-		} `json:"approved_by"`
-	}
-	if err := a.get(ctx, fmt.Sprintf("%s/merge_requests/%d/approvals", project, rev.PullRequest.Number), &approvals); err != nil {
+	approvals, _, err := gl.MergeRequestApprovals.GetConfiguration(ev.ProjectID, rev.PullRequest.Number, gitlab.WithContext(ctx))
+	if err != nil {
 		return nil, fmt.Errorf("read the merge request's approvals: %w", err)
 	}
 	approved := false
 	for _, ab := range approvals.ApprovedBy {
-		if ab.User.ID == rev.UserID {
+		if ab != nil && ab.User != nil && ab.User.ID == rev.UserID {
 			approved = true
 		}
 	}
@@ -243,62 +288,4 @@ func (a *API) confirmGitLab(ctx context.Context, ev *Event) (*Review, error) {
 	out := *rev
 	out.Access = AccessWrite
 	return &out, nil
-}
-
-// httpError is an answer other than 2xx.
-type httpError struct {
-	status  int
-	message string
-}
-
-func (e *httpError) Error() string { return e.message }
-
-// get sends a GET to path under BaseURL and decodes the JSON answer.
-// Errors carry the status and a short excerpt, never the token.
-func (a *API) get(ctx context.Context, path string, out any) error {
-	token, err := a.Token(ctx)
-	if err != nil {
-		return err
-	}
-	endpoint := strings.TrimSuffix(a.BaseURL, "/") + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
-	if err != nil {
-		return fmt.Errorf("request: %w", err)
-	}
-	switch a.Provider {
-	case GitHub:
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Accept", "application/vnd.github+json")
-		req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
-	case Gitea:
-		req.Header.Set("Authorization", "token "+token)
-	case GitLab:
-		req.Header.Set("PRIVATE-TOKEN", token)
-	}
-	hc := a.HTTP
-	if hc == nil {
-		hc = &http.Client{Timeout: 15 * time.Second}
-	}
-	shown := req.URL.Path
-	resp, err := hc.Do(req)
-	if err != nil {
-		msg := err.Error()
-		if token != "" {
-			msg = strings.ReplaceAll(msg, token, "[redacted]")
-		}
-		return fmt.Errorf("GET %s: %s", shown, msg)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if resp.StatusCode/100 != 2 {
-		excerpt := string(data)
-		if token != "" {
-			excerpt = strings.ReplaceAll(excerpt, token, "[redacted]")
-		}
-		return &httpError{status: resp.StatusCode, message: fmt.Sprintf("GET %s: HTTP %d: %s", shown, resp.StatusCode, sluicev1.Truncate(strings.Join(strings.Fields(excerpt), " "), 200))}
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("GET %s: decode answer: %w", shown, err)
-	}
-	return nil
 }

@@ -1,17 +1,14 @@
 // Package status reports preview verdicts back to pull requests as commit
 // statuses (GitHub's statuses API, Gitea's, GitLab's), one per release,
-// through a small client with a configurable base URL and a token read from
-// a Secret. Descriptions are built only from the verdict's result, risk and
+// through the providers' Go clients (provider.API) with a configurable base
+// URL and a token read from a Secret. Descriptions are built only from the verdict's result, risk and
 // finding counts, never from finding messages, so no secret can reach them.
 package status
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -99,126 +96,30 @@ func New(p provider.Name, baseURL, token string) (*Client, error) {
 	return &Client{Provider: p, BaseURL: strings.TrimSuffix(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 15 * time.Second}}, nil
 }
 
-// Post creates the commit status s.
+// Post creates the commit status s through the provider's Go client
+// (provider.API.PostStatus).
 func (c *Client) Post(ctx context.Context, s Status) error {
 	if !validSHA(s.SHA) {
 		return fmt.Errorf("commit status: %q is not a commit", s.SHA)
 	}
-	desc := oneLine(s.Description, 140)
-	var (
-		endpoint string
-		payload  any
-	)
+	state := string(s.State)
 	switch c.Provider {
 	case provider.GitHub, provider.Gitea:
 		owner, name, ok := strings.Cut(s.Repo, "/")
 		if !ok || owner == "" || name == "" || strings.Contains(name, "/") {
 			return fmt.Errorf("commit status: repository %q is not owner/name", s.Repo)
 		}
-		prefix := ""
-		if c.Provider == provider.Gitea {
-			prefix = "/api/v1"
-		}
-		endpoint = fmt.Sprintf("%s%s/repos/%s/%s/statuses/%s", c.BaseURL, prefix, url.PathEscape(owner), url.PathEscape(name), s.SHA)
-		payload = map[string]string{"state": string(s.State), "context": s.Context, "description": desc, "target_url": s.TargetURL}
 	case provider.GitLab:
-		if s.ProjectID <= 0 {
-			return errors.New("commit status: no GitLab project id")
-		}
-		state := string(s.State)
 		if s.State == StateFailure || s.State == StateError {
 			state = "failed"
 		}
-		endpoint = fmt.Sprintf("%s/api/v4/projects/%d/statuses/%s", c.BaseURL, s.ProjectID, s.SHA)
-		payload = map[string]string{"state": state, "name": s.Context, "description": desc, "target_url": s.TargetURL}
 	default:
 		return fmt.Errorf("no commit status API for provider %q", c.Provider)
 	}
-	body, err := json.Marshal(payload)
-	if err != nil {
-		return fmt.Errorf("encode commit status: %w", err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("commit status request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	c.authorize(req)
-	return c.do(req, nil)
-}
-
-// WriteAccess asks Gitea whether login may write to repo ("owner/name"):
-// Gitea's review payloads do not say. Other providers say it in the payload.
-func (c *Client) WriteAccess(ctx context.Context, repo, login string) (bool, error) {
-	if c.Provider != provider.Gitea {
-		return false, fmt.Errorf("no permission API for provider %q", c.Provider)
-	}
-	owner, name, ok := strings.Cut(repo, "/")
-	if !ok {
-		return false, fmt.Errorf("repository %q is not owner/name", repo)
-	}
-	endpoint := fmt.Sprintf("%s/api/v1/repos/%s/%s/collaborators/%s/permission", c.BaseURL, url.PathEscape(owner), url.PathEscape(name), url.PathEscape(login))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
-	if err != nil {
-		return false, fmt.Errorf("permission request: %w", err)
-	}
-	c.authorize(req)
-	var out struct {
-		Permission string `json:"permission"`
-	}
-	if err := c.do(req, &out); err != nil {
-		return false, err
-	}
-	switch out.Permission {
-	case "write", "admin", "owner":
-		return true, nil
-	}
-	return false, nil
-}
-
-func (c *Client) authorize(req *http.Request) {
-	switch c.Provider {
-	case provider.GitHub:
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-		req.Header.Set("Accept", "application/vnd.github+json")
-		req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
-	case provider.Gitea:
-		req.Header.Set("Authorization", "token "+c.Token)
-	case provider.GitLab:
-		req.Header.Set("PRIVATE-TOKEN", c.Token)
-	}
-}
-
-// do sends req and decodes a JSON answer into out (if not nil). Errors
-// carry the status code and a short, token-free excerpt of the answer.
-func (c *Client) do(req *http.Request, out any) error {
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %s", req.Method, redactURL(req.URL), strings.ReplaceAll(err.Error(), c.Token, "[redacted]"))
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode/100 != 2 {
-		excerpt := oneLine(strings.ReplaceAll(string(data), c.Token, "[redacted]"), 200)
-		return fmt.Errorf("%s %s: HTTP %d: %s", req.Method, redactURL(req.URL), resp.StatusCode, excerpt)
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("%s %s: decode answer: %w", req.Method, redactURL(req.URL), err)
-		}
-	}
-	return nil
-}
-
-func redactURL(u *url.URL) string {
-	c := *u
-	c.User = nil
-	c.RawQuery = ""
-	return c.String()
+	token := c.Token
+	api := &provider.API{Provider: c.Provider, BaseURL: c.BaseURL, HTTP: c.HTTP, Token: func(context.Context) (string, error) { return token, nil }}
+	return api.PostStatus(ctx, provider.CommitStatus{Repo: s.Repo, ProjectID: s.ProjectID, SHA: s.SHA, Context: s.Context, State: state,
+		Description: oneLine(s.Description, 140), TargetURL: s.TargetURL})
 }
 
 // ForChangeRequest is the commit status of a preview ChangeRequest: context
@@ -328,13 +229,4 @@ func (s *SecretClient) Post(ctx context.Context, st Status) error {
 		return err
 	}
 	return c.Post(ctx, st)
-}
-
-// WriteAccess implements preview.PermissionChecker.
-func (s *SecretClient) WriteAccess(ctx context.Context, repo, login string) (bool, error) {
-	c, err := s.client(ctx)
-	if err != nil {
-		return false, err
-	}
-	return c.WriteAccess(ctx, repo, login)
 }

@@ -140,22 +140,3 @@ func TestNew_refusesBadConfiguration(t *testing.T) {
 	_, err = status.New(provider.Generic, "https://x", token)
 	assert.Error(t, err)
 }
-
-func TestWriteAccess_asksGiteaForTheCollaboratorPermission(t *testing.T) {
-	srv := newAPI(t, func(w http.ResponseWriter, r *http.Request) {
-		perm := map[string]string{"bob": "write", "carol": "read", "dave": "admin"}[strings.Split(r.URL.Path, "/")[7]]
-		_, _ = io.WriteString(w, `{"permission":"`+perm+`","role_name":"`+perm+`"}`)
-	})
-	cl, err := status.New(provider.Gitea, srv.URL, token)
-	require.NoError(t, err)
-	for _, c := range []struct {
-		login string
-		write bool
-	}{{"bob", true}, {"carol", false}, {"dave", true}} {
-		ok, err := cl.WriteAccess(context.Background(), "platform/infra", c.login)
-		require.NoError(t, err)
-		assert.Equal(t, c.write, ok, c.login)
-	}
-	assert.Equal(t, "/api/v1/repos/platform/infra/collaborators/bob/permission", srv.calls[0].path)
-	assert.Equal(t, "token "+token, srv.calls[0].header.Get("Authorization"))
-}

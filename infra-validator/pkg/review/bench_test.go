@@ -61,6 +61,45 @@ func BenchmarkValidatePlan2000(b *testing.B) {
 	}
 }
 
+// BenchmarkReviewVsValidate2000 runs the validation of the 2,000-resource
+// plan and the rendering of its comment in turn, each b.N times, and
+// reports both CPU times per run and their ratio ("render-%": the
+// rendering's CPU time as a percentage of the validation's; the target is
+// under 10). Taking turns exposes both to the same load on a shared
+// machine.
+func BenchmarkReviewVsValidate2000(b *testing.B) {
+	data := benchdata.BigPlan(2000)
+	ctx := context.Background()
+	v, err := validate.New(ctx, validate.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var validateCPU, renderCPU time.Duration
+	for b.Loop() {
+		start := cpuTime()
+		rep, err := v.CheckPlanJSON(ctx, "plan.json", data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mid := cpuTime()
+		s, err := Build(Input{Change: testChange(), Plan: rep.Report.Plan})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(Markdown([]*Section{s}, LimitGitHub, 0)) == 0 {
+			b.Fatal("no comment")
+		}
+		end := cpuTime()
+		validateCPU += mid - start
+		renderCPU += end - mid
+	}
+	if b.N > 0 && validateCPU > 0 {
+		b.ReportMetric(float64(validateCPU.Nanoseconds())/float64(b.N), "validate-cpu-ns/op")
+		b.ReportMetric(float64(renderCPU.Nanoseconds())/float64(b.N), "render-cpu-ns/op")
+		b.ReportMetric(100*float64(renderCPU)/float64(validateCPU), "render-%")
+	}
+}
+
 // reportCPU adds the process's CPU time per operation (user + system,
 // all threads, GC included) as "cpu-ns/op": on a shared, loaded machine it
 // varies much less than the wall-clock ns/op.

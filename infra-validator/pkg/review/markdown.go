@@ -84,7 +84,14 @@ func Markdown(sections []*Section, limit, maxParts int) []string {
 		if len(pk.parts) > 1 {
 			title += fmt.Sprintf(" (part %d of %d)", i+1, len(pk.parts))
 		}
-		out[i] = fmt.Sprintf("%s part=%d -->\n%s\n\n%s", Marker, i+1, title, strings.TrimRight(p.String(), "\n")+"\n")
+		head := fmt.Sprintf("%s part=%d -->\n%s\n\n", Marker, i+1, title)
+		body := strings.TrimRight(p.String(), "\n")
+		var b strings.Builder
+		b.Grow(len(head) + len(body) + 1)
+		b.WriteString(head)
+		b.WriteString(body)
+		b.WriteByte('\n')
+		out[i] = b.String()
 	}
 	return out
 }
@@ -121,6 +128,11 @@ func (p *packer) newPart() bool {
 		return false
 	}
 	p.cur = &strings.Builder{}
+	if len(p.parts) > 0 {
+		// A further part is needed: the comments are filling up, so
+		// make room for a full one at once.
+		p.cur.Grow(p.budget)
+	}
 	p.parts = append(p.parts, p.cur)
 	return true
 }
@@ -325,12 +337,12 @@ func manifestItems(s *Section) []item {
 	}}}
 }
 
+// cleanAll cleans lines in place.
 func cleanAll(lines []string) []string {
-	out := make([]string, len(lines))
 	for i, l := range lines {
-		out[i] = clean(l)
+		lines[i] = clean(l)
 	}
-	return out
+	return lines
 }
 
 func writeApproval(b *strings.Builder, s *Section) {
@@ -384,7 +396,7 @@ func seeMore(s *Section) string {
 // clean drops control characters (terminal escapes, carriage returns)
 // from text shown to a person.
 func clean(s string) string {
-	if !strings.ContainsFunc(s, isControl) {
+	if !hasControl(s) {
 		return s
 	}
 	return strings.Map(func(r rune) rune {
@@ -393,6 +405,19 @@ func clean(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// hasControl reports whether s holds a character isControl drops, byte by
+// byte: C1 controls are 0xC2 0x80-0x9F in UTF-8, and invalid UTF-8 is no
+// control, as for strings.ContainsFunc.
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 0x20 && c != '\t') || c == 0x7f || (c == 0xc2 && i+1 < len(s) && s[i+1] >= 0x80 && s[i+1] < 0xa0) {
+			return true
+		}
+	}
+	return false
 }
 
 func isControl(r rune) bool { return (r < 0x20 && r != '\t') || r == 0x7f || (r >= 0x80 && r < 0xa0) }
@@ -452,6 +477,9 @@ func codes(ids []string) string {
 func fenceFor(lines []string) string {
 	longest := 0
 	for _, l := range lines {
+		if strings.IndexByte(l, '`') < 0 {
+			continue
+		}
 		run := 0
 		for _, r := range l {
 			if r == '`' {

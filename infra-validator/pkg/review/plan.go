@@ -116,7 +116,7 @@ func actionOf(a tfjson.Actions) string {
 
 func buildPlan(p *tfjson.Plan, red *policy.Redactor) *Plan {
 	out := &Plan{Resources: make([]Resource, 0, len(p.ResourceChanges))}
-	sc := newScratch()
+	w := &attrWalker{}
 	for _, rc := range p.ResourceChanges {
 		if rc == nil || rc.Change == nil {
 			continue
@@ -125,7 +125,7 @@ func buildPlan(p *tfjson.Plan, red *policy.Redactor) *Plan {
 		if action == "" {
 			continue
 		}
-		r := Resource{Address: red.String(rc.Address), Action: action}
+		r := Resource{Address: rc.Address, Action: action}
 		switch action {
 		case ActionCreate:
 			out.Create++
@@ -139,10 +139,11 @@ func buildPlan(p *tfjson.Plan, red *policy.Redactor) *Plan {
 			out.Read++
 		}
 		if action != ActionDestroy {
-			r.Attrs = sc.changedAttrs(rc.Change, action, red)
+			r.Attrs = w.changedAttrs(rc.Change, action)
 		}
 		out.Resources = append(out.Resources, r)
 	}
+	redactResources(out.Resources, red)
 	slices.SortStableFunc(out.Resources, func(a, b Resource) int {
 		if c := cmp.Compare(actionOrder[a.Action], actionOrder[b.Action]); c != 0 {
 			return c
@@ -152,169 +153,273 @@ func buildPlan(p *tfjson.Plan, red *policy.Redactor) *Plan {
 	return out
 }
 
-// scratch holds the maps changedAttrs fills for one resource, reused
-// across the resources of a plan.
-type scratch struct {
-	before, after                 map[string]any
-	bSens, aSens, unknown, forces map[string]bool
-	paths                         map[string]bool
+// attrWalker lists the changed attributes of one resource change by
+// walking its before and after values and Terraform's sensitive and
+// unknown marks side by side, once, without flattening them into maps.
+type attrWalker struct {
+	create bool
+	forces map[string]bool
+	// all is a chunk of attributes shared by many resources, each
+	// resource's a sub-slice (one allocation for many resources, none
+	// copied when a chunk fills up but the current resource's); start is
+	// where the current resource's begin.
+	all   []Attr
+	start int
 }
 
-func newScratch() *scratch {
-	return &scratch{before: map[string]any{}, after: map[string]any{}, bSens: map[string]bool{}, aSens: map[string]bool{},
-		unknown: map[string]bool{}, forces: map[string]bool{}, paths: map[string]bool{}}
-}
+// attrChunk is how many attributes attrWalker allocates at a time.
+const attrChunk = 1024
 
 // changedAttrs lists the attributes a change sets (create) or changes
-// (update, replace), with sensitive and unknown values shown as such.
-func (sc *scratch) changedAttrs(c *tfjson.Change, action string, red *policy.Redactor) []Attr {
-	before, after, bSens, aSens, unknown, forces, paths := sc.before, sc.after, sc.bSens, sc.aSens, sc.unknown, sc.forces, sc.paths
-	for _, m := range []map[string]bool{bSens, aSens, unknown, forces, paths} {
-		clear(m)
-	}
-	clear(before)
-	clear(after)
-	if action != ActionCreate {
-		flatten("", c.Before, before)
-	}
-	flatten("", c.After, after)
-	flattenMarks("", c.BeforeSensitive, bSens)
-	flattenMarks("", c.AfterSensitive, aSens)
-	flattenMarks("", c.AfterUnknown, unknown)
+// (update, replace), with sensitive and unknown values shown as such. A
+// path is a leaf of before (not for a create) or after ("tags.env",
+// "ingress[0].port"; an empty map or list is a leaf of its own) or a path
+// Terraform marks unknown; a value that becomes unknown replaces what was
+// under it, so only the unknown path is shown.
+func (w *attrWalker) changedAttrs(c *tfjson.Change, action string) []Attr {
+	w.create = action == ActionCreate
+	w.start = len(w.all)
+	clear(w.forces)
 	for _, rp := range c.ReplacePaths {
-		forces[replacePath(rp)] = true
+		if w.forces == nil {
+			w.forces = map[string]bool{}
+		}
+		w.forces[replacePath(rp)] = true
 	}
-
-	for k := range before {
-		paths[k] = true
+	var before any
+	hasB := false
+	if !w.create {
+		before, hasB = c.Before, true
 	}
-	for k := range after {
-		paths[k] = true
-	}
-	for k := range unknown {
-		if k != "" {
-			paths[k] = true
-		}
-	}
-	// A value that becomes unknown replaces what was under it: show the
-	// unknown path only.
-	if len(unknown) > 0 {
-		for k := range paths {
-			if k != "" && marked(parent(k), unknown) && !unknown[k] {
-				delete(paths, k)
-			}
-		}
-	}
-	out := make([]Attr, 0, len(paths))
-	for k := range paths {
-		if k == "" {
-			continue
-		}
-		b, hasB := before[k]
-		a, hasA := after[k]
-		isUnknown := marked(k, unknown)
-		bs, as := marked(k, bSens), marked(k, aSens)
-		if action != ActionCreate && !isUnknown && hasA == hasB && equalJSON(a, b) && bs == as {
-			continue
-		}
-		attr := Attr{Path: k, Before: "null", After: "null", Forces: marked(k, forces)}
-		switch {
-		case bs && hasB:
-			attr.Before = SensitiveValue
-		case hasB:
-			attr.Before = showValue(b)
-		}
-		switch {
-		case isUnknown:
-			attr.After = UnknownValue
-		case as && hasA:
-			attr.After = SensitiveValue
-		case hasA:
-			attr.After = showValue(a)
-		}
-		out = append(out, attr)
+	w.walk("", before, hasB, c.After, true, c.BeforeSensitive, c.AfterSensitive, c.AfterUnknown, false, false, false)
+	out := w.all[w.start:len(w.all):len(w.all)]
+	if len(out) == 0 {
+		return nil
 	}
 	slices.SortFunc(out, func(a, b Attr) int { return strings.Compare(a.Path, b.Path) })
-	redactAttrs(out, red)
 	return out
 }
 
-// redactAttrs redacts the paths and values of one resource's attributes
-// in one pass over their joined text, which is much cheaper than one per
-// value on a large plan and catches the same secrets.
-func redactAttrs(attrs []Attr, red *policy.Redactor) {
-	if len(attrs) == 0 {
+// walk visits path with its before and after values (hasB, hasA: the
+// value exists), the marks below path (bsM, asM, unkM: true, a map, a
+// list or nil) and whether a strict ancestor is marked (bsUp, asUp,
+// unkUp).
+func (w *attrWalker) walk(path string, b any, hasB bool, a any, hasA bool, bsM, asM, unkM any, bsUp, asUp, unkUp bool) {
+	unkHere := unkM == true
+	if path != "" {
+		if unkHere {
+			w.emit(path, b, hasB && isLeaf(b), a, hasA && isLeaf(a), true, bsUp || bsM == true, asUp || asM == true)
+			return
+		}
+		if unkUp {
+			return
+		}
+		bLeaf, aLeaf := hasB && isLeaf(b), hasA && isLeaf(a)
+		if bLeaf || aLeaf {
+			w.emit(path, b, bLeaf, a, aLeaf, false, bsUp || bsM == true, asUp || asM == true)
+		}
+	} else if unkHere {
 		return
 	}
+	bs, as := bsUp || bsM == true, asUp || asM == true
+	bm, _ := b.(map[string]any)
+	am, _ := a.(map[string]any)
+	um, _ := unkM.(map[string]any)
+	if !hasB {
+		bm = nil
+	}
+	if !hasA {
+		am = nil
+	}
+	for k, bc := range bm {
+		ac, okA := am[k]
+		w.walk(join(path, k), bc, true, ac, okA, markAt(bsM, k), markAt(asM, k), markAt(unkM, k), bs, as, false)
+	}
+	for k, ac := range am {
+		if _, seen := bm[k]; seen {
+			continue
+		}
+		w.walk(join(path, k), nil, false, ac, true, markAt(bsM, k), markAt(asM, k), markAt(unkM, k), bs, as, false)
+	}
+	for k, uc := range um {
+		if _, seen := bm[k]; seen {
+			continue
+		}
+		if _, seen := am[k]; seen {
+			continue
+		}
+		w.walkMarks(join(path, k), uc)
+	}
+	bl, _ := b.([]any)
+	al, _ := a.([]any)
+	ul, _ := unkM.([]any)
+	if !hasB {
+		bl = nil
+	}
+	if !hasA {
+		al = nil
+	}
+	n := max(len(bl), len(al))
+	for i := 0; i < n; i++ {
+		var bc, ac any
+		okB, okA := i < len(bl), i < len(al)
+		if okB {
+			bc = bl[i]
+		}
+		if okA {
+			ac = al[i]
+		}
+		w.walk(path+"["+strconv.Itoa(i)+"]", bc, okB, ac, okA, indexAt(bsM, i), indexAt(asM, i), indexAt(unkM, i), bs, as, false)
+	}
+	for i := n; i < len(ul); i++ {
+		w.walkMarks(path+"["+strconv.Itoa(i)+"]", ul[i])
+	}
+}
+
+// walkMarks emits the unknown paths below path where neither value has
+// anything.
+func (w *attrWalker) walkMarks(path string, unkM any) {
+	switch t := unkM.(type) {
+	case bool:
+		if t {
+			w.emit(path, nil, false, nil, false, true, false, false)
+		}
+	case map[string]any:
+		for k, c := range t {
+			w.walkMarks(join(path, k), c)
+		}
+	case []any:
+		for i, c := range t {
+			w.walkMarks(path+"["+strconv.Itoa(i)+"]", c)
+		}
+	}
+}
+
+// emit adds path unless nothing about it changes.
+func (w *attrWalker) emit(path string, b any, hasB bool, a any, hasA bool, unknown, bs, as bool) {
+	if !w.create && !unknown && hasA == hasB && equalJSON(a, b) && bs == as {
+		return
+	}
+	attr := Attr{Path: path, Before: "null", After: "null", Forces: len(w.forces) > 0 && marked(path, w.forces)}
+	switch {
+	case bs && hasB:
+		attr.Before = SensitiveValue
+	case hasB:
+		attr.Before = showValue(b)
+	}
+	switch {
+	case unknown:
+		attr.After = UnknownValue
+	case as && hasA:
+		attr.After = SensitiveValue
+	case hasA:
+		attr.After = showValue(a)
+	}
+	if len(w.all) == cap(w.all) {
+		cur := w.all[w.start:]
+		chunk := make([]Attr, len(cur), max(attrChunk, 2*len(cur)))
+		copy(chunk, cur)
+		w.all, w.start = chunk, 0
+	}
+	w.all = append(w.all, attr)
+}
+
+// isLeaf: flatten's leaves are values other than maps and lists, and
+// empty maps and lists.
+func isLeaf(v any) bool {
+	switch t := v.(type) {
+	case map[string]any:
+		return len(t) == 0
+	case []any:
+		return len(t) == 0
+	}
+	return true
+}
+
+func markAt(m any, k string) any {
+	if t, ok := m.(map[string]any); ok {
+		return t[k]
+	}
+	return nil
+}
+
+func indexAt(m any, i int) any {
+	if t, ok := m.([]any); ok && i < len(t) {
+		return t[i]
+	}
+	return nil
+}
+
+// redactResources redacts the addresses, paths and values of a plan's
+// resources in one pass over their joined text, which is much cheaper
+// than one pass per value on a large plan and catches the same secrets
+// (a value is never cut before it is redacted: a cut secret would no
+// longer match).
+func redactResources(rs []Resource, red *policy.Redactor) {
+	n := 0
+	for _, r := range rs {
+		n += len(r.Address) + 1
+		for _, a := range r.Attrs {
+			n += len(a.Path) + len(a.Before) + len(a.After) + 3
+		}
+	}
 	var b strings.Builder
-	for _, a := range attrs {
-		b.WriteString(a.Path)
+	b.Grow(n)
+	for _, r := range rs {
+		b.WriteString(r.Address)
 		b.WriteByte(0)
-		b.WriteString(a.Before)
-		b.WriteByte(0)
-		b.WriteString(a.After)
-		b.WriteByte(0)
+		for _, a := range r.Attrs {
+			b.WriteString(a.Path)
+			b.WriteByte(0)
+			b.WriteString(a.Before)
+			b.WriteByte(0)
+			b.WriteString(a.After)
+			b.WriteByte(0)
+		}
 	}
 	joined := b.String()
 	redacted := red.String(joined)
-	if redacted == joined {
-		return
+	parts := []string(nil)
+	if redacted != joined {
+		parts = strings.Split(redacted, "\x00")
+		if len(parts) != n3(rs)+1 {
+			// A pattern swallowed a separator: redact value by value.
+			for i := range rs {
+				r := &rs[i]
+				r.Address = red.String(r.Address)
+				for j := range r.Attrs {
+					a := &r.Attrs[j]
+					a.Path, a.Before, a.After = red.String(a.Path), sluicev1.Truncate(red.String(a.Before), maxValueLen), sluicev1.Truncate(red.String(a.After), maxValueLen)
+				}
+			}
+			return
+		}
 	}
-	parts := strings.Split(redacted, "\x00")
-	if len(parts) != 3*len(attrs)+1 {
-		// A pattern swallowed a separator: redact value by value.
-		for i := range attrs {
-			attrs[i].Path, attrs[i].Before, attrs[i].After = red.String(attrs[i].Path), red.String(attrs[i].Before), red.String(attrs[i].After)
+	k := 0
+	for i := range rs {
+		r := &rs[i]
+		if parts != nil {
+			r.Address = parts[k]
 		}
-		return
-	}
-	for i := range attrs {
-		attrs[i].Path, attrs[i].Before, attrs[i].After = parts[3*i], sluicev1.Truncate(parts[3*i+1], maxValueLen), sluicev1.Truncate(parts[3*i+2], maxValueLen)
-	}
-}
-
-// flatten records the leaves of v by path ("tags.env", "ingress[0].port");
-// an empty map or list is a leaf of its own.
-func flatten(prefix string, v any, out map[string]any) {
-	switch t := v.(type) {
-	case map[string]any:
-		if len(t) == 0 && prefix != "" {
-			out[prefix] = t
-		}
-		for k, c := range t {
-			flatten(join(prefix, k), c, out)
-		}
-	case []any:
-		if len(t) == 0 && prefix != "" {
-			out[prefix] = t
-		}
-		for i, c := range t {
-			flatten(prefix+"["+strconv.Itoa(i)+"]", c, out)
-		}
-	default:
-		if prefix != "" {
-			out[prefix] = v
+		k++
+		for j := range r.Attrs {
+			a := &r.Attrs[j]
+			if parts != nil {
+				a.Path, a.Before, a.After = parts[k], parts[k+1], parts[k+2]
+			}
+			a.Before, a.After = sluicev1.Truncate(a.Before, maxValueLen), sluicev1.Truncate(a.After, maxValueLen)
+			k += 3
 		}
 	}
 }
 
-// flattenMarks records the paths Terraform marks true (sensitive or
-// unknown); "" marks the whole value.
-func flattenMarks(prefix string, m any, out map[string]bool) {
-	switch t := m.(type) {
-	case bool:
-		if t {
-			out[prefix] = true
-		}
-	case map[string]any:
-		for k, c := range t {
-			flattenMarks(join(prefix, k), c, out)
-		}
-	case []any:
-		for i, c := range t {
-			flattenMarks(prefix+"["+strconv.Itoa(i)+"]", c, out)
-		}
+// n3 counts the texts redactResources joins.
+func n3(rs []Resource) int {
+	n := 0
+	for _, r := range rs {
+		n += 1 + 3*len(r.Attrs)
 	}
+	return n
 }
 
 // marked reports whether path or one of its parents is marked.
@@ -388,7 +493,7 @@ func equalJSON(a, b any) bool {
 	return string(x) == string(y)
 }
 
-// showValue is a value as JSON on one line; redactAttrs redacts and caps
+// showValue is a value as JSON on one line; redactResources redacts and caps
 // it.
 func showValue(v any) string {
 	switch t := v.(type) {
@@ -399,6 +504,9 @@ func showValue(v any) string {
 	case string:
 		// Whole, never cut before redaction: a cut secret would no
 		// longer match its value.
+		if plainJSON(t) {
+			return `"` + t + `"`
+		}
 		data, _ := json.Marshal(t)
 		return string(data)
 	}
@@ -407,6 +515,19 @@ func showValue(v any) string {
 		return "?"
 	}
 	return string(data)
+}
+
+// plainJSON reports whether json.Marshal would quote s unchanged: ASCII
+// without quotes, backslashes, control characters or the HTML characters
+// it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // Summary says what the plan does in one line.
@@ -426,34 +547,57 @@ func (p *Plan) Summary() string {
 }
 
 // Lines renders the plan as Terraform prints it, one line per resource
-// and per changed attribute.
+// and per changed attribute. The lines share one backing string.
 func (p *Plan) Lines() []string {
-	var out []string
+	n, count := 0, 0
+	for _, r := range p.Resources {
+		n += len(r.Address) + 30
+		count += 1 + len(r.Attrs)
+		for _, a := range r.Attrs {
+			n += len(a.Path) + len(a.Before) + len(a.After) + 32
+		}
+	}
+	var b strings.Builder
+	b.Grow(n)
+	ends := make([]int, 0, count)
+	line := func(parts ...string) {
+		for _, s := range parts {
+			b.WriteString(s)
+		}
+		ends = append(ends, b.Len())
+	}
 	for _, r := range p.Resources {
 		switch r.Action {
 		case ActionCreate:
-			out = append(out, "+ "+r.Address+" will be created")
+			line("+ ", r.Address, " will be created")
 		case ActionUpdate:
-			out = append(out, "~ "+r.Address+" will be updated in-place")
+			line("~ ", r.Address, " will be updated in-place")
 		case ActionReplace:
-			out = append(out, "-/+ "+r.Address+" must be replaced")
+			line("-/+ ", r.Address, " must be replaced")
 		case ActionDestroy:
-			out = append(out, "- "+r.Address+" will be destroyed")
+			line("- ", r.Address, " will be destroyed")
 		case ActionRead:
-			out = append(out, "<= "+r.Address+" will be read during apply")
+			line("<= ", r.Address, " will be read during apply")
 		}
 		for _, a := range r.Attrs {
 			switch {
 			case r.Action == ActionCreate || r.Action == ActionRead:
-				out = append(out, "    + "+a.Path+" = "+a.After)
+				line("    + ", a.Path, " = ", a.After)
 			case a.Before == "null":
-				out = append(out, "    + "+a.Path+" = "+a.After+forces(a))
+				line("    + ", a.Path, " = ", a.After, forces(a))
 			case a.After == "null":
-				out = append(out, "    - "+a.Path+" = "+a.Before+forces(a))
+				line("    - ", a.Path, " = ", a.Before, forces(a))
 			default:
-				out = append(out, "    ~ "+a.Path+" = "+a.Before+" -> "+a.After+forces(a))
+				line("    ~ ", a.Path, " = ", a.Before, " -> ", a.After, forces(a))
 			}
 		}
+	}
+	all := b.String()
+	out := make([]string, len(ends))
+	start := 0
+	for i, e := range ends {
+		out[i] = all[start:e]
+		start = e
 	}
 	return out
 }

@@ -71,6 +71,9 @@ type Section struct {
 	HasManifest bool
 	ManifestErr string
 	Approval    Approval
+	// Trimmed: the stored section lost its plan attributes and diff lines
+	// to fit a ConfigMap (Trim).
+	Trimmed bool `json:",omitempty"`
 }
 
 // Finding is one finding as shown.
@@ -198,8 +201,13 @@ func approvalOf(cr *sluicev1.ChangeRequest) Approval {
 	}
 	a.ApprovedBy = identities(cr.Status.ApprovedBy)
 	a.RejectedBy = identities(cr.Status.RejectedBy)
-	if n := rule.Required - int32(len(a.ApprovedBy)); n > 0 {
-		a.Needed = n
+	switch cr.Status.Phase {
+	case sluicev1.PhaseApproved, sluicev1.PhaseApplying, sluicev1.PhaseApplied:
+		// The gate passed (auto-approval included): nobody is needed.
+	default:
+		if n := rule.Required - int32(len(a.ApprovedBy)); n > 0 {
+			a.Needed = n
+		}
 	}
 	return a
 }

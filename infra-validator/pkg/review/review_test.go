@@ -301,3 +301,102 @@ func TestEncode_roundTrip(t *testing.T) {
 		t.Error("garbage decodes")
 	}
 }
+
+// TestConfigMap_storesTheSectionForItsChangeOnly: the stored section
+// decodes for the change that controls the ConfigMap, and a ConfigMap of
+// the same name that the change does not control is not read.
+func TestConfigMap_storesTheSectionForItsChangeOnly(t *testing.T) {
+	cr := testChange()
+	cr.UID = "uid-1"
+	s := testSection(t)
+	cm, err := NewConfigMap(cr, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Name != "shop-prod-pr7-5f2c9e1a7b-review" || cm.Labels[LabelReview] != "true" {
+		t.Fatalf("ConfigMap %s labelled %v", cm.Name, cm.Labels)
+	}
+	got, ok, err := FromConfigMap(cm, cr)
+	if err != nil || !ok {
+		t.Fatalf("the change's own review: ok %v, %v", ok, err)
+	}
+	var a, b bytes.Buffer
+	_ = Text(&a, s, false)
+	_ = Text(&b, got, false)
+	if a.String() != b.String() {
+		t.Error("the stored section renders otherwise than the original")
+	}
+	other := testChange()
+	other.UID = "uid-2"
+	if _, ok, _ := FromConfigMap(cm, other); ok {
+		t.Error("a ConfigMap the change does not control is read")
+	}
+}
+
+// TestTrim_keepsWhatFitsAndSaysSo: a trimmed section lists every resource
+// and object without their lines, and the terminal says so.
+func TestTrim_keepsWhatFitsAndSaysSo(t *testing.T) {
+	s := testSection(t)
+	tr := Trim(s)
+	if len(tr.Plan.Resources) != len(s.Plan.Resources) || len(tr.Objects) != len(s.Objects) {
+		t.Fatal("trimming dropped resources or objects")
+	}
+	for _, r := range tr.Plan.Resources {
+		if len(r.Attrs) > 0 {
+			t.Errorf("%s keeps its attributes", r.Address)
+		}
+	}
+	if len(s.Plan.Resources[0].Attrs) == 0 {
+		t.Error("trimming changed the original")
+	}
+	var b bytes.Buffer
+	if err := Text(&b, tr, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "too large to keep whole") {
+		t.Error("the terminal does not say the review was trimmed")
+	}
+}
+
+// TestApproval_aChangePastTheGateNeedsNobody: an auto-approved change
+// (applied with no approvals) does not read as still needing one.
+func TestApproval_aChangePastTheGateNeedsNobody(t *testing.T) {
+	cr := testChange()
+	cr.Status.ApprovedBy = nil
+	cr.Status.Phase = sluicev1.PhaseApplied
+	if a := approvalOf(cr); a.Needed != 0 {
+		t.Errorf("an applied change still needs %d approvals", a.Needed)
+	}
+	cr.Status.Phase = sluicev1.PhaseAwaitingApproval
+	if a := approvalOf(cr); a.Needed != 2 {
+		t.Errorf("a waiting change needs %d approvals, want 2", a.Needed)
+	}
+}
+
+// TestRender_aSecretInAnAddressOrKeyIsRedacted: the plan is redacted in
+// one pass over addresses, paths and values; a run credential or a
+// credential-shaped string in any of them never shows, also when a
+// pattern would swallow the separators (a private key spanning fields).
+func TestRender_aSecretInAnAddressOrKeyIsRedacted(t *testing.T) {
+	const runCred = "run-cred-7f3a9c2e51"
+	plan := `{"format_version":"1.2","resource_changes":[
+ {"address":"aws_ssm_parameter.p[\"` + runCred + `\"]","change":{"actions":["create"],"before":null,"after":{"name":"x","tags":{"` + runCred + `":"y"},"note":"-----BEGIN RSA PRIVATE KEY-----\nMIIB"}}},
+ {"address":"null_resource.token_ghp_abcdefghijklmnopqrstuvwxyz0123456789","change":{"actions":["update"],"before":{"v":"1"},"after":{"v":"ghp_abcdefghijklmnopqrstuvwxyz0123456789"}}}]}`
+	s, err := Build(Input{Change: testChange(), PlanJSON: []byte(plan), Secrets: []string{runCred}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	if err := Text(&text, s, false); err != nil {
+		t.Fatal(err)
+	}
+	out := strings.Join(Markdown([]*Section{s}, LimitGitHub, 0), "\n") + text.String()
+	for _, sec := range []string{runCred, "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "MIIB"} {
+		if strings.Contains(out, sec) {
+			t.Errorf("the rendered review shows %q", sec)
+		}
+	}
+	if len(s.Plan.Resources) != 2 || !strings.Contains(out, "aws_ssm_parameter.p") {
+		t.Errorf("the resources are not listed: %+v", s.Plan.Resources)
+	}
+}

@@ -45,6 +45,10 @@ func Text(w io.Writer, s *Section, color bool) error {
 			p.line(diffColor(l), l)
 		}
 	}
+	if s.Trimmed {
+		p.line("", "")
+		p.line(ansiBold, "The stored review was too large to keep whole: attribute changes and diff lines are left out; the pull request's comment shows them.")
+	}
 	if s.Plan == nil && !s.HasManifest {
 		p.line("", "No Terraform plan and no manifest recorded for this change.")
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
@@ -21,24 +20,38 @@ const (
 	colorNever  = "never"
 )
 
+// Formats of diff.
+const (
+	diffText     = "text"
+	diffMarkdown = "markdown"
+)
+
 func newDiffCommand(a *app) *cobra.Command {
-	color := colorAuto
+	color, format := colorAuto, diffText
 	cmd := &cobra.Command{
 		Use:   "diff CHANGE",
 		Short: "Show a change's Terraform plan and manifest diff against the last applied revision, as the pull request shows them",
 		Long: `diff prints the review Sluice stored with the change: the Terraform plan
 (sensitive and unknown values shown as such) and the rendered manifest as a
 unified diff per object against the release's last applied revision, with
-Secrets as keys only. It needs "get" on the change's "<CHANGE>-review" Secret.
-Changes stored without a review (changes of the tracked branch, for now)
-show what the ChangeRequest holds.`,
-		Example: `  kubectl sluice diff checkout-prod-pr7-1a2b3c4d5e -n team-a`,
-		Args:    exactlyOneChange,
+Secrets as keys only, and the approval state as it is now. --format markdown
+prints the pull-request comment Sluice posts (or would post) for the change.
+
+The review is the ConfigMap "<CHANGE>-review" the syncer stores beside every
+ChangeRequest, read only when the ChangeRequest controls it; it holds what the
+pull request shows, redacted like the findings. The sluice-viewer and
+sluice-approver roles grant "get" on ConfigMaps for it.`,
+		Example: `  kubectl sluice diff checkout-prod-1a2b3c4d5e -n team-a
+  kubectl sluice diff checkout-prod-1a2b3c4d5e -n team-a --format markdown`,
+		Args: exactlyOneChange,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch color {
 			case colorAuto, colorAlways, colorNever:
 			default:
 				return fmt.Errorf("--color must be auto, always or never, not %q", color)
+			}
+			if format != diffText && format != diffMarkdown {
+				return fmt.Errorf("--format must be text or markdown, not %q", format)
 			}
 			if err := a.connect(); err != nil {
 				return err
@@ -47,26 +60,43 @@ show what the ChangeRequest holds.`,
 			if err != nil {
 				return err
 			}
-			sec := &corev1.Secret{}
-			err = a.client.Get(cmd.Context(), client.ObjectKey{Namespace: cr.Namespace, Name: review.SecretName(cr.Name)}, sec)
+			cm := &corev1.ConfigMap{}
+			err = a.client.Get(cmd.Context(), client.ObjectKey{Namespace: cr.Namespace, Name: review.ConfigMapName(cr.Name)}, cm)
 			var s *review.Section
+			stored := false
 			switch {
-			case err == nil && metav1.IsControlledBy(sec, cr):
-				if s, err = review.Decode(sec.Data[review.SecretKey]); err != nil {
+			case err == nil:
+				if s, stored, err = review.FromConfigMap(cm, cr); err != nil {
 					return fmt.Errorf("change %s: %w", cr.Name, err)
 				}
-			case err == nil || apierrors.IsNotFound(err):
+			case apierrors.IsNotFound(err):
+			case apierrors.IsForbidden(err):
+				return fmt.Errorf("read the review of %s: %w (the sluice-viewer and sluice-approver roles grant it)", cr.Name, err)
+			default:
+				return fmt.Errorf("read the review of %s: %w", cr.Name, err)
+			}
+			if stored {
+				s = review.WithApproval(s, cr)
+			} else {
 				fmt.Fprintf(a.opts.ErrOut, "No review is stored for %s; showing what the ChangeRequest holds (no plan or manifest diff).\n", cr.Name)
 				if s, err = review.Build(review.Input{Change: cr}); err != nil {
 					return err
 				}
-			default:
-				return fmt.Errorf("read the review of %s: %w", cr.Name, err)
+			}
+			if format == diffMarkdown {
+				for i, body := range review.Markdown([]*review.Section{s}, review.LimitGitHub, 0) {
+					if i > 0 {
+						fmt.Fprintln(a.opts.Out)
+					}
+					fmt.Fprint(a.opts.Out, body)
+				}
+				return nil
 			}
 			return review.Text(a.opts.Out, s, color == colorAlways || (color == colorAuto && isTerminal(a.opts.Out)))
 		},
 	}
 	cmd.Flags().StringVar(&color, "color", colorAuto, "Colour the output: auto (when a terminal), always or never.")
+	cmd.Flags().StringVar(&format, "format", diffText, "text (the plan and diff for a terminal) or markdown (the pull-request comment).")
 	return cmd
 }
 

@@ -101,6 +101,10 @@ func Install(s *syncer.Syncer, opts Options) (*Installed, error) {
 		if !opts.NoReviewComments {
 			h.Comments = api
 			h.CheckRuns = opts.CheckRuns
+			// Approvals between pushes update the comment too.
+			if err := (&preview.CommentRefresher{Client: mgr.GetClient(), Handler: h, SkipNameValidation: opts.SkipNameValidation}).SetupWithManager(mgr); err != nil {
+				return nil, fmt.Errorf("set up the review comment refresher: %w", err)
+			}
 		}
 	}
 	lat := &webhook.Latency{Cache: mgr.GetCache(), Metrics: m}

@@ -1,0 +1,69 @@
+package preview
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// CommentRefresher keeps the approval state of the pull-request comments
+// current: when the operator records a new approval state on a preview
+// ChangeRequest (an Approval arrived or was revoked, the effective rule or
+// the phase changed), the comment of its pull request is rendered again
+// (Handler.RefreshApprovals). Pushes render it too; this covers the
+// approvals between pushes.
+type CommentRefresher struct {
+	Client  client.Client
+	Handler *Handler
+	// SkipNameValidation lets tests run several managers in one process.
+	SkipNameValidation bool
+}
+
+// SetupWithManager watches preview ChangeRequests whose approval state
+// changes.
+func (r *CommentRefresher) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("preview-comments").
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(r.SkipNameValidation)}).
+		For(&sluicev1.ChangeRequest{}, builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			DeleteFunc:  func(event.DeleteEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				o, okO := e.ObjectOld.(*sluicev1.ChangeRequest)
+				n, okN := e.ObjectNew.(*sluicev1.ChangeRequest)
+				return okO && okN && isPreview(n) && approvalStateChanged(o, n)
+			},
+		})).
+		Complete(r)
+}
+
+// Reconcile renders the comment of the preview's pull request again.
+func (r *CommentRefresher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cr := &sluicev1.ChangeRequest{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cr); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{}, r.Handler.RefreshApprovals(ctx, cr)
+}
+
+func isPreview(cr *sluicev1.ChangeRequest) bool {
+	return cr.Spec.PullRequest != nil && cr.Spec.PullRequest.Preview
+}
+
+// approvalStateChanged compares what the comment's approval section is
+// rendered from.
+func approvalStateChanged(o, n *sluicev1.ChangeRequest) bool {
+	a, b := o.Status, n.Status
+	return a.Phase != b.Phase || !equality.Semantic.DeepEqual(a.EffectiveRule, b.EffectiveRule) ||
+		!equality.Semantic.DeepEqual(a.ApprovedBy, b.ApprovedBy) || !equality.Semantic.DeepEqual(a.RejectedBy, b.RejectedBy)
+}
