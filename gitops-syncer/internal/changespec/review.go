@@ -16,7 +16,7 @@ import (
 // ChangeRequest: the validator's plan, manifests and risk reasons, and
 // the release's last applied revision the manifest is compared with.
 func ReviewInput(res *validation.Result, appliedRevision string) review.Input {
-	return review.Input{Plan: res.Plan, Manifest: res.Manifest, PreviousManifest: res.PreviousManifest,
+	return review.Input{Plan: res.Plan, PlanSecrets: res.PlanSecrets, Manifest: res.Manifest, PreviousManifest: res.PreviousManifest,
 		AppliedRevision: appliedRevision, RiskReasons: res.RiskReasons}
 }
 

@@ -157,7 +157,7 @@ func (l *Library) validate(ctx context.Context, req Request) (*Result, error) {
 		out.RiskReasons = res.Chart.Render.RiskReasons
 	}
 	if res.Plan != nil && res.Plan.Report != nil {
-		out.Plan = res.Plan.Report.Plan
+		out.Plan, out.PlanSecrets = res.Plan.Report.Plan, res.Plan.Secrets
 	}
 	out.PreviousManifest = previous
 	if prevErr != nil {

@@ -94,6 +94,10 @@ type Result struct {
 	Plan             *tfjson.Plan
 	PreviousManifest string
 	RiskReasons      []string
+	// PlanSecrets are the secret strings the policy engine found in the
+	// plan (validate.PlanCheck.Secrets), so the review redacts them without
+	// walking the plan again.
+	PlanSecrets []string
 }
 
 // Validator validates one release. An error means the validation could not

@@ -493,6 +493,15 @@ func (e *Engine) Namespaces() []string { return append([]string(nil), e.namespac
 // are sorted and secret values found in the documents are redacted from
 // their messages.
 func (e *Engine) Eval(ctx context.Context, kind Kind, docs []Document) ([]report.Finding, error) {
+	findings, _, err := e.EvalSecrets(ctx, kind, docs)
+	return findings, err
+}
+
+// EvalSecrets is Eval that also returns the secret strings it found in the
+// documents and redacted from the findings (longest first, never nil when
+// err is nil), so a caller that shows more of the same documents redacts
+// them without walking them again (review.Input.PlanSecrets).
+func (e *Engine) EvalSecrets(ctx context.Context, kind Kind, docs []Document) ([]report.Finding, []string, error) {
 	var perDoc *querySet
 	switch kind {
 	case KindTerraform:
@@ -500,7 +509,7 @@ func (e *Engine) Eval(ctx context.Context, kind Kind, docs []Document) ([]report
 	case KindKubernetes:
 		perDoc = e.kubeDoc
 	default:
-		return nil, fmt.Errorf("unknown input kind %q", kind)
+		return nil, nil, fmt.Errorf("unknown input kind %q", kind)
 	}
 	inputs := make([]any, 0, len(docs))
 	for _, d := range docs {
@@ -516,7 +525,7 @@ func (e *Engine) Eval(ctx context.Context, kind Kind, docs []Document) ([]report
 	for _, d := range docs {
 		fs, err := e.evalSet(ctx, perDoc, d.Value, d.Path, d.Value)
 		if err != nil {
-			return nil, fmt.Errorf("evaluate %s: %w", d.Path, err)
+			return nil, nil, fmt.Errorf("evaluate %s: %w", d.Path, err)
 		}
 		findings = append(findings, fs...)
 	}
@@ -524,14 +533,14 @@ func (e *Engine) Eval(ctx context.Context, kind Kind, docs []Document) ([]report
 	if kind == KindKubernetes && len(docs) > 0 {
 		fs, err := e.evalSet(ctx, e.kubeCombined, combined, "", nil)
 		if err != nil {
-			return nil, fmt.Errorf("evaluate combined objects: %w", err)
+			return nil, nil, fmt.Errorf("evaluate combined objects: %w", err)
 		}
 		findings = append(findings, fs...)
 	}
 	if e.userCombined != nil && len(docs) > 0 {
 		fs, err := e.evalSet(ctx, e.userCombined, combined, "", nil)
 		if err != nil {
-			return nil, fmt.Errorf("evaluate combined documents: %w", err)
+			return nil, nil, fmt.Errorf("evaluate combined documents: %w", err)
 		}
 		findings = append(findings, fs...)
 	}
@@ -540,7 +549,7 @@ func (e *Engine) Eval(ctx context.Context, kind Kind, docs []Document) ([]report
 		findings = redactWith(findings, secrets)
 	}
 	report.SortFindings(findings)
-	return findings, nil
+	return findings, secrets, nil
 }
 
 // combine builds conftest's --combine input: [{"path", "contents"}] sorted by

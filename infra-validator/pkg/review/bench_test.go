@@ -82,7 +82,7 @@ func BenchmarkReviewVsValidate2000(b *testing.B) {
 			b.Fatal(err)
 		}
 		mid := cpuTime()
-		s, err := Build(Input{Change: testChange(), Plan: rep.Report.Plan})
+		s, err := Build(Input{Change: testChange(), Plan: rep.Report.Plan, PlanSecrets: rep.Secrets})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -73,15 +73,20 @@ func parsePlan(data []byte) (*tfjson.Plan, error) {
 	return &p, nil
 }
 
-// planValues returns the values of a plan's resource changes and
-// variables for the redactor, which finds the sensitive ones by their
-// marks; nil without a plan.
-func planValues(p *tfjson.Plan) any {
+// planValues returns the values of a plan's resource changes (when
+// changes is set) and variables for the redactor, which finds the
+// sensitive ones by their marks; nil without a plan. The variables are
+// keyed by their names here (a variable named like a password is a
+// secret), which the plan's own document does not do.
+func planValues(p *tfjson.Plan, changes bool) any {
 	if p == nil {
 		return nil
 	}
 	values := make([]any, 0, len(p.ResourceChanges)+1)
 	for _, rc := range p.ResourceChanges {
+		if !changes {
+			break
+		}
 		if rc == nil || rc.Change == nil {
 			continue
 		}

@@ -44,6 +44,11 @@ type Input struct {
 	RiskReasons []string
 	// Secrets are further values to hide (credentials a run was given).
 	Secrets []string
+	// PlanSecrets, when not nil, are the secret strings the validator's
+	// policy engine found in this plan's whole document
+	// (validate.PlanCheck.Secrets): Build takes them instead of walking
+	// the plan's resource changes again. nil: Build gathers them itself.
+	PlanSecrets []string
 }
 
 // Section is one ChangeRequest as a reviewer reads it, redacted.
@@ -130,14 +135,18 @@ func Build(in Input) (*Section, error) {
 	if plan == nil {
 		plan, planErr = parsePlan(in.PlanJSON)
 	}
-	planDoc := planValues(plan)
+	planDoc := planValues(plan, in.PlanSecrets == nil)
 	cur, curDocs, curErr := splitObjects(in.Manifest)
 	prev, prevDocs, prevErr := splitObjects(in.PreviousManifest)
 	inputs := []any{curDocs, prevDocs}
 	if planDoc != nil {
 		inputs = append(inputs, planDoc)
 	}
-	red := policy.NewRedactor(in.Secrets, inputs...)
+	extra := in.Secrets
+	if in.PlanSecrets != nil {
+		extra = append(append([]string(nil), in.Secrets...), in.PlanSecrets...)
+	}
+	red := policy.NewRedactor(extra, inputs...)
 
 	s := &Section{
 		Change: cr.Name, Namespace: cr.Namespace, Release: cr.Spec.Release, Operation: string(cr.Spec.Operation),

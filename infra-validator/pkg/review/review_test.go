@@ -2,6 +2,7 @@ package review
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/infra-validator/internal/benchdata"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/validate"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -398,5 +400,55 @@ func TestRender_aSecretInAnAddressOrKeyIsRedacted(t *testing.T) {
 	}
 	if len(s.Plan.Resources) != 2 || !strings.Contains(out, "aws_ssm_parameter.p") {
 		t.Errorf("the resources are not listed: %+v", s.Plan.Resources)
+	}
+}
+
+// TestBuild_theValidatorsPlanSecretsHideWhatBuildsOwnWalkHides renders the
+// golden change twice: once gathering the plan's secrets itself, once with
+// the secrets the validator's policy engine found in the same plan (as the
+// syncer does, so the plan is not walked twice). Both must show the same
+// text, and neither the sensitive password nor the access key.
+func TestBuild_theValidatorsPlanSecretsHideWhatBuildsOwnWalkHides(t *testing.T) {
+	planJSON := []byte(readFile(t, "plan.json"))
+	ctx := context.Background()
+	v, err := validate.New(ctx, validate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check, err := v.CheckPlanJSON(ctx, "plan.json", planJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if check.Secrets == nil {
+		t.Fatal("the validator returned no secret list (nil means: not gathered)")
+	}
+	in := Input{
+		Change: testChange(), PlanJSON: planJSON,
+		Manifest: readFile(t, "change.yaml"), PreviousManifest: readFile(t, "applied.yaml"),
+		AppliedRevision: "0a1b2c3d4e5f60718293a4b5c6d7e8f901234567",
+	}
+	own, err := Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.PlanSecrets = check.Secrets
+	reused, err := Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b bytes.Buffer
+	if err := Text(&a, own, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := Text(&b, reused, false); err != nil {
+		t.Fatal(err)
+	}
+	if a.String() != b.String() {
+		t.Fatalf("the validator's secrets render differently:\n--- own walk\n%s\n--- validator's secrets\n%s", a.String(), b.String())
+	}
+	for _, secret := range []string{"hunter2-Correct-Horse", "AKIAIOSFODNN7EXAMPLE"} {
+		if strings.Contains(b.String(), secret) {
+			t.Fatalf("%q is shown", secret)
+		}
 	}
 }

@@ -132,6 +132,11 @@ type PlanCheck struct {
 	// PlanFile is the binary plan that was checked (nil for plan JSON input).
 	PlanFile []byte
 	PlanJSON []byte
+	// Secrets are the secret strings the policy engine found in the plan
+	// and redacted from the findings (longest first): whatever else shows
+	// this plan redacts them too (review.Input.PlanSecrets). Never
+	// serialised.
+	Secrets []string `json:"-"`
 }
 
 // CheckPlanJSON checks plan JSON (terraform show -json); file names the input
@@ -149,7 +154,7 @@ func (v *Validator) CheckPlanJSON(ctx context.Context, file string, planJSON []b
 		rep, err := terraform.Analyze(planJSON, v.opts.Terraform.Analyze)
 		done <- analysis{rep, err}
 	}()
-	findings, policyErr := v.evalPlan(ctx, file, planJSON)
+	findings, secrets, policyErr := v.evalPlan(ctx, file, planJSON)
 	a := <-done
 	if a.err != nil {
 		return nil, a.err
@@ -157,7 +162,7 @@ func (v *Validator) CheckPlanJSON(ctx context.Context, file string, planJSON []b
 	if policyErr != nil {
 		return nil, policyErr
 	}
-	return v.planCheck(&terraform.PlanResult{PlanJSON: planJSON, Report: a.rep}, findings), nil
+	return v.planCheck(&terraform.PlanResult{PlanJSON: planJSON, Report: a.rep}, findings, secrets), nil
 }
 
 // CheckPlanFile shows a binary plan file of the initialised stack folder dir
@@ -222,15 +227,15 @@ func (v *Validator) PlanAndCheck(ctx context.Context, req PlanRequest) (*PlanChe
 }
 
 func (v *Validator) checkPlan(ctx context.Context, file string, res *terraform.PlanResult) (*PlanCheck, error) {
-	findings, err := v.evalPlan(ctx, file, res.PlanJSON)
+	findings, secrets, err := v.evalPlan(ctx, file, res.PlanJSON)
 	if err != nil {
 		return nil, err
 	}
-	return v.planCheck(res, findings), nil
+	return v.planCheck(res, findings, secrets), nil
 }
 
 // evalPlan evaluates the Terraform policies on plan JSON.
-func (v *Validator) evalPlan(ctx context.Context, file string, planJSON []byte) ([]report.Finding, error) {
+func (v *Validator) evalPlan(ctx context.Context, file string, planJSON []byte) ([]report.Finding, []string, error) {
 	// The plan goes straight to OPA's value, without a map[string]any in
 	// between; input ParseJSON does not take is decoded by encoding/json,
 	// which reports the error.
@@ -240,14 +245,14 @@ func (v *Validator) evalPlan(ctx context.Context, file string, planJSON []byte) 
 	} else {
 		var err error
 		if doc, err = decodeJSON(planJSON); err != nil {
-			return nil, fmt.Errorf("plan JSON: %w", err)
+			return nil, nil, fmt.Errorf("plan JSON: %w", err)
 		}
 	}
-	return v.engine.Eval(ctx, policy.KindTerraform, []policy.Document{{Path: file, Value: doc}})
+	return v.engine.EvalSecrets(ctx, policy.KindTerraform, []policy.Document{{Path: file, Value: doc}})
 }
 
 // planCheck combines the analysis and the policy findings.
-func (v *Validator) planCheck(res *terraform.PlanResult, policyFindings []report.Finding) *PlanCheck {
+func (v *Validator) planCheck(res *terraform.PlanResult, policyFindings []report.Finding, secrets []string) *PlanCheck {
 	rep := res.Report
 	findings := append(append([]report.Finding(nil), rep.Findings...), policyFindings...)
 	c := rep.Counts
@@ -257,6 +262,7 @@ func (v *Validator) planCheck(res *terraform.PlanResult, policyFindings []report
 		Summary:  PlanSummary{Add: c.Create + c.Replace, Change: c.Update, Destroy: c.Delete + c.Replace},
 		PlanFile: res.PlanFile,
 		PlanJSON: res.PlanJSON,
+		Secrets:  secrets,
 	}
 }
 
