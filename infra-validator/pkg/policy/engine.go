@@ -545,6 +545,9 @@ func (e *Engine) EvalSecrets(ctx context.Context, kind Kind, docs []Document) ([
 		findings = append(findings, fs...)
 	}
 	secrets := <-secretsCh
+	if secrets == nil {
+		secrets = []string{} // gathered, none found
+	}
 	if len(findings) > 0 {
 		findings = redactWith(findings, secrets)
 	}

@@ -12,15 +12,21 @@ import (
 
 // BenchmarkReview2000 renders the pull-request comments (Build and
 // Markdown, GitHub's limit) for the 2,000-resource plan from the plan the
-// validator decoded (terraform.Report.Plan), as the syncer does. Compare
+// validator decoded (terraform.Report.Plan) and the secrets it found, as
+// the syncer does. Compare
 // with BenchmarkValidatePlan2000, the validation of the same plan: the
 // rendering is meant to stay under 10% of it.
 func BenchmarkReview2000(b *testing.B) {
-	plan, err := parsePlan(benchdata.BigPlan(2000))
+	ctx := context.Background()
+	v, err := validate.New(ctx, validate.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchReview(b, Input{Change: testChange(), Plan: plan})
+	check, err := v.CheckPlanJSON(ctx, "plan.json", benchdata.BigPlan(2000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchReview(b, Input{Change: testChange(), Plan: check.Report.Plan, PlanSecrets: check.Secrets})
 }
 
 // BenchmarkReview2000FromJSON is BenchmarkReview2000 with the plan
