@@ -85,7 +85,9 @@ func newAuditCommand(a *app) *cobra.Command {
 API server alone: its last applied ChangeRequest is Applied, its recorded
 digests recompute, its Approvals bind to its approvalDigest and satisfy the
 effective rule the gate recorded, and (Helm) the live release record hashes
-to the approved manifestDigest and every object it installed still matches.
+to the approved manifestDigest and every object it installed still matches,
+or (Argo CD) the release's Application is still pinned to the approved
+commit and Argo CD reports it Synced and Healthy there.
 
 One line per release: proven, drifted, unapproved or unknown, with the
 evidence. The exit code is non-zero unless every release is proven.`,
@@ -262,6 +264,13 @@ func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, checker *
 			return at
 		}
 		say("Helm revision %d hashes to manifestDigest and its %d objects match the live ones", at.HelmRevision, rep.Checked)
+	case cr.Spec.Delivery == sluicev1.DeliveryArgoCD:
+		r, ev := a.auditArgoCD(ctx, rel, cr)
+		at.Evidence = append(at.Evidence, ev...)
+		if r != AuditProven {
+			at.Result = r
+			return at
+		}
 	default:
 		result = AuditUnknown
 		say("delivery %s is not checked live by audit", cr.Spec.Delivery)
