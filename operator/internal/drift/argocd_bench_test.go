@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -106,9 +108,11 @@ func BenchmarkArgoCDDriftPass(b *testing.B) {
 	keys := benchArgoReleases(b, releases, objects)
 	cc := &countingClient{Client: env.Client}
 	r := &Reconciler{Client: cc, ArgoCD: &ArgoCDChecker{Config: env.Config, Server: argoapplier.InClusterServer}}
+	// A failed check is logged (and then written as Drifted=Unknown).
+	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) { b.Log(prefix, args) }, funcr.Options{}))
 	pass := func() {
 		for _, k := range keys {
-			if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: k}); err != nil {
+			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: k}); err != nil {
 				b.Fatal(err)
 			}
 		}

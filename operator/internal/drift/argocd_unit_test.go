@@ -150,3 +150,18 @@ func TestArgoCDResyncs_aReapplySyncsOnlyWhatArgoCDDoesNotReportDone(t *testing.T
 	app.Object["spec"].(map[string]any)["source"].(map[string]any)["targetRevision"] = otherRev
 	require.True(t, resyncs(app, approvedRev), "not pinned to the approved revision: the applier re-pins it")
 }
+
+func TestArgoCDNoRevert_noRevertWhereAReapplyWouldNotUndoTheDrift(t *testing.T) {
+	app, _, _, _ := sluiceApp()
+	changed := sluicev1.DriftedObject{Kind: "ConfigMap", Namespace: "web-prod", Name: "web-prod-config", Change: sluicev1.DriftChanged}
+	require.Empty(t, noRevert(app, nil, approvedRev), "nothing drifted")
+
+	app.Object["status"].(map[string]any)["sync"].(map[string]any)["status"] = "OutOfSync"
+	require.Empty(t, noRevert(app, []sluicev1.DriftedObject{changed}, approvedRev), "the re-apply syncs the approved revision again")
+	planted := sluicev1.DriftedObject{Kind: "ConfigMap", Namespace: "web-prod", Name: "planted", Change: sluicev1.DriftAdded}
+	require.Contains(t, noRevert(app, []sluicev1.DriftedObject{changed, planted}, approvedRev), "Argo CD would have to prune ConfigMap web-prod/planted")
+
+	app, _, _, _ = sluiceApp()
+	spec := sluicev1.DriftedObject{Kind: ApplicationKind, Namespace: "ctl", Name: "web-prod", Change: sluicev1.DriftChanged, Fields: []string{"spec.ignoreDifferences: set"}}
+	require.Contains(t, noRevert(app, []sluicev1.DriftedObject{spec}, approvedRev), "a re-apply would not sync again")
+}
