@@ -34,6 +34,9 @@ func TestDriftArgoCD(t *testing.T) {
 	t.Run("revert has Argo CD sync the approved revision again without a new approval", func(t *testing.T) {
 		revertSyncsTheApprovedRevisionAgain(t, argo)
 	})
+	t.Run("revert asks for no re-apply that would wait on a prune forever", func(t *testing.T) {
+		revertLeavesAPlantedObjectToAPerson(t, argo)
+	})
 }
 
 // auditArgo runs `kubectl sluice audit -o json` for the fixture's
@@ -236,4 +239,27 @@ func revertSyncsTheApprovedRevisionAgain(t *testing.T, argo *argocdtest.ArgoCD) 
 	require.Contains(t, c.Message, "spec.ignoreDifferences")
 	require.Contains(t, c.Message, "not reverted: Argo CD reports the approved revision synced and healthy")
 	require.Equal(t, drift.RevertPrefix+applied.Name, rel.Annotations[sluicev1.AnnotationReplan], "no new re-plan asked for")
+}
+
+func revertLeavesAPlantedObjectToAPerson(t *testing.T, argo *argocdtest.ArgoCD) {
+	ctx := context.Background()
+	f := newArgoFixture(t, argo, sluicev1.DriftRevert)
+	f.start()
+	f.applyFirst()
+	f.waitDrifted(metav1.ConditionFalse, sluicev1.ReasonNoDrift)
+
+	// An object planted under the Application's tracking label: Argo CD
+	// would prune it, the Argo CD applier's syncs do not, so a re-apply
+	// would wait for Synced forever while it holds the apply lock.
+	planted := f.configMap("web-prod-config").DeepCopy()
+	planted.ObjectMeta = metav1.ObjectMeta{Namespace: f.target, Name: "web-prod-planted", Labels: map[string]string{"app.kubernetes.io/instance": f.ctl + "_web-prod"}}
+	require.NoError(t, f.env.Client.Create(ctx, planted))
+	rel := f.waitDrifted(metav1.ConditionTrue, sluicev1.ReasonDriftDetected)
+	c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionDrifted)
+	require.Contains(t, c.Message, "not reverted: Argo CD would have to prune ConfigMap "+f.target+"/web-prod-planted")
+	require.Empty(t, rel.Annotations[sluicev1.AnnotationReplan], "no re-plan asked for")
+
+	// Deleted by hand, as the condition says: the release is clean again.
+	require.NoError(t, f.env.Client.Delete(ctx, planted))
+	f.waitDrifted(metav1.ConditionFalse, sluicev1.ReasonNoDrift)
 }
