@@ -152,19 +152,13 @@ func (c *ArgoCDChecker) Inspect(ctx context.Context, rel *sluicev1.Release, repo
 }
 
 // noRevert says why re-applying the applied change through the Argo CD
-// applier would not undo the drift in objs, or "" when it would: an object
-// Argo CD would have to prune stays (the applier's syncs do not prune, so
-// the re-apply would wait for Synced forever, holding the release's apply
-// lock), and a re-apply syncs nothing while Argo CD reports the approved
-// revision synced and healthy (only the Application's spec was edited).
+// applier would not undo the drift in objs, or "" when it would: a re-apply
+// syncs nothing while Argo CD reports the approved revision synced and
+// healthy (only the Application's spec was edited). An object planted under
+// the Application's tracking label is undone: the applier's syncs prune.
 func noRevert(app *unstructured.Unstructured, objs []sluicev1.DriftedObject, revision string) string {
 	if len(objs) == 0 {
 		return ""
-	}
-	for _, o := range objs {
-		if o.Change == sluicev1.DriftAdded {
-			return fmt.Sprintf("Argo CD would have to prune %s %s/%s, which the Argo CD applier's syncs do not do; delete it (or its Argo CD tracking label) by hand", o.Kind, o.Namespace, o.Name)
-		}
 	}
 	if !resyncs(app, revision) {
 		return "Argo CD reports the approved revision synced and healthy, so a re-apply would not sync again; the next applied change sets the Application's spec back"

@@ -34,8 +34,8 @@ func TestDriftArgoCD(t *testing.T) {
 	t.Run("revert has Argo CD sync the approved revision again without a new approval", func(t *testing.T) {
 		revertSyncsTheApprovedRevisionAgain(t, argo)
 	})
-	t.Run("revert asks for no re-apply that would wait on a prune forever", func(t *testing.T) {
-		revertLeavesAPlantedObjectToAPerson(t, argo)
+	t.Run("revert prunes an object planted under the Application's tracking label", func(t *testing.T) {
+		revertPrunesAPlantedObject(t, argo)
 	})
 }
 
@@ -241,25 +241,28 @@ func revertSyncsTheApprovedRevisionAgain(t *testing.T, argo *argocdtest.ArgoCD) 
 	require.Equal(t, drift.RevertPrefix+applied.Name, rel.Annotations[sluicev1.AnnotationReplan], "no new re-plan asked for")
 }
 
-func revertLeavesAPlantedObjectToAPerson(t *testing.T, argo *argocdtest.ArgoCD) {
+func revertPrunesAPlantedObject(t *testing.T, argo *argocdtest.ArgoCD) {
 	ctx := context.Background()
 	f := newArgoFixture(t, argo, sluicev1.DriftRevert)
 	f.start()
-	f.applyFirst()
+	applied, files := f.applyFirst()
 	f.waitDrifted(metav1.ConditionFalse, sluicev1.ReasonNoDrift)
 
 	// An object planted under the Application's tracking label: Argo CD
-	// would prune it, the Argo CD applier's syncs do not, so a re-apply
-	// would wait for Synced forever while it holds the apply lock.
+	// counts it as the Application's, not in the approved manifest.
 	planted := f.configMap("web-prod-config").DeepCopy()
 	planted.ObjectMeta = metav1.ObjectMeta{Namespace: f.target, Name: "web-prod-planted", Labels: map[string]string{"app.kubernetes.io/instance": f.ctl + "_web-prod"}}
 	require.NoError(t, f.env.Client.Create(ctx, planted))
-	rel := f.waitDrifted(metav1.ConditionTrue, sluicev1.ReasonDriftDetected)
-	c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionDrifted)
-	require.Contains(t, c.Message, "not reverted: Argo CD would have to prune ConfigMap "+f.target+"/web-prod-planted")
-	require.Empty(t, rel.Annotations[sluicev1.AnnotationReplan], "no re-plan asked for")
+	rel := f.waitDrifted(metav1.ConditionTrue, sluicev1.ReasonDriftReverting)
+	require.Equal(t, drift.RevertPrefix+applied.Name, rel.Annotations[sluicev1.AnnotationReplan])
 
-	// Deleted by hand, as the condition says: the release is clean again.
-	require.NoError(t, f.env.Client.Delete(ctx, planted))
+	// The re-apply of the applied change syncs with prune: the planted
+	// object goes and the change is Applied (without prune it would wait
+	// for Synced forever, holding the apply lock).
+	revert := f.change(applied.Spec.Revision, 2, files)
+	_, err := f.env.WaitChangePhase(ctx, client.ObjectKeyFromObject(revert), sluicev1.PhaseApplied, 3*time.Minute)
+	require.NoError(t, err, argo.Logs())
+	require.Nil(t, f.configMap("web-prod-planted"), "Argo CD pruned the planted ConfigMap")
+	require.Equal(t, "approved", f.configMap("web-prod-config").Data["message"], "the approved objects stay")
 	f.waitDrifted(metav1.ConditionFalse, sluicev1.ReasonNoDrift)
 }
