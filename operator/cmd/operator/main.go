@@ -138,6 +138,7 @@ func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helm
 		// Terraform drift is planned with the applier's runner and state server.
 		driftFlags.Planner = a
 	}
+	driftFlags.ArgoCDServer = argoFlags.Server
 	if err := driftFlags.Register(mgr, cfg, o.Concurrency); err != nil {
 		return err
 	}

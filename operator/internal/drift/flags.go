@@ -19,6 +19,10 @@ type Flags struct {
 	// Terraform stack (the Terraform applier); nil skips their Terraform
 	// part. Set by the program, not a flag.
 	Planner ApplyPlanner
+	// ArgoCDServer is the Argo CD applier's destination cluster
+	// (--argocd-server), which the Applications must keep. Set by the
+	// program, not a flag.
+	ArgoCDServer string
 }
 
 // Bind registers the flags.
@@ -38,7 +42,7 @@ func (f *Flags) Register(mgr manager.Manager, cfg *rest.Config, concurrency int)
 			ignore = append(ignore, m)
 		}
 	}
-	o := Options{Config: cfg, IgnoreManagers: ignore, Concurrency: concurrency}
+	o := Options{Config: cfg, IgnoreManagers: ignore, Concurrency: concurrency, ArgoCDServer: f.ArgoCDServer}
 	if f.Planner != nil {
 		o.Terraform = &TerraformChecker{Planner: f.Planner}
 	}

@@ -2,7 +2,8 @@
 // interval of its Repository's drift policy, it compares what runs with
 // what the last applied ChangeRequest applied (Helm: every object of the
 // approved release record, by a server-side dry-run apply; Terraform: a
-// plan of the applied configuration, see TerraformChecker), and reports it in the Release's Drifted condition,
+// plan of the applied configuration, see TerraformChecker; Argo CD: what
+// Argo CD reports of the release's Application, see ArgoCDChecker), and reports it in the Release's Drifted condition,
 // an Event and the sluice_release_drifted metric. In mode revert it asks
 // the syncer for a re-plan of the applied revision, whose ChangeRequest
 // carries the applied approvalDigest when it renders the same, so the gate
@@ -55,7 +56,9 @@ type Reconciler struct {
 	Helm Checker
 	// Terraform checks releases with a Terraform stack; nil skips them.
 	Terraform Checker
-	Metrics   *metrics.DriftRecorder
+	// ArgoCD checks releases delivered by argocd; nil skips them.
+	ArgoCD  *ArgoCDChecker
+	Metrics *metrics.DriftRecorder
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -152,7 +155,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	start := r.now()
-	rep, err := r.check(ctx, rel, repo, applied)
+	rep, noRevert, err := r.check(ctx, rel, repo, applied)
 	took := r.now().Sub(start)
 	if err != nil {
 		r.Metrics.Check(rel.Namespace, rel.Name, metrics.DriftError, took)
@@ -176,7 +179,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	summary := Summary(applied.Name, rep.Objects)
 	reason := sluicev1.ReasonDriftDetected
-	if policy.GetMode() == sluicev1.DriftRevert {
+	if policy.GetMode() == sluicev1.DriftRevert && noRevert != "" {
+		summary += "; not reverted: " + noRevert
+	} else if policy.GetMode() == sluicev1.DriftRevert {
 		var why string
 		reason, why, err = r.requestRevert(ctx, rel, applied, st)
 		if err != nil {
@@ -192,24 +197,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // check runs the checkers that apply to the release and merges their
-// reports.
-func (r *Reconciler) check(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository, applied *sluicev1.ChangeRequest) (Report, error) {
-	var all Report
+// reports; noRevert says why re-applying the applied change would not
+// undo the drift (Argo CD), so no revert is asked for.
+func (r *Reconciler) check(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository, applied *sluicev1.ChangeRequest) (all Report, noRevert string, err error) {
 	if rel.Spec.Terraform != nil && r.Terraform != nil && applied.Spec.PlanDigest != "" {
 		rep, err := r.Terraform.Check(ctx, rel, repo, applied)
 		if err != nil {
-			return Report{}, fmt.Errorf("terraform: %w", err)
+			return Report{}, "", fmt.Errorf("terraform: %w", err)
 		}
 		all.Objects, all.Checked = append(all.Objects, rep.Objects...), all.Checked+rep.Checked
 	}
 	if applied.Spec.Delivery == sluicev1.DeliveryHelm && r.Helm != nil && applied.Spec.ManifestDigest != "" {
 		rep, err := r.Helm.Check(ctx, rel, repo, applied)
 		if err != nil {
-			return Report{}, fmt.Errorf("helm: %w", err)
+			return Report{}, "", fmt.Errorf("helm: %w", err)
 		}
 		all.Objects, all.Checked = append(all.Objects, rep.Objects...), all.Checked+rep.Checked
 	}
-	return all, nil
+	if applied.Spec.Delivery == sluicev1.DeliveryArgoCD && r.ArgoCD != nil && applied.Spec.ManifestDigest != "" {
+		rep, why, err := r.ArgoCD.check(ctx, rel, repo, applied)
+		if err != nil {
+			return Report{}, "", fmt.Errorf("argocd: %w", err)
+		}
+		all.Objects, all.Checked, noRevert = append(all.Objects, rep.Objects...), all.Checked+rep.Checked, why
+	}
+	return all, noRevert, nil
 }
 
 // requestRevert asks the syncer for a re-plan of the applied revision by

@@ -21,6 +21,9 @@ type Options struct {
 	IgnoreManagers []string
 	// Terraform checks releases with a Terraform stack; nil skips them.
 	Terraform Checker
+	// ArgoCDServer is the destination cluster the Argo CD applier sets
+	// (--argocd-server); empty compares no server.
+	ArgoCDServer string
 	// Concurrency is the number of parallel checks.
 	Concurrency int
 	// SkipNameValidation lets a test process start the controller twice.
@@ -38,6 +41,7 @@ func Setup(mgr manager.Manager, o Options) error {
 		Recorder:  mgr.GetEventRecorder("sluice-drift"),
 		Helm:      &HelmChecker{Config: o.Config, Mapper: mgr.GetRESTMapper(), IgnoreManagers: o.IgnoreManagers},
 		Terraform: o.Terraform,
+		ArgoCD:    &ArgoCDChecker{Config: o.Config, Server: o.ArgoCDServer},
 		Metrics:   m,
 	}
 	copts := controller.Options{MaxConcurrentReconciles: max(o.Concurrency, 1)}

@@ -90,7 +90,9 @@ func newAuditCommand(a *app) *cobra.Command {
 API server alone: its last applied ChangeRequest is Applied, its recorded
 digests recompute, its Approvals bind to its approvalDigest and satisfy the
 effective rule the gate recorded, and (Helm) the live release record hashes
-to the approved manifestDigest and every object it installed still matches.
+to the approved manifestDigest and every object it installed still matches,
+or (Argo CD) the release's Application is still pinned to the approved
+commit and Argo CD reports it Synced and Healthy there.
 
 One line per release: proven, drifted, unapproved or unknown, with the
 evidence. The exit code is non-zero unless every release is proven.`,
@@ -209,7 +211,8 @@ type prover func(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sl
 // deliveryProvers prove the workload of a change by its delivery; a
 // delivery without one is unknown. Each delivery's file adds its own.
 var deliveryProvers = map[sluicev1.Delivery]prover{
-	sluicev1.DeliveryHelm: proveHelm,
+	sluicev1.DeliveryHelm:   proveHelm,
+	sluicev1.DeliveryArgoCD: proveArgoCD,
 }
 
 // auditRelease proves one release or says why not.

@@ -27,7 +27,8 @@
 //     drop the plugin); then create or patch the Application, built from
 //     the approved change only (repository URL, commit, service folder,
 //     plugin, target namespace, project), and ask for a sync through its
-//     operation field;
+//     operation field, with prune: objects the Application tracks that
+//     the approved revision no longer renders are deleted;
 //  5. watch the Application until Argo CD reports the outcome, for at most
 //     Options.Wait; a failed sync fails the change with Argo CD's message,
 //     a sync of anything but the source Sluice set fails it too, a sync
@@ -365,7 +366,16 @@ func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel *sluicev1.Release, rep
 	app.Object["operation"] = map[string]any{
 		"initiatedBy": map[string]any{"username": "sluice:" + cr.Namespace + "/" + cr.Name},
 		"info":        []any{map[string]any{"name": infoChangeRequest, "value": cr.Name}},
-		"sync":        map[string]any{"revision": cr.Spec.Revision},
+		// prune: objects this Application tracks that the approved
+		// revision no longer renders are deleted, as the Helm applier
+		// deletes what a release upgrade drops; without it such a change
+		// stays OutOfSync and never counts as applied. Background
+		// propagation (as the resources finalizer): the object goes at
+		// once and the garbage collector removes its dependents; Argo CD's
+		// default, foreground, keeps it (and the sync OutOfSync) until
+		// every dependent is gone.
+		"sync": map[string]any{"revision": cr.Spec.Revision, "prune": true,
+			"syncOptions": []any{"PrunePropagationPolicy=background"}},
 	}
 	return app
 }

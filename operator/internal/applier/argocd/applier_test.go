@@ -79,6 +79,29 @@ func TestArgoCD_anApprovedChangeIsAppliedWhenArgoCDReportsItSyncedAndHealthy(t *
 	require.Equal(t, next.Spec.Revision, f.application().Object["spec"].(map[string]any)["source"].(map[string]any)["targetRevision"])
 }
 
+func TestArgoCD_anApprovedChangeThatRemovesAnObjectDeletesIt(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, true)
+	_, err := f.apply(f.change("message: approved\nsecond: true\n", nil))
+	require.NoError(t, err, argo.Logs())
+	second := client.ObjectKey{Namespace: f.target, Name: f.release.Name + "-second"}
+	require.NoError(t, env.Client.Get(ctx, second, &corev1.ConfigMap{}))
+	// An object in the target namespace that Argo CD does not track.
+	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.target, Name: "not-argos"}}
+	require.NoError(t, env.Client.Create(ctx, other))
+
+	// The next approved change no longer renders the second ConfigMap: it
+	// is applied (without prune Argo CD would stay OutOfSync and the apply
+	// would wait for ever, holding the Release's apply lock) and the
+	// ConfigMap is gone.
+	_, err = f.apply(f.change("message: next\n", nil))
+	require.NoError(t, err, argo.Logs())
+	require.Equal(t, "next", f.message())
+	err = env.Client.Get(ctx, second, &corev1.ConfigMap{})
+	require.True(t, apierrors.IsNotFound(err), "the removed ConfigMap is pruned: %v", err)
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(other), &corev1.ConfigMap{}), "what Argo CD does not track stays")
+}
+
 func TestArgoCD_aLaterUnapprovedPushDoesNotAlterThePendingApprovedChange(t *testing.T) {
 	f := newFixture(t, true)
 	approved := f.change("message: approved\n", nil)
