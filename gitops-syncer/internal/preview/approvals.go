@@ -35,7 +35,15 @@ func (r *CommentRefresher) SetupWithManager(mgr ctrl.Manager) error {
 		Named("preview-comments").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(r.SkipNameValidation)}).
 		For(&sluicev1.ChangeRequest{}, builder.WithPredicates(predicate.Funcs{
-			CreateFunc:  func(event.CreateEvent) bool { return false },
+			// A create is also the informer's first list (a start, a
+			// re-list after a lost watch): a preview the operator has
+			// already judged is rendered again, in case its approvals
+			// changed while nobody watched (a no-op without a comment
+			// thread, and nothing is posted when the text is the same).
+			CreateFunc: func(e event.CreateEvent) bool {
+				cr, ok := e.Object.(*sluicev1.ChangeRequest)
+				return ok && isPreview(cr) && cr.Status.Phase != ""
+			},
 			DeleteFunc:  func(event.DeleteEvent) bool { return false },
 			GenericFunc: func(event.GenericEvent) bool { return false },
 			UpdateFunc: func(e event.UpdateEvent) bool {
