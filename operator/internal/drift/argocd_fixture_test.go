@@ -13,9 +13,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,7 +101,7 @@ type argoFixture struct {
 	argo    *argocdtest.ArgoCD
 	ctl     string
 	target  string
-	gitDir  string
+	git     *argocdtest.GitRepo
 	repo    *sluicev1.Repository
 	release *sluicev1.Release
 }
@@ -114,7 +112,7 @@ func newArgoFixture(t *testing.T, argo *argocdtest.ArgoCD, mode sluicev1.DriftMo
 	ctx := context.Background()
 	n := argoCounter.Add(1)
 	f := &argoFixture{t: t, env: env, server: server, argo: argo,
-		ctl: fmt.Sprintf("argo-drift-ctl-%d", n), target: fmt.Sprintf("web-argo-%d", n), gitDir: t.TempDir()}
+		ctl: fmt.Sprintf("argo-drift-ctl-%d", n), target: fmt.Sprintf("web-argo-%d", n), git: argocdtest.NewGitRepo(t)}
 	for _, ns := range []string{f.ctl, f.target} {
 		require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
@@ -122,10 +120,9 @@ func newArgoFixture(t *testing.T, argo *argocdtest.ArgoCD, mode sluicev1.DriftMo
 	require.NoError(t, env.GrantRole(ctx, f.ctl, "argocd-apps", types.NamespacedName{Namespace: f.ctl, Name: "deployer"},
 		[]rbacv1.PolicyRule{{APIGroups: []string{"argoproj.io"}, Resources: []string{"applications"}, Verbs: []string{"*"}}},
 		authorizationv1.ResourceAttributes{Verb: "create", Group: "argoproj.io", Resource: "applications"}))
-	f.git("init", "-q", "-b", "main")
 	f.repo = &sluicev1.Repository{
 		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: f.ctl},
-		Spec: sluicev1.RepositorySpec{URL: "file://" + f.gitDir, ServiceAccountName: "deployer", TargetNamespaces: []string{"web-*"},
+		Spec: sluicev1.RepositorySpec{URL: f.git.URL, ServiceAccountName: "deployer", TargetNamespaces: []string{"web-*"},
 			Drift: &sluicev1.DriftPolicy{Mode: mode, Interval: &metav1.Duration{Duration: 10 * time.Second}}},
 	}
 	require.NoError(t, env.Client.Create(ctx, f.repo))
@@ -220,37 +217,9 @@ environments:
 	return files
 }
 
-func (f *argoFixture) git(args ...string) string {
-	f.t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = f.gitDir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=Pusher", "GIT_AUTHOR_EMAIL=pusher@example.com",
-		"GIT_COMMITTER_NAME=Pusher", "GIT_COMMITTER_EMAIL=pusher@example.com", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	require.NoError(f.t, err, "git %v: %s", args, out)
-	return strings.TrimSpace(string(out))
-}
-
 // push replaces the repository's tree with files, commits and returns the
 // commit.
-func (f *argoFixture) push(files map[string][]byte) string {
-	f.t.Helper()
-	entries, err := os.ReadDir(f.gitDir)
-	require.NoError(f.t, err)
-	for _, e := range entries {
-		if e.Name() != ".git" {
-			require.NoError(f.t, os.RemoveAll(filepath.Join(f.gitDir, e.Name())))
-		}
-	}
-	for n, b := range files {
-		p := filepath.Join(f.gitDir, filepath.FromSlash(n))
-		require.NoError(f.t, os.MkdirAll(filepath.Dir(p), 0o755))
-		require.NoError(f.t, os.WriteFile(p, b, 0o644))
-	}
-	f.git("add", "-A")
-	f.git("commit", "-q", "--allow-empty", "-m", "push")
-	return f.git("rev-parse", "HEAD")
-}
+func (f *argoFixture) push(files map[string][]byte) string { return f.git.Commit(files) }
 
 // manifestDigest is what the validator records for the files.
 func (f *argoFixture) manifestDigest(files map[string][]byte) sluicev1.Digest {

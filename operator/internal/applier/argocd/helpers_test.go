@@ -13,10 +13,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,7 +124,7 @@ type fixture struct {
 	t       *testing.T
 	ctl     string
 	target  string
-	git     *gitRepo
+	git     *argocdtest.GitRepo
 	repo    *sluicev1.Repository
 	release *sluicev1.Release
 	applier *Applier
@@ -136,7 +134,7 @@ func newFixture(t *testing.T, rbac bool) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	n := counter.Add(1)
-	f := &fixture{t: t, ctl: fmt.Sprintf("argo-ctl-%d", n), target: fmt.Sprintf("web-prod-%d", n), git: newGitRepo(t)}
+	f := &fixture{t: t, ctl: fmt.Sprintf("argo-ctl-%d", n), target: fmt.Sprintf("web-prod-%d", n), git: argocdtest.NewGitRepo(t)}
 	for _, ns := range []string{f.ctl, f.target} {
 		require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
@@ -148,7 +146,7 @@ func newFixture(t *testing.T, rbac bool) *fixture {
 	}
 	f.repo = &sluicev1.Repository{
 		ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: f.ctl},
-		Spec: sluicev1.RepositorySpec{URL: f.git.url, ServiceAccountName: "deployer",
+		Spec: sluicev1.RepositorySpec{URL: f.git.URL, ServiceAccountName: "deployer",
 			TargetNamespaces: []string{"web-*"}},
 	}
 	rel := &sluicev1.Release{
@@ -232,7 +230,7 @@ func (f *fixture) digestOf(files map[string][]byte) sluicev1.Digest {
 // push commits the tree to the repository and returns the commit.
 func (f *fixture) push(values string, extra map[string]string) (string, map[string][]byte) {
 	files := f.tree(values, extra)
-	return f.git.commit(files), files
+	return f.git.Commit(files), files
 }
 
 // change pushes a commit with values and extra files and records its
@@ -319,51 +317,6 @@ func (f *fixture) message() string {
 		return ""
 	}
 	return cm.Data["message"]
-}
-
-// gitRepo is a real git repository Argo CD clones over file://.
-type gitRepo struct {
-	t   *testing.T
-	dir string
-	url string
-}
-
-func newGitRepo(t *testing.T) *gitRepo {
-	g := &gitRepo{t: t, dir: t.TempDir()}
-	g.url = "file://" + g.dir
-	g.git("init", "-q", "-b", "main")
-	return g
-}
-
-func (g *gitRepo) git(args ...string) string {
-	g.t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = g.dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=Pusher", "GIT_AUTHOR_EMAIL=pusher@example.com",
-		"GIT_COMMITTER_NAME=Pusher", "GIT_COMMITTER_EMAIL=pusher@example.com", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	require.NoError(g.t, err, "git %v: %s", args, out)
-	return strings.TrimSpace(string(out))
-}
-
-// commit replaces the worktree with files, commits, and returns the commit.
-func (g *gitRepo) commit(files map[string][]byte) string {
-	g.t.Helper()
-	entries, err := os.ReadDir(g.dir)
-	require.NoError(g.t, err)
-	for _, e := range entries {
-		if e.Name() != ".git" {
-			require.NoError(g.t, os.RemoveAll(filepath.Join(g.dir, e.Name())))
-		}
-	}
-	for n, b := range files {
-		p := filepath.Join(g.dir, filepath.FromSlash(n))
-		require.NoError(g.t, os.MkdirAll(filepath.Dir(p), 0o755))
-		require.NoError(g.t, os.WriteFile(p, b, 0o644))
-	}
-	g.git("add", "-A")
-	g.git("commit", "-q", "--allow-empty", "-m", "push")
-	return g.git("rev-parse", "HEAD")
 }
 
 // startOperator runs the operator's manager for the fixture's control
