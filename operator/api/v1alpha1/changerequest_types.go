@@ -225,6 +225,14 @@ type ChangeRequestSpec struct {
 	// +optional
 	Pushers []Identity `json:"pushers,omitempty"`
 
+	// Source is what the appliers act on: the service folder, chart, values
+	// files and Terraform stack, as the manifest at Revision said. Appliers,
+	// drift, audit and deletion read these fields (and the Release's applied
+	// status), never the Release's spec, which every push rewrites. A change
+	// recorded without it is refused by the operator (InvalidSpec).
+	// +optional
+	Source *ChangeSource `json:"source,omitempty"`
+
 	// TargetNamespace is the workload's namespace, from the manifest.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=63
@@ -275,6 +283,34 @@ type ChangeRequestSpec struct {
 	// policies decide the verdict, not what is applied.
 	// +optional
 	PolicyBundleDigest Digest `json:"policyBundleDigest,omitempty"`
+}
+
+// ChangeSource is the release's source as recorded at a change's revision:
+// everything an applier reads to know what to apply and how.
+type ChangeSource struct {
+	// Service is the service name from the manifest.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=42
+	Service string `json:"service"`
+
+	// Environment is the environment name from the manifest.
+	Environment EnvironmentName `json:"environment"`
+
+	// Path is the service folder, relative to the repository root.
+	Path RelativePath `json:"path"`
+
+	// Chart is the Helm chart.
+	Chart ChartSource `json:"chart"`
+
+	// Values are the values files in order, relative to the service folder.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	Values []RelativePath `json:"values,omitempty"`
+
+	// Terraform is the release's Terraform stack, if any.
+	// +optional
+	Terraform *TerraformSource `json:"terraform,omitempty"`
 }
 
 // ApplyResult is what the applier reported.

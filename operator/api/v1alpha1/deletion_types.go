@@ -56,6 +56,24 @@ type DeletionSpec struct {
 	// +optional
 	AppliedDigest Digest `json:"appliedDigest,omitempty"`
 
+	// TargetNamespace is the namespace the applied change deployed to (the
+	// Release's status.appliedTargetNamespace), where the workload is
+	// removed from; never the namespace of a later, unapplied push.
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	TargetNamespace string `json:"targetNamespace,omitempty"`
+
+	// Delivery is how the applied change was delivered (helm or argocd):
+	// what removes the workload.
+	// +optional
+	Delivery Delivery `json:"delivery,omitempty"`
+
+	// Source is the applied change's source (its folder, chart, values and
+	// Terraform stack), copied from the applied ChangeRequest.
+	// +optional
+	Source *ChangeSource `json:"source,omitempty"`
+
 	// Objects are the Kubernetes objects of the last applied manifest:
 	// what the Helm uninstall or Argo CD's prune removes.
 	// +kubebuilder:validation:MaxItems=1000
