@@ -76,10 +76,18 @@ lint: ## gofmt and go vet over every module.
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do echo "go vet ./$$m/..."; go vet ./$$m/...; done
 
+# step runs one make target and prints how long it took (CI reads these lines).
+step = t0=$$(date +%s); $(MAKE) --no-print-directory $(1); echo "== step $(1): $$(( $$(date +%s) - t0 )) s"
+
 .PHONY: test
-test: envtest argocd redis verify-generate lint ## Lint, check generated files, run every module's tests against a real control plane.
+test: ## Lint, check generated files, run every module's tests against a real control plane (each step timed).
+	@$(call step,envtest)
+	@$(call step,argocd)
+	@$(call step,redis)
+	@$(call step,verify-generate)
+	@$(call step,lint)
 	@echo "KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS)"
-	@for m in $(MODULES); do echo "== go test ./$$m/..."; go test $(GOTEST_FLAGS) -timeout $(TEST_TIMEOUT) ./$$m/...; done
+	@for m in $(MODULES); do echo "== go test ./$$m/..."; t0=$$(date +%s); go test $(GOTEST_FLAGS) -timeout $(TEST_TIMEOUT) ./$$m/...; echo "== step go test ./$$m/...: $$(( $$(date +%s) - t0 )) s"; done
 
 .PHONY: bench
 bench: envtest ## Run the benchmarks and print the figures the issues ask for.
