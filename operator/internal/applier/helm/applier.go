@@ -12,8 +12,10 @@
 //     change's marker means the change is already applied: return it;
 //  3. download, verify (archive, content and approval digests) and extract
 //     the artifact;
-//  4. read the service manifest from the verified content, and check it
-//     agrees with the change and the Release;
+//  4. load the chart and values the change's spec.source names (folder,
+//     environment, chart, values files; never the Release's spec, which a
+//     later push rewrites) from the verified content, and check the service
+//     manifest there agrees with the change;
 //  5. recover a release an earlier attempt left behind (pending-*, or never
 //     deployed): uninstall it when nothing was ever deployed, otherwise mark
 //     the interrupted revision failed and upgrade over it;
