@@ -195,6 +195,8 @@ func BenchmarkHelmApplier(b *testing.B) {
 			ObjectMeta: metav1.ObjectMeta{Name: "web-staging-0123456789", Namespace: ctl},
 			Spec: sluicev1.ChangeRequestSpec{
 				Release: "web-staging", Revision: strings.Repeat("a", 40), TargetNamespace: target,
+				Source: &sluicev1.ChangeSource{Service: "web", Environment: "staging", Path: "services/web",
+					Chart: sluicev1.ChartSource{Path: "charts/web"}, Values: []sluicev1.RelativePath{"values.yaml", "values-staging.yaml"}},
 				Artifact:       sluicev1.ArtifactReference{URL: srv.URL + "/artifacts/" + name, SHA256: sluicev1.SHA256Digest(gz)},
 				ContentDigest:  sluicev1.SHA256Digest(tb),
 				ManifestDigest: offlineDigest(b, writeTree(b, content), "web-staging", target),
@@ -202,12 +204,8 @@ func BenchmarkHelmApplier(b *testing.B) {
 		}
 		cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
 		req := applier.Request{
-			Change: cr,
-			Release: &sluicev1.Release{
-				ObjectMeta: metav1.ObjectMeta{Name: "web-staging", Namespace: ctl},
-				Spec: sluicev1.ReleaseSpec{Service: "web", Environment: "staging", SourcePath: "services/web", TargetNamespace: target,
-					Chart: sluicev1.ChartSource{Path: "charts/web"}, Values: []sluicev1.RelativePath{"values.yaml", "values-staging.yaml"}},
-			},
+			Change:  cr,
+			Release: &applier.ReleaseRef{Namespace: ctl, Name: "web-staging"},
 			Repository: &sluicev1.Repository{
 				ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: ctl},
 				Spec:       sluicev1.RepositorySpec{ServiceAccountName: "deployer", TargetNamespaces: []string{"bench-app-*"}},

@@ -9,19 +9,63 @@ import (
 	"os/exec"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Request is one approved change to apply. The gate has re-checked it right
 // before the hand-off; the applier still verifies the content itself.
 type Request struct {
-	// Change is the approved ChangeRequest (phase Applying).
+	// Change is the approved ChangeRequest (phase Applying). It alone says
+	// what is applied, where and how (SourceOf, NamespaceOf, DeliveryOf).
 	Change *sluicev1.ChangeRequest
-	// Release is the change's Release.
-	Release *sluicev1.Release
+	// Release names the change's Release and carries its status (what was
+	// applied), never its spec: any push rewrites the spec before anything
+	// is approved, so an applier that read it would act on what nobody
+	// approved.
+	Release *ReleaseRef
 	// Repository owns the Release; its serviceAccountName and
 	// targetNamespaces bound what may be applied.
 	Repository *sluicev1.Repository
+}
+
+// ReleaseRef is what an applier may know of a Release: who it is (the
+// Helm release name, the owner of an Argo CD Application, the Terraform
+// state's suffix) and what was applied, never its spec.
+type ReleaseRef struct {
+	Namespace string
+	Name      string
+	UID       types.UID
+	// Status is the Release's status: the applied change, revision,
+	// digest, rule and target namespace.
+	Status sluicev1.ReleaseStatus
+}
+
+// ReleaseOf returns the ReleaseRef of rel (nil for nil): its name, UID and
+// a copy of its status, none of its spec.
+func ReleaseOf(rel *sluicev1.Release) *ReleaseRef {
+	if rel == nil {
+		return nil
+	}
+	return &ReleaseRef{Namespace: rel.Namespace, Name: rel.Name, UID: rel.UID, Status: *rel.Status.DeepCopy()}
+}
+
+// Removal is what a Cleaner removes: the workload of a Release as it was
+// applied. An approved Delete change says where (spec.deletion); the
+// finalizer of a Release deleted by hand takes the applied change's
+// namespace, or the Release's status.appliedTargetNamespace.
+type Removal struct {
+	// Release is the Release whose workload is removed.
+	Release *ReleaseRef
+	// TargetNamespace is the namespace the workload was applied to; empty
+	// when nothing was ever applied.
+	TargetNamespace string
+	// Change is the approved Delete change, nil for a finalizer's
+	// cleanup. With a change, a workload the applier may not remove is a
+	// *Failure (the change fails and says so); without one it is left in
+	// place and the Result says so.
+	Change *sluicev1.ChangeRequest
 }
 
 // Result is what an applier reports on success.
@@ -52,10 +96,13 @@ type Applier interface {
 // Cleaner is implemented by appliers that must undo their work when a
 // Release is deleted (uninstall the Helm release, prune the Application).
 type Cleaner interface {
-	// Cleanup removes what the applier installed for the Release. It returns
-	// nil once nothing is left, and a *Waiting error while another system
-	// (Argo CD's finalizer) is still removing it.
-	Cleanup(ctx context.Context, release *sluicev1.Release, repo *sluicev1.Repository) error
+	// Cleanup removes what the applier installed for the Release in
+	// r.TargetNamespace. It returns once nothing is left, with a Result
+	// whose Message says what was removed where (or what was left in
+	// place, and why); a *Waiting error while another system (Argo CD's
+	// finalizer) is still removing it; a *Failure when an approved Delete
+	// change cannot remove it.
+	Cleanup(ctx context.Context, r Removal, repo *sluicev1.Repository) (Result, error)
 }
 
 // Failure is a permanent failure: the change ends Failed with Reason (a
@@ -179,4 +226,22 @@ type Registry map[sluicev1.Delivery]Applier
 func (r Registry) For(d sluicev1.Delivery) (Applier, bool) {
 	a, ok := r[d]
 	return a, ok
+}
+
+// SourceOf is the source the change acts on (see
+// sluicev1.ChangeRequest.SourceOf), or a permanent InvalidSpec failure when
+// the change records none: it was made by a syncer that did not record
+// one, and nothing else may say what to apply (the Release's spec is what
+// the latest push wrote, not what was approved).
+func SourceOf(cr *sluicev1.ChangeRequest) (*sluicev1.ChangeSource, error) {
+	if cr == nil {
+		return nil, Permanent(sluicev1.ReasonInvalidSpec, "the request has no change")
+	}
+	s := cr.SourceOf()
+	if s == nil {
+		return nil, Permanent(sluicev1.ReasonInvalidSpec,
+			"the change %s records no source (spec.source: service folder, chart, values, Terraform stack), so nothing says what to apply; re-plan it (annotate the Release %s) and approve the new change",
+			cr.Name, sluicev1.AnnotationReplan)
+	}
+	return s, nil
 }

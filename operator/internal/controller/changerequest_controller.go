@@ -571,7 +571,9 @@ func (s *changeScope) noApplier() stepResult {
 	return stalledBy(&applier.Stalled{Reason: sluicev1.ReasonNoApplier, Message: msg})
 }
 
-func delivery(cr *sluicev1.ChangeRequest) sluicev1.Delivery { return cr.Delivery() }
+// delivery is the applier a change goes to: for a Delete, the delivery
+// the removed release was applied with (spec.deletion.delivery).
+func delivery(cr *sluicev1.ChangeRequest) sluicev1.Delivery { return cr.DeliveryOf() }
 
 // reconcileApply calls the applier for a change in Applying: the first
 // time, or again after a restart (appliers are idempotent per change).
@@ -638,7 +640,7 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 		attribute.String("sluice.changerequest", s.cr.Namespace+"/"+s.cr.Name), attribute.String("sluice.release", rel.Name),
 		attribute.String("sluice.applier", app.Name()), attribute.String("vcs.ref.head.revision", s.cr.Spec.Revision)))
 	log.FromContext(ctx).V(1).Info("Applying", "applier", app.Name(), "traceID", tracing.TraceID(actx))
-	res, err := app.Apply(actx, applier.Request{Change: s.cr.DeepCopy(), Release: rel, Repository: repo})
+	res, err := app.Apply(actx, applier.Request{Change: s.cr.DeepCopy(), Release: applier.ReleaseOf(rel), Repository: repo})
 	if err != nil {
 		span.SetStatus(codes.Error, truncate(err.Error()))
 	}

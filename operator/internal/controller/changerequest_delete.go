@@ -52,12 +52,11 @@ func (r *ChangeRequestReconciler) applyDelete(ctx context.Context, s *changeScop
 			return r.deleteFailed(s, app.Name(), sluicev1.ReasonNoApplier, "the change has a destroy plan, but no Terraform applier is registered (--terraform-apply); nothing was removed")
 		}
 	}
-	req := applier.Request{Change: cr.DeepCopy(), Release: rel, Repository: repo}
-	if d := cr.Spec.Deletion; d != nil && d.Terraform != nil {
-		// The destroy plan was made for the stack as it was applied.
-		req.Release = rel.DeepCopy()
-		req.Release.Spec.Terraform = d.Terraform.DeepCopy()
-	}
+	// The destroy plan's stack comes from the change (spec.deletion), the
+	// namespace the workload is removed from is where it was applied:
+	// nothing here reads the Release's spec, which a later push rewrote.
+	req := applier.Request{Change: cr.DeepCopy(), Release: applier.ReleaseOf(rel), Repository: repo}
+	removal := applier.Removal{Release: req.Release, TargetNamespace: cr.NamespaceOf(rel.Status.AppliedTargetNamespace), Change: req.Change}
 	logger := log.FromContext(ctx).WithValues("changeRequest", cr.Name, "release", rel.Name)
 
 	switch {
@@ -69,14 +68,18 @@ func (r *ChangeRequestReconciler) applyDelete(ctx context.Context, s *changeScop
 				return r.deleteStepFailed(s, app, "check the destroy plan", err)
 			}
 		}
+		msg := fmt.Sprintf("the %s applier removes no workload", app.Name())
 		if cleaner, ok := app.(applier.Cleaner); ok {
-			if err := cleaner.Cleanup(ctx, rel, repo); err != nil {
-				return r.deleteStepFailed(s, app, "remove the workload", err)
+			res, err := cleaner.Cleanup(ctx, removal, repo)
+			if err != nil {
+				return r.deleteStepFailed(s, app, fmt.Sprintf("remove the workload from namespace %s", orNone(removal.TargetNamespace)), err)
 			}
+			msg = res.Message
 		}
 		st.WorkloadRemovedAt = &now
-		logger.Info("Removed the workload of a deleted release")
-		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, "workload removed; next: the destroy plan")
+		s.recordStep(msg)
+		logger.Info("Removed the workload of a deleted release", "namespace", removal.TargetNamespace, "result", msg)
+		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, truncate(msg+"; next: the destroy plan"))
 		return requeueAfter(conflictRetry)
 
 	case st.InfrastructureDestroyedAt == nil:
@@ -90,6 +93,7 @@ func (r *ChangeRequestReconciler) applyDelete(ctx context.Context, s *changeScop
 			logger.Info("Applied the approved destroy plan")
 		}
 		st.InfrastructureDestroyedAt = &now
+		s.recordStep(msg)
 		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, truncate(msg+"; next: delete the Release"))
 		return requeueAfter(conflictRetry)
 
@@ -135,7 +139,7 @@ func (r *ChangeRequestReconciler) deleteDone(s *changeScope, name string) stepRe
 	}
 	s.cr.Status.Apply.Applier = name
 	s.cr.Status.Apply.FinishedAt = &finished
-	s.cr.Status.Apply.Message = fmt.Sprintf("release %s removed: workload, infrastructure, Terraform state and Release", s.cr.Spec.Release)
+	s.recordStep(fmt.Sprintf("release %s removed (Terraform state and Release deleted)", s.cr.Spec.Release))
 	lead := finished.Sub(s.cr.CreationTimestamp.Time)
 	s.written = append(s.written, func() { r.Metrics.Apply(name, metrics.ResultApplied, 0, lead) })
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionTrue, sluicev1.ReasonDeleted, s.cr.Status.Apply.Message)
@@ -143,7 +147,21 @@ func (r *ChangeRequestReconciler) deleteDone(s *changeScope, name string) stepRe
 	return done()
 }
 
-// deleteFailed ends a Delete change as Failed.
+// recordStep appends what a finished step of a Delete change did to
+// status.apply.message, so the change says, step by step, what was
+// really removed and where (describe shows it).
+func (s *changeScope) recordStep(msg string) {
+	if s.cr.Status.Apply == nil {
+		s.cr.Status.Apply = &sluicev1.ApplyResult{}
+	}
+	if prev := s.cr.Status.Apply.Message; prev != "" {
+		msg = prev + "; " + msg
+	}
+	s.cr.Status.Apply.Message = truncate(msg)
+}
+
+// deleteFailed ends a Delete change as Failed; the message keeps the
+// steps that were done before the failure.
 func (r *ChangeRequestReconciler) deleteFailed(s *changeScope, name, reason, msg string) stepResult {
 	finished := metav1.NewTime(r.now())
 	if s.cr.Status.Apply == nil {
@@ -151,7 +169,7 @@ func (r *ChangeRequestReconciler) deleteFailed(s *changeScope, name, reason, msg
 	}
 	s.cr.Status.Apply.Applier = name
 	s.cr.Status.Apply.FinishedAt = &finished
-	s.cr.Status.Apply.Message = truncate(msg)
+	s.recordStep("failed: " + msg)
 	s.written = append(s.written, func() { r.Metrics.Apply(name, metrics.ResultFailed, 0, 0) })
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, reason, msg)
 	s.setPhase(sluicev1.PhaseFailed, reason, msg)

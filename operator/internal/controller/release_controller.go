@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -685,30 +686,44 @@ func (r *ReleaseReconciler) reconcileDelete(ctx context.Context, rel *sluicev1.R
 	return ctrl.Result{}, err
 }
 
-// cleanup runs the applier's Cleaner for the release, then removes the
-// finalizer.
+// cleanup removes what was applied for the release (see appliedWorkload:
+// the applied change's delivery and namespace, never the Release's spec),
+// then removes the finalizer. The Terraform state stays in place.
 func (r *ReleaseReconciler) cleanup(ctx context.Context, rel *sluicev1.Release) error {
-	if app, ok := r.Appliers.For(rel.Delivery()); ok {
-		if cleaner, ok := app.(applier.Cleaner); ok {
-			repo := &sluicev1.Repository{}
-			if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo); err != nil {
-				if !apierrors.IsNotFound(err) {
-					return fmt.Errorf("get Repository %s for cleanup: %w", rel.Spec.Repository, err)
-				}
-				repo = nil
+	applied, err := r.appliedChange(ctx, rel)
+	if err != nil {
+		return err
+	}
+	removal := applier.Removal{Release: applier.ReleaseOf(rel), TargetNamespace: rel.Status.AppliedTargetNamespace}
+	if applied != nil {
+		removal.TargetNamespace = applied.NamespaceOf(rel.Status.AppliedTargetNamespace)
+	}
+	if removal.TargetNamespace != "" {
+		repo := &sluicev1.Repository{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("get Repository %s for cleanup: %w", rel.Spec.Repository, err)
 			}
-			if err := cleaner.Cleanup(ctx, rel, repo); err != nil {
+			repo = nil
+		}
+		for _, app := range r.cleaners(applied) {
+			cleaner := app.(applier.Cleaner)
+			res, err := cleaner.Cleanup(ctx, removal, repo)
+			if err != nil {
 				if _, waiting := applier.AsWaiting(err); waiting {
 					return err
 				}
 				if r.Recorder != nil {
-					r.Recorder.Eventf(rel, nil, "Warning", "CleanupFailed", "Cleanup", "the %s applier's cleanup failed: %s", app.Name(), truncate(err.Error()))
+					r.Recorder.Eventf(rel, nil, "Warning", "CleanupFailed", "Cleanup", "the %s applier's cleanup in namespace %s failed: %s", app.Name(), removal.TargetNamespace, truncate(err.Error()))
 				}
 				return fmt.Errorf("clean up Release %s with the %s applier: %w", rel.Name, app.Name(), err)
 			}
+			if r.Recorder != nil && res.Message != "" {
+				r.Recorder.Eventf(rel, nil, "Normal", "Cleanup", "Cleanup", "%s", truncate(res.Message))
+			}
 		}
 	}
-	if tf := rel.Spec.Terraform; tf != nil && r.Recorder != nil {
+	if tf := stackOf(applied); tf != nil && r.Recorder != nil {
 		// Deleting a Release never destroys infrastructure (a destroy is a
 		// change of its own); say where the state stays.
 		ws := tf.Workspace
@@ -724,6 +739,55 @@ func (r *ReleaseReconciler) cleanup(ctx context.Context, rel *sluicev1.Release) 
 		return client.IgnoreNotFound(fmt.Errorf("remove finalizer of Release %s: %w", rel.Name, err))
 	}
 	return nil
+}
+
+// appliedChange reads the release's last applied change
+// (status.appliedChange); nil when nothing was applied or the change is
+// gone (retention).
+func (r *ReleaseReconciler) appliedChange(ctx context.Context, rel *sluicev1.Release) (*sluicev1.ChangeRequest, error) {
+	name := rel.Status.AppliedChange
+	if name == "" {
+		return nil, nil
+	}
+	cr := &sluicev1.ChangeRequest{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: name}, cr); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("get the applied ChangeRequest %s: %w", name, err)
+	}
+	return cr, nil
+}
+
+// cleaners are the Cleaners that remove what was applied: the applied
+// change's delivery's, or, when that change is gone, every registered
+// Cleaner (each removes only what it installed under the Release's name,
+// and nothing else says which delivery was used: not the spec, which a
+// later push may have rewritten).
+func (r *ReleaseReconciler) cleaners(applied *sluicev1.ChangeRequest) []applier.Applier {
+	var out []applier.Applier
+	if applied != nil {
+		if app, ok := r.Appliers.For(applied.DeliveryOf()); ok {
+			if _, ok := app.(applier.Cleaner); ok {
+				out = append(out, app)
+			}
+		}
+		return out
+	}
+	for _, d := range slices.Sorted(maps.Keys(r.Appliers)) {
+		if _, ok := r.Appliers[d].(applier.Cleaner); ok {
+			out = append(out, r.Appliers[d])
+		}
+	}
+	return out
+}
+
+// stackOf is the applied change's Terraform stack, nil without one.
+func stackOf(cr *sluicev1.ChangeRequest) *sluicev1.TerraformSource {
+	if cr == nil {
+		return nil
+	}
+	return cr.StackOf()
 }
 
 // ReasonTerraformStateKept is the Event reason for a deleted Release whose

@@ -145,12 +145,34 @@ func TestRelease_deletionRunsTheAppliersCleanupBeforeTheFinalizerGoes(t *testing
 	startOperator(t, f.ns, operatorConfig{applier: ta})
 	rel := f.release("checkout", "staging", autoApprove, nil)
 	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
+	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
+	// A later push moves the environment: the cleanup still removes what
+	// was applied, where it was applied.
+	moved := f.getRelease(rel.Name)
+	orig := moved.DeepCopy()
+	moved.Spec.TargetNamespace = "checkout-elsewhere"
+	require.NoError(t, f.c.Patch(ctx(t), moved, client.MergeFrom(orig)))
+	require.NoError(t, f.c.Delete(ctx(t), rel))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(f.c.Get(ctx(t), client.ObjectKeyFromObject(rel), &sluicev1.Release{}))
+	}, waitFor, 50*time.Millisecond)
+	where, cleaned := f.recordedKey("cleanup." + rel.Name)
+	require.True(t, cleaned, "the applier's cleanup ran")
+	require.Equal(t, "done in checkout-staging", where, "in the namespace the applied change deployed to, not the one a later push wrote")
+}
+
+func TestRelease_deletingAReleaseNeverAppliedCleansNothing(t *testing.T) {
+	f := newFixture(t)
+	ta := &testapplier.Applier{Client: env.Client}
+	startOperator(t, f.ns, operatorConfig{applier: ta})
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
 	require.NoError(t, f.c.Delete(ctx(t), rel))
 	require.Eventually(t, func() bool {
 		return apierrors.IsNotFound(f.c.Get(ctx(t), client.ObjectKeyFromObject(rel), &sluicev1.Release{}))
 	}, waitFor, 50*time.Millisecond)
 	_, cleaned := f.recordedKey("cleanup." + rel.Name)
-	require.True(t, cleaned, "the applier's cleanup ran")
+	require.False(t, cleaned, "nothing was applied, so nothing is removed anywhere")
 }
 
 func TestRelease_deletingAReleaseWithTerraformSaysItsStateStays(t *testing.T) {
@@ -161,6 +183,7 @@ func TestRelease_deletingAReleaseWithTerraformSaysItsStateStays(t *testing.T) {
 		r.Spec.Terraform = &sluicev1.TerraformSource{Dir: "services/checkout/terraform", Workspace: "staging"}
 	})
 	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
+	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
 	require.NoError(t, f.c.Delete(ctx(t), rel))
 	require.Eventually(t, func() bool {
 		return apierrors.IsNotFound(f.c.Get(ctx(t), client.ObjectKeyFromObject(rel), &sluicev1.Release{}))

@@ -21,8 +21,12 @@ func (r *ReleaseReconciler) reconcileDeletedByChange(ctx context.Context, rel *s
 		return false, err
 	}
 	if r.Recorder != nil {
+		what := "its steps are recorded in its status"
+		if cr.Status.Apply != nil && cr.Status.Apply.Message != "" {
+			what = cr.Status.Apply.Message
+		}
 		r.Recorder.Eventf(rel, nil, "Normal", sluicev1.ReasonDeleted, "Cleanup",
-			"removed by the approved Delete change %s: workload removed, destroy plan applied, Terraform state deleted", cr.Name)
+			"removed by the approved Delete change %s: %s", cr.Name, truncate(what))
 	}
 	orig := rel.DeepCopy()
 	controllerutil.RemoveFinalizer(rel, sluicev1.ReleaseFinalizer)

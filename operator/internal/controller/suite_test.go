@@ -32,6 +32,7 @@ import (
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
 )
@@ -291,6 +292,7 @@ func (f *fixture) change(rel *sluicev1.Release, rule sluicev1.ApprovalRule, opts
 			Authors:         ids("github:dave", "email:dave@example.com"),
 			TargetNamespace: rel.Spec.TargetNamespace,
 			Delivery:        sluicev1.DeliveryHelm,
+			Source:          appliertest.SourceOf(rel.Spec),
 			Artifact: sluicev1.ArtifactReference{
 				URL:    "http://sluice-syncer.sluice-system.svc/artifacts/" + rev + ".tar.gz",
 				SHA256: sluicev1.SHA256Digest([]byte("tar.gz of " + rev)),

@@ -37,6 +37,7 @@ import (
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	argoapplier "github.com/sluice-gitops/sluice/operator/internal/applier/argocd"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/argocd/argocdtest"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
@@ -251,6 +252,7 @@ func (f *argoFixture) change(commit string, attempt int32, files map[string][]by
 			Labels: map[string]string{sluicev1.LabelRelease: f.release.Name}},
 		Spec: sluicev1.ChangeRequestSpec{
 			Release: f.release.Name, Revision: commit, Attempt: attempt, TargetNamespace: f.target, Delivery: sluicev1.DeliveryArgoCD,
+			Source:         appliertest.SourceOf(f.release.Spec),
 			Artifact:       sluicev1.ArtifactReference{URL: url, SHA256: sluicev1.SHA256Digest(gz)},
 			ContentDigest:  sluicev1.SHA256Digest(tb),
 			ManifestDigest: f.manifestDigest(files),

@@ -29,6 +29,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	helmapplier "github.com/sluice-gitops/sluice/operator/internal/applier/helm"
 	"github.com/sluice-gitops/sluice/operator/internal/impersonate"
 )
@@ -205,7 +206,7 @@ func (h *HelmChecker) Check(ctx context.Context, rel *sluicev1.Release, repo *sl
 	if err != nil {
 		return Report{}, err
 	}
-	name := helmapplier.ReleaseName(rel)
+	name := helmapplier.ReleaseName(applier.ReleaseOf(rel))
 	hist, err := HelmHistory(c.cs, ns, name)
 	if err != nil {
 		return Report{}, fmt.Errorf("read the Helm history of %s/%s: %w", ns, name, err)

@@ -200,7 +200,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // reports; noRevert says why re-applying the applied change would not
 // undo the drift (Argo CD), so no revert is asked for.
 func (r *Reconciler) check(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository, applied *sluicev1.ChangeRequest) (all Report, noRevert string, err error) {
-	if rel.Spec.Terraform != nil && r.Terraform != nil && applied.Spec.PlanDigest != "" {
+	// What to check comes from the applied change, never the Release's
+	// spec, which a later push may have rewritten.
+	if applied.StackOf() != nil && r.Terraform != nil && applied.Spec.PlanDigest != "" {
 		rep, err := r.Terraform.Check(ctx, rel, repo, applied)
 		if err != nil {
 			return Report{}, "", fmt.Errorf("terraform: %w", err)

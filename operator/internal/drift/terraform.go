@@ -9,6 +9,7 @@ import (
 
 	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
 )
 
 // TerraformKind is the Kind of a drifted Terraform resource in a
@@ -24,7 +25,7 @@ const maxDriftFields = 20
 // and artifact fetcher, with a plan credential that can read and lock the
 // state, never write it).
 type ApplyPlanner interface {
-	PlanApplied(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository, cr *sluicev1.ChangeRequest) (*tf.PlanResult, error)
+	PlanApplied(ctx context.Context, rel *applier.ReleaseRef, repo *sluicev1.Repository, cr *sluicev1.ChangeRequest) (*tf.PlanResult, error)
 }
 
 // TerraformChecker reports drift of a release's Terraform state: it
@@ -38,7 +39,7 @@ type TerraformChecker struct {
 
 // Check implements Checker.
 func (c *TerraformChecker) Check(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository, applied *sluicev1.ChangeRequest) (Report, error) {
-	res, err := c.Planner.PlanApplied(ctx, rel, repo, applied)
+	res, err := c.Planner.PlanApplied(ctx, applier.ReleaseOf(rel), repo, applied)
 	if err != nil {
 		return Report{}, err
 	}

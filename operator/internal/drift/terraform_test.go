@@ -104,6 +104,7 @@ func newTFFixture(t *testing.T) *tfFixture {
 			Labels: map[string]string{sluicev1.LabelRelease: f.release.Name}},
 		Spec: sluicev1.ChangeRequestSpec{
 			Release: f.release.Name, Revision: commit, Attempt: 1, TargetNamespace: "db-staging", Delivery: sluicev1.DeliveryHelm,
+			Source:         appliertest.SourceOf(f.release.Spec),
 			Artifact:       sluicev1.ArtifactReference{URL: server.Put(ctl+"/"+commit+".tar.gz", gz), SHA256: sluicev1.SHA256Digest(gz)},
 			ContentDigest:  sluicev1.SHA256Digest(tb),
 			PlanDigest:     sluicev1.Digest(plan.Report.PlanDigest),
@@ -136,7 +137,7 @@ func newTFFixture(t *testing.T) *tfFixture {
 
 	// Applied by the Terraform applier, its result recorded as the
 	// ChangeRequest controller records it.
-	res, err := a.Apply(ctx, applier.Request{Change: cr.DeepCopy(), Release: f.get(), Repository: f.repo})
+	res, err := a.Apply(ctx, applier.Request{Change: cr.DeepCopy(), Release: applier.ReleaseOf(f.get()), Repository: f.repo})
 	require.NoError(t, err)
 	require.NotNil(t, res.Terraform, res.Message)
 	orig := cr.DeepCopy()
@@ -315,7 +316,7 @@ func (f *tfFixture) Replan() *tf.PlanResult {
 	f.t.Helper()
 	repo := &sluicev1.Repository{}
 	require.NoError(f.t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.repo), repo))
-	res, err := f.applier.PlanApplied(context.Background(), f.get(), repo, f.applied)
+	res, err := f.applier.PlanApplied(context.Background(), applier.ReleaseOf(f.get()), repo, f.applied)
 	require.NoError(f.t, err)
 	return res
 }

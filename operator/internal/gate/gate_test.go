@@ -38,6 +38,7 @@ func change(mod ...func(*sluicev1.ChangeRequest)) *sluicev1.ChangeRequest {
 		Spec: sluicev1.ChangeRequestSpec{
 			Release:         "checkout-prod",
 			TargetNamespace: "checkout-prod",
+			Source:          &sluicev1.ChangeSource{Service: "checkout", Environment: "prod", Path: "services/checkout"},
 			Revision:        strings.Repeat("0123456789", 4),
 			Authors:         ids("github:dave", "email:dave@example.com"),
 			ContentDigest:   contentA,

@@ -101,12 +101,72 @@ func releaseSelected(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release) (bool, e
 	return sel.Matches(labels.Set(rel.Labels)), nil
 }
 
+// changeSelected reports whether an ApprovalPolicy selects a change of
+// rel acting in namespace: as PolicySelects, except that the release form
+// matches the environment the change itself records (spec.source, for a
+// Delete what was applied), never the Release's spec, which a push
+// rewrites. A change that records no environment is selected by every
+// policy naming environments: the floor fails closed.
+func changeSelected(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release, cr *sluicev1.ChangeRequest, namespace string, nsObj *corev1.Namespace) (bool, error) {
+	if p.Namespace != rel.Namespace {
+		return false, nil
+	}
+	byNamespace := len(p.Spec.Namespaces) > 0 || p.Spec.NamespaceSelector != nil
+	byRelease := len(p.Spec.Environments) > 0 || p.Spec.ReleaseSelector != nil
+	if !byNamespace && !byRelease {
+		return true, nil
+	}
+	if byNamespace {
+		ok, err := namespaceSelected(p, namespace, nsObj)
+		if ok || err != nil {
+			return true, err
+		}
+	}
+	if !byRelease {
+		return false, nil
+	}
+	src := cr.SourceOf()
+	if src == nil {
+		if len(p.Spec.Environments) > 0 {
+			return true, nil
+		}
+		return releaseLabelsSelected(p, rel)
+	}
+	if len(p.Spec.Environments) > 0 && !slices.Contains(p.Spec.Environments, src.Environment) {
+		return false, nil
+	}
+	return releaseLabelsSelected(p, rel)
+}
+
+// releaseLabelsSelected reports whether spec.releaseSelector (unset: any)
+// matches the Release's labels.
+func releaseLabelsSelected(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release) (bool, error) {
+	if p.Spec.ReleaseSelector == nil {
+		return true, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(p.Spec.ReleaseSelector)
+	if err != nil {
+		return true, fmt.Errorf("ApprovalPolicy %s: invalid releaseSelector, applied to every release: %w", p.Name, err)
+	}
+	return sel.Matches(labels.Set(rel.Labels)), nil
+}
+
+// TargetNamespace is the namespace a change of rel acts in, the one that
+// picks the ApprovalPolicies protecting it: an Apply change's
+// spec.targetNamespace; for a Delete the namespace the workload was
+// applied to (spec.deletion.targetNamespace, else the Release's
+// status.appliedTargetNamespace), never the namespace a later, unapplied
+// push wrote into the Release's spec.
+func TargetNamespace(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) string {
+	return cr.NamespaceOf(rel.Status.AppliedTargetNamespace)
+}
+
 // NewToNamespace reports whether a change goes to a namespace its Release
 // has not applied to: nothing applied yet, or the last applied change went
 // elsewhere (including Releases applied before the operator recorded the
 // namespace, which are judged strictly once).
 func NewToNamespace(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) bool {
-	return rel.Status.AppliedTargetNamespace != cr.Spec.TargetNamespace
+	return rel.Status.AppliedTargetNamespace != TargetNamespace(rel, cr)
 }
 
 // Sources returns the rules that make up a change's effective rule: every
@@ -119,13 +179,13 @@ func NewToNamespace(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) bool {
 // with an invalid selector, which are included anyway.
 func Sources(in Inputs, cr *sluicev1.ChangeRequest) ([]Source, []error) {
 	rel := in.Release
-	target := cr.Spec.TargetNamespace
+	target := TargetNamespace(rel, cr)
 	var out []Source
 	var errs []error
 	picked := map[string]bool{}
 	for i := range in.Policies {
 		p := &in.Policies[i]
-		ok, err := PolicySelects(p, rel, target, in.Namespace)
+		ok, err := changeSelected(p, rel, cr, target, in.Namespace)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -140,6 +200,8 @@ func Sources(in Inputs, cr *sluicev1.ChangeRequest) ([]Source, []error) {
 	if NewToNamespace(rel, cr) {
 		for i := range in.Releases {
 			o := &in.Releases[i]
+			// Other Releases' specs only add rules here (never remove
+			// one), so a push that writes them cannot loosen this rule.
 			if o.Name == rel.Name || o.Namespace != rel.Namespace ||
 				(o.Spec.TargetNamespace != target && o.Status.AppliedTargetNamespace != target) {
 				continue

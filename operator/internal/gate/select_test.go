@@ -51,6 +51,8 @@ func changeOf(rel, target string, rule sluicev1.ApprovalRule) *sluicev1.ChangeRe
 		c.Name = rel + "-0123456789"
 		c.Spec.Release = rel
 		c.Spec.TargetNamespace = target
+		// The environment the change records, as the syncer names it.
+		c.Spec.Source.Environment = sluicev1.EnvironmentName(strings.TrimPrefix(rel, "checkout-"))
 		c.Spec.Rule = rule
 		c.Spec.Verdict.Risk = sluicev1.RiskLow
 	})
@@ -325,5 +327,69 @@ func TestGate_pullRequestAuthorsAndPushersAreAuthors(t *testing.T) {
 		if d.Passed || len(d.Ignored) != 1 || d.Ignored[0].Why != IgnoredAuthor {
 			t.Fatalf("%s approved a change they opened or pushed to: %s (ignored %+v)", approver, d.Message, d.Ignored)
 		}
+	}
+}
+
+// deleteOf builds the Delete change of release rel the syncer proposes:
+// its spec.targetNamespace is target (what the latest push wrote), its
+// deletion records applied (where the workload is).
+func deleteOf(rel, target, applied string) *sluicev1.ChangeRequest {
+	return change(func(c *sluicev1.ChangeRequest) {
+		c.Name = rel + "-delete-0123456789"
+		c.Spec.Release = rel
+		c.Spec.Operation = sluicev1.OperationDelete
+		c.Spec.TargetNamespace = target
+		c.Spec.Deletion = &sluicev1.DeletionSpec{TargetNamespace: applied, Delivery: sluicev1.DeliveryHelm, Source: c.Spec.Source.DeepCopy()}
+		c.Spec.Rule = lowered
+		c.Spec.Verdict.Risk = sluicev1.RiskHigh
+	})
+}
+
+func TestGate_aDeleteIsJudgedByTheNamespaceItWasAppliedTo(t *testing.T) {
+	prodNS := policyNamed("prod-namespace", sluicev1.ApprovalPolicySpec{Namespaces: []sluicev1.NamespacePattern{"prod-ns"}, Rule: prodFloor})
+	// Applied in prod-ns; a later push (never approved) moved the
+	// environment to staging-ns.
+	moved := release("checkout-prod", "prod", "staging-ns", appliedIn("prod-ns", sluicev1.ApprovalRule{Required: 1}))
+	staging := []sluicev1.Approval{approval("a1", "k8s:sam", sluicev1.DecisionApprove, 1, func(a *sluicev1.Approval) { a.Spec.Groups = []string{"staging"} })}
+	for name, cr := range map[string]*sluicev1.ChangeRequest{
+		"the deletion records the applied namespace":          deleteOf("checkout-prod", "staging-ns", "prod-ns"),
+		"without it, the Release's applied namespace is used": deleteOf("checkout-prod", "staging-ns", ""),
+	} {
+		t.Run(name, func(t *testing.T) {
+			for i := range staging {
+				staging[i].Spec.ApprovalDigest = cr.Spec.ApprovalDigest
+			}
+			in := Inputs{Release: &moved, Policies: []sluicev1.ApprovalPolicy{prodNS}}
+			if got := TargetNamespace(&moved, cr); got != "prod-ns" {
+				t.Fatalf("TargetNamespace = %q, want prod-ns", got)
+			}
+			d, _ := Decide(in, cr, staging)
+			if d.Passed {
+				t.Fatalf("a staging approver's approval deleted prod: %s (rule %s from %v)", d.Message, d.Rule, d.Rule.Origins)
+			}
+			if !slices.Contains(d.Rule.Origins, "ApprovalPolicy/prod-namespace") || d.Rule.NewToNamespace {
+				t.Fatalf("origins %v (new to namespace %v), want prod-namespace's rule for the namespace it was applied to", d.Rule.Origins, d.Rule.NewToNamespace)
+			}
+		})
+	}
+}
+
+func TestGate_theEnvironmentComesFromTheChangeNotTheRelease(t *testing.T) {
+	envFloor := policyNamed("prod-floor", sluicev1.ApprovalPolicySpec{Environments: []sluicev1.EnvironmentName{"prod"}, Rule: prodFloor})
+	// The Release's spec names another environment than the change does
+	// (a later push rewrote it): the change's own environment picks.
+	rel := release("checkout-prod", "renamed", "checkout-prod", appliedIn("checkout-prod", lowered))
+	in := Inputs{Release: &rel, Policies: []sluicev1.ApprovalPolicy{envFloor}}
+	cr := changeOf("checkout-prod", "checkout-prod", lowered)
+	if d, _ := Decide(in, cr, nil); d.Passed || !slices.Contains(d.Rule.Origins, "ApprovalPolicy/prod-floor") {
+		t.Fatalf("the change's environment prod did not pick prod-floor: %s from %v", d.Message, d.Rule.Origins)
+	}
+	// A change that records no environment is held by every policy that
+	// names environments: the floor fails closed.
+	bare := changeOf("checkout-prod", "checkout-prod", lowered)
+	bare.Spec.Source = nil
+	rel.Spec.Environment = "dev"
+	if d, _ := Decide(in, bare, nil); d.Passed || !slices.Contains(d.Rule.Origins, "ApprovalPolicy/prod-floor") {
+		t.Fatalf("a change without a source escaped prod-floor: %s from %v", d.Message, d.Rule.Origins)
 	}
 }

@@ -277,9 +277,15 @@ func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, run *audi
 	// state when the change applied a plan, then the workload by its
 	// delivery. Drifted wins over unknown, unknown over proven.
 	var parts []proof
-	hasPlan := rel.Spec.Terraform != nil && cr.Spec.PlanDigest != ""
-	if hasPlan {
-		parts = append(parts, proveTerraform(ctx, run, rel, cr))
+	// The applied change says what it applied, not the Release's spec,
+	// which a later push may have rewritten.
+	stack := cr.StackOf()
+	hasPlan := stack != nil && cr.Spec.PlanDigest != ""
+	switch {
+	case hasPlan:
+		parts = append(parts, proveTerraform(ctx, run, rel, cr, stack))
+	case cr.Spec.PlanDigest != "":
+		parts = append(parts, proof{Result: AuditUnknown, Evidence: []string{fmt.Sprintf("%s applied a Terraform plan but records no Terraform stack (spec.source), so its state cannot be found", cr.Name)}})
 	}
 	switch prove, ok := deliveryProvers[cr.Spec.Delivery.OrDefault()]; {
 	case hasPlan && cr.Spec.ManifestDigest == "":
@@ -352,9 +358,9 @@ func proveHelm(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *slui
 //
 // A change applied before applies recorded their state is held to its
 // approved plan's prior state only, which cannot prove it: unknown.
-func proveTerraform(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) proof {
+func proveTerraform(ctx context.Context, r *auditRun, rel *sluicev1.Release, cr *sluicev1.ChangeRequest, stack *sluicev1.TerraformSource) proof {
 	p := proof{Result: AuditUnknown}
-	ws := rel.Spec.Terraform.Workspace
+	ws := stack.Workspace
 	if ws == "" {
 		ws = "default"
 	}

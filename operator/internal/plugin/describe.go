@@ -22,6 +22,9 @@ type Description struct {
 	ChangeRequest *sluicev1.ChangeRequest `json:"changeRequest"`
 	// ReleaseFound is false when the change's Release does not exist.
 	ReleaseFound bool `json:"releaseFound"`
+	// TargetNamespace is the namespace the change acts in and whose
+	// policies judge it: for a Delete, where the workload was applied.
+	TargetNamespace string `json:"targetNamespace"`
 	// EffectiveRule is the strictest of the selecting ApprovalPolicies, the
 	// Release's applied rule and the change's own rule, worked out now.
 	EffectiveRule sluicev1.ApprovalRule `json:"effectiveRule"`
@@ -139,6 +142,7 @@ func (a *app) describe(cmd *cobra.Command, name string) (*Description, error) {
 	for _, e := range ruleErrs {
 		d.RuleWarnings = append(d.RuleWarnings, e.Error())
 	}
+	d.TargetNamespace = gate.TargetNamespace(rel, cr)
 	d.EffectiveRule = rule.API()
 	d.EffectiveRuleText = rule.String()
 	d.RuleSources = rule.Origins
@@ -302,8 +306,15 @@ func (a *app) printDescription(w io.Writer, d *Description) error {
 		field("Commit message", msg)
 	}
 	field("Authors", orNone(joinIdentities(cr.Spec.Authors)))
-	field("Target namespace", cr.Spec.TargetNamespace)
-	field("Delivery", orNone(string(cr.Spec.Delivery)))
+	if cr.IsDelete() {
+		// Where the Delete acts: where the workload was applied, which is
+		// also the namespace whose policies judge it.
+		field("Target namespace", d.TargetNamespace+" (where it was applied)")
+		field("Delivery", string(cr.DeliveryOf()))
+	} else {
+		field("Target namespace", cr.Spec.TargetNamespace)
+		field("Delivery", orNone(string(cr.Spec.Delivery)))
+	}
 	field("Phase", phaseOf(cr))
 	field("Age", age(now, cr.CreationTimestamp))
 	field("Verdict", fmt.Sprintf("%s, risk %s", orNone(string(cr.Spec.Verdict.Result)), orNone(string(cr.Spec.Verdict.Risk))))
@@ -328,7 +339,7 @@ func (a *app) printDescription(w io.Writer, d *Description) error {
 		field("  from", src)
 	}
 	if d.NewToNamespace {
-		field("  note", fmt.Sprintf("new to namespace: Release %s has not applied to %s before, so the rules protecting that namespace apply", cr.Spec.Release, cr.Spec.TargetNamespace))
+		field("  note", fmt.Sprintf("new to namespace: Release %s has not applied to %s before, so the rules protecting that namespace apply", cr.Spec.Release, d.TargetNamespace))
 	}
 	for _, warn := range d.RuleWarnings {
 		field("  warning", warn)

@@ -40,17 +40,25 @@ func deletionFields(cr *sluicev1.ChangeRequest) [][2]string {
 		out = append(out, [2]string{"Destroys", fmt.Sprintf("the Terraform stack %s by the approved destroy plan", t.Dir)})
 	}
 	if st := cr.Status.Deletion; st != nil {
+		// What the operator recorded each step did (which namespace was
+		// cleaned, what was left, why it failed), not a blanket claim.
 		var done []string
 		if st.WorkloadRemovedAt != nil {
-			done = append(done, "workload removed")
+			done = append(done, "workload step done")
 		}
 		if st.InfrastructureDestroyedAt != nil {
-			done = append(done, "infrastructure destroyed")
+			done = append(done, "infrastructure step done")
 		}
 		if st.ReleaseDeletedAt != nil {
 			done = append(done, "Release deleted")
 		}
+		if cr.Status.Phase == sluicev1.PhaseFailed {
+			done = append(done, "the removal failed")
+		}
 		out = append(out, [2]string{"Deletion", orNone(strings.Join(done, ", "))})
+		if ap := cr.Status.Apply; ap != nil && ap.Message != "" {
+			out = append(out, [2]string{"  what happened", ap.Message})
+		}
 	}
 	return out
 }

@@ -553,3 +553,44 @@ func TestKubectlFlags_kubeconfigContextNamespaceAndAs(t *testing.T) {
 	require.Equal(t, sluicev1.Identity("k8s:carol"), got[0].Spec.Approver)
 	require.ElementsMatch(t, []string{"sre", "system:authenticated"}, got[0].Spec.Groups)
 }
+
+func TestDescribe_aDeleteSaysWhereItActsAndWhatReallyHappened(t *testing.T) {
+	ctx := context.Background()
+	base := newChange(t, "team-b", "deldesc", sluicev1.ApprovalRule{Required: 1})
+	// Applied in the prod namespace; a later push moved the Release's
+	// spec elsewhere.
+	rel := &sluicev1.Release{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: base.Spec.Release}, rel))
+	rel.Status.AppliedTargetNamespace = "prod-deldesc"
+	require.NoError(t, env.Client.Status().Update(ctx, rel))
+	del := base.DeepCopy()
+	del.ObjectMeta = metav1.ObjectMeta{Name: sluicev1.DeleteChangeRequestName(base.Spec.Release, base.Spec.Revision, 1), Namespace: "team-b",
+		Labels: map[string]string{sluicev1.LabelRelease: base.Spec.Release}}
+	del.Spec.Operation = sluicev1.OperationDelete
+	del.Spec.Deletion = &sluicev1.DeletionSpec{AppliedChange: base.Name, AppliedRevision: base.Spec.Revision, TargetNamespace: "prod-deldesc", Delivery: sluicev1.DeliveryHelm}
+	del.Spec.ApprovalDigest = del.ExpectedApprovalDigest()
+	require.NoError(t, syncer.Create(ctx, del))
+	now := metav1.Now()
+	setStatus(t, del, func(s *sluicev1.ChangeRequestStatus) {
+		s.Phase = sluicev1.PhaseFailed
+		s.Deletion = &sluicev1.DeletionStatus{}
+		s.Apply = &sluicev1.ApplyResult{Applier: "helm", Message: "failed: remove the workload from namespace prod-deldesc: the Helm release was left in place", StartedAt: &now, FinishedAt: &now}
+	})
+
+	out, _, err := sluice(t, "describe", del.Name, "-n", "team-b")
+	require.NoError(t, err)
+	t.Log("\n" + out)
+	require.Regexp(t, `Target namespace:\s+prod-deldesc \(where it was applied\)`, out, "not the namespace the push wrote")
+	require.Regexp(t, `Deletion:\s+the removal failed`, out)
+	require.Regexp(t, `what happened:\s+failed: remove the workload from namespace prod-deldesc`, out)
+	require.NotContains(t, out, "workload removed")
+
+	setStatus(t, del, func(s *sluicev1.ChangeRequestStatus) {
+		s.Phase = sluicev1.PhaseApplied
+		s.Deletion = &sluicev1.DeletionStatus{WorkloadRemovedAt: &now, InfrastructureDestroyedAt: &now, ReleaseDeletedAt: &now}
+		s.Apply.Message = "Helm release " + base.Spec.Release + " uninstalled from namespace prod-deldesc; no Terraform stack to destroy"
+	})
+	out, _, err = sluice(t, "describe", del.Name, "-n", "team-b")
+	require.NoError(t, err)
+	require.Regexp(t, `what happened:\s+Helm release `+base.Spec.Release+` uninstalled from namespace prod-deldesc`, out)
+}

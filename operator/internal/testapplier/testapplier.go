@@ -188,8 +188,9 @@ func (a *Applier) record(ctx context.Context, cr *sluicev1.ChangeRequest, msg st
 }
 
 // Cleanup implements applier.Cleaner: it records that the release was
-// cleaned up.
-func (a *Applier) Cleanup(ctx context.Context, release *sluicev1.Release, _ *sluicev1.Repository) error {
+// cleaned up, and in which namespace.
+func (a *Applier) Cleanup(ctx context.Context, r applier.Removal, _ *sluicev1.Repository) (applier.Result, error) {
+	release := r.Release
 	for {
 		cm := &corev1.ConfigMap{}
 		err := a.Client.Get(ctx, client.ObjectKey{Namespace: release.Namespace, Name: a.configMap()}, cm)
@@ -197,24 +198,24 @@ func (a *Applier) Cleanup(ctx context.Context, release *sluicev1.Release, _ *slu
 		case apierrors.IsNotFound(err):
 			cm = &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{Namespace: release.Namespace, Name: a.configMap()},
-				Data:       map[string]string{"cleanup." + release.Name: "done"},
+				Data:       map[string]string{"cleanup." + release.Name: "done in " + r.TargetNamespace},
 			}
 			err = a.Client.Create(ctx, cm)
 		case err != nil:
-			return fmt.Errorf("get ConfigMap %s/%s: %w", release.Namespace, a.configMap(), err)
+			return applier.Result{}, fmt.Errorf("get ConfigMap %s/%s: %w", release.Namespace, a.configMap(), err)
 		default:
 			if cm.Data == nil {
 				cm.Data = map[string]string{}
 			}
-			cm.Data["cleanup."+release.Name] = "done"
+			cm.Data["cleanup."+release.Name] = "done in " + r.TargetNamespace
 			err = a.Client.Update(ctx, cm)
 		}
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("record cleanup of %s: %w", release.Name, err)
+			return applier.Result{}, fmt.Errorf("record cleanup of %s: %w", release.Name, err)
 		}
-		return nil
+		return applier.Result{Message: "test applier cleaned up " + release.Name + " in namespace " + r.TargetNamespace}, nil
 	}
 }

@@ -4,10 +4,12 @@ package appliertest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 )
 
@@ -42,3 +44,13 @@ output "db" {
   value = terraform_data.db.output
 }
 `
+
+// SourceOf is the ChangeSource the syncer records on a change of a Release
+// with this spec: the tests write a Release's spec and the change's source
+// from the same values, and change one of them to play a later push.
+func SourceOf(spec sluicev1.ReleaseSpec) *sluicev1.ChangeSource {
+	return &sluicev1.ChangeSource{
+		Service: spec.Service, Environment: spec.Environment, Path: spec.SourcePath,
+		Chart: spec.Chart, Values: slices.Clone(spec.Values), Terraform: spec.Terraform.DeepCopy(),
+	}
+}

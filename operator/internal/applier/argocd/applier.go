@@ -176,7 +176,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	if err := impersonate.CheckNamespace(repo, cr.Spec.TargetNamespace); err != nil {
 		return applier.Result{}, err
 	}
-	if err := checkConfined(cr, rel); err != nil {
+	if err := checkConfined(cr); err != nil {
 		return applier.Result{}, err
 	}
 	if !commitSHA.MatchString(cr.Spec.Revision) {
@@ -185,7 +185,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	if !sluicev1.ValidDigest(string(cr.Spec.ManifestDigest)) {
 		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change records no manifestDigest, so nothing can be checked against it")
 	}
-	if _, err := sourcePath(rel); err != nil {
+	if _, err := sourcePath(cr); err != nil {
 		return applier.Result{}, err
 	}
 	project, err := a.ensureProject(ctx, repo)
@@ -260,7 +260,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 // update and delete on argoproj.io applications in the control namespace.
 
 // get reads the release's Application; nil when there is none.
-func (a *Applier) get(ctx context.Context, c client.Client, rel *sluicev1.Release, who string) (*unstructured.Unstructured, error) {
+func (a *Applier) get(ctx context.Context, c client.Client, rel *applier.ReleaseRef, who string) (*unstructured.Unstructured, error) {
 	app := newApplication()
 	err := c.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Name}, app)
 	switch {
@@ -274,7 +274,7 @@ func (a *Applier) get(ctx context.Context, c client.Client, rel *sluicev1.Releas
 
 // requestSync creates or updates the Application for the change and sets
 // its operation to a sync of the approved revision.
-func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstructured.Unstructured, cr *sluicev1.ChangeRequest, rel *sluicev1.Release, repo *sluicev1.Repository, project, who string) (*unstructured.Unstructured, error) {
+func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstructured.Unstructured, cr *sluicev1.ChangeRequest, rel *applier.ReleaseRef, repo *sluicev1.Repository, project, who string) (*unstructured.Unstructured, error) {
 	if cur != nil {
 		if owner := metav1.GetControllerOf(cur); owner == nil || owner.UID != rel.UID {
 			return nil, applier.Permanent(sluicev1.ReasonOwnershipConflict,
@@ -324,10 +324,7 @@ func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstruc
 // itself, so objects the chart puts elsewhere are bounded at sync time only
 // by the Repository's AppProject, and Argo CD applies only the approved
 // manifest (cmp.go).
-func checkConfined(cr *sluicev1.ChangeRequest, rel *sluicev1.Release) error {
-	if rel.Spec.TargetNamespace != "" && cr.Spec.TargetNamespace != rel.Spec.TargetNamespace {
-		return applier.Permanent(sluicev1.ReasonOutsideNamespace, "the change deploys to namespace %q, its Release to %q", cr.Spec.TargetNamespace, rel.Spec.TargetNamespace)
-	}
+func checkConfined(cr *sluicev1.ChangeRequest) error {
 	for _, f := range cr.Spec.Verdict.Findings {
 		if f.Policy == "helm.namespace" && f.Severity == sluicev1.SeverityDeny {
 			return applier.Permanent(sluicev1.ReasonOutsideNamespace, "the validator found an object outside namespace %s: %s %s", cr.Spec.TargetNamespace, f.Resource, f.Message)
@@ -342,7 +339,7 @@ func checkConfined(cr *sluicev1.ChangeRequest, rel *sluicev1.Release) error {
 // target namespace, in the Repository's AppProject. The Release gives its
 // identity only (name, owner, service folder); the chart and values come
 // from the verified artifact, in the plugin.
-func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel *sluicev1.Release, repo *sluicev1.Repository, project string) *unstructured.Unstructured {
+func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel *applier.ReleaseRef, repo *sluicev1.Repository, project string) *unstructured.Unstructured {
 	app := newApplication()
 	app.SetNamespace(rel.Namespace)
 	app.SetName(rel.Name)
@@ -381,8 +378,8 @@ func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel *sluicev1.Release, rep
 }
 
 // desiredSource is the Application's source for the change.
-func (a *Applier) desiredSource(cr *sluicev1.ChangeRequest, rel *sluicev1.Release, repo *sluicev1.Repository) map[string]any {
-	p, _ := sourcePath(rel)
+func (a *Applier) desiredSource(cr *sluicev1.ChangeRequest, rel *applier.ReleaseRef, repo *sluicev1.Repository) map[string]any {
+	p, _ := sourcePath(cr)
 	return map[string]any{
 		"repoURL":        repo.Spec.URL,
 		"targetRevision": cr.Spec.Revision,
@@ -393,10 +390,14 @@ func (a *Applier) desiredSource(cr *sluicev1.ChangeRequest, rel *sluicev1.Releas
 
 // sourcePath is the Application's source path: the service folder, whose
 // content the verified artifact holds (checkNoOverrides looks there).
-func sourcePath(rel *sluicev1.Release) (string, error) {
-	p := path.Clean(string(rel.Spec.SourcePath))
-	if rel.Spec.SourcePath == "" || p == "." || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
-		return "", applier.Permanent(sluicev1.ReasonInvalidSpec, "the Release names no service folder inside the repository (sourcePath %q)", rel.Spec.SourcePath)
+func sourcePath(cr *sluicev1.ChangeRequest) (string, error) {
+	src, err := applier.SourceOf(cr)
+	if err != nil {
+		return "", err
+	}
+	p := path.Clean(string(src.Path))
+	if src.Path == "" || p == "." || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
+		return "", applier.Permanent(sluicev1.ReasonInvalidSpec, "the change names no service folder inside the repository (source.path %q)", src.Path)
 	}
 	return p, nil
 }
@@ -410,13 +411,13 @@ func sourcePath(rel *sluicev1.Release) (string, error) {
 // folder's files unverified. The artifact holds the service folder as it
 // is at the approved commit, so what Argo CD checks out is what is looked
 // at here.
-func (a *Applier) checkNoOverrides(ctx context.Context, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) error {
+func (a *Applier) checkNoOverrides(ctx context.Context, cr *sluicev1.ChangeRequest, rel *applier.ReleaseRef) error {
 	content, err := a.opts.Fetcher.FetchChange(ctx, cr)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = content.Close() }()
-	p, err := sourcePath(rel)
+	p, err := sourcePath(cr)
 	if err != nil {
 		return err
 	}
@@ -440,25 +441,32 @@ func (a *Applier) checkNoOverrides(ctx context.Context, cr *sluicev1.ChangeReque
 // Cleanup implements applier.Cleaner: it deletes the Release's Application
 // (Argo CD's resources finalizer removes what it deployed first) and
 // reports done once it is gone.
-func (a *Applier) Cleanup(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository) error {
+func (a *Applier) Cleanup(ctx context.Context, r applier.Removal, repo *sluicev1.Repository) (applier.Result, error) {
+	rel := r.Release
+	if rel == nil || repo == nil {
+		return applier.Result{Message: "no Release or Repository: no Argo CD Application to delete"}, nil
+	}
 	c, err := impersonate.Client(a.opts.Config, repo, a.scheme)
 	if err != nil {
-		return err
+		return applier.Result{}, err
 	}
 	who := impersonate.ServiceAccountUser(repo.Namespace, repo.Spec.ServiceAccountName)
 	app, err := a.get(ctx, c, rel, who)
-	if err != nil || app == nil {
-		return err
+	if err != nil {
+		return applier.Result{}, err
+	}
+	if app == nil {
+		return applier.Result{Message: fmt.Sprintf("the Argo CD Application %s/%s is gone, and what it deployed to namespace %s with it", rel.Namespace, rel.Name, orNone(r.TargetNamespace))}, nil
 	}
 	if owner := metav1.GetControllerOf(app); owner == nil || owner.UID != rel.UID {
-		return nil // not ours: left alone
+		return applier.Result{Message: fmt.Sprintf("the Argo CD Application %s/%s is not controlled by this Release: left alone", rel.Namespace, rel.Name)}, nil
 	}
 	if app.GetDeletionTimestamp() == nil {
 		if err := c.Delete(ctx, app, client.Preconditions{UID: ptr.To(app.GetUID())}); client.IgnoreNotFound(err) != nil {
-			return explain("delete the Application", rel.Namespace, who, err)
+			return applier.Result{}, explain("delete the Application", rel.Namespace, who, err)
 		}
 	}
-	return applier.Wait(sluicev1.ReasonWaitingForArgoCD, a.opts.Wait, "waiting for Argo CD to prune the Application %s/%s", rel.Namespace, rel.Name)
+	return applier.Result{}, applier.Wait(sluicev1.ReasonWaitingForArgoCD, a.opts.Wait, "waiting for Argo CD to prune the Application %s/%s", rel.Namespace, rel.Name)
 }
 
 func newApplication() *unstructured.Unstructured {

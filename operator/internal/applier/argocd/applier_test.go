@@ -64,7 +64,7 @@ func TestArgoCD_anApprovedChangeIsAppliedWhenArgoCDReportsItSyncedAndHealthy(t *
 	// second sync and writes nothing.
 	before := f.application()
 	f.take(cr)
-	_, err = f.applier.Apply(context.Background(), applier.Request{Change: cr, Release: f.release, Repository: f.repo})
+	_, err = f.applier.Apply(context.Background(), applier.Request{Change: cr, Release: applier.ReleaseOf(f.release), Repository: f.repo})
 	require.NoError(t, err)
 	f.finish(cr)
 	after := f.application()
@@ -252,7 +252,7 @@ func TestArgoCD_aLongSyncIsLookedAtAgainNotAskedForTwice(t *testing.T) {
 	f.applier.opts.Wait = 3 * time.Second
 	cr := f.change("message: approved\ndeployment: true\n", nil)
 	f.take(cr)
-	req := applier.Request{Change: cr, Release: f.release, Repository: f.repo}
+	req := applier.Request{Change: cr, Release: applier.ReleaseOf(f.release), Repository: f.repo}
 	// No kubelet: the Deployment stays Progressing.
 	_, err := f.applier.Apply(context.Background(), req)
 	require.ErrorIs(t, err, ErrSyncing, argo.Logs())
@@ -284,10 +284,12 @@ func TestArgoCD_deletingTheReleasePrunesWhatArgoCDDeployed(t *testing.T) {
 	require.NoError(t, err, argo.Logs())
 	require.Equal(t, "approved", f.message())
 
-	err = f.applier.Cleanup(context.Background(), f.release, f.repo)
+	removal := applier.Removal{Release: applier.ReleaseOf(f.release), TargetNamespace: f.target}
+	_, err = f.applier.Cleanup(context.Background(), removal, f.repo)
 	require.Error(t, err, "not done while Argo CD prunes")
 	require.Eventually(t, func() bool {
-		return f.applier.Cleanup(context.Background(), f.release, f.repo) == nil
+		_, err := f.applier.Cleanup(context.Background(), removal, f.repo)
+		return err == nil
 	}, 60*time.Second, 200*time.Millisecond, argo.Logs())
 	err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, newApplication())
 	require.True(t, apierrors.IsNotFound(err), "the Application is gone: %v", err)
@@ -299,7 +301,7 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 
 	outside := f.change("message: approved\n", nil)
 	outside.Spec.TargetNamespace = "payments-prod"
-	_, err := f.applier.Apply(context.Background(), applier.Request{Change: outside, Release: f.release, Repository: f.repo})
+	_, err := f.applier.Apply(context.Background(), applier.Request{Change: outside, Release: applier.ReleaseOf(f.release), Repository: f.repo})
 	appliertest.RequireFailure(t, err, sluicev1.ReasonNamespaceNotAllowed)
 
 	// An Application of the same name that the Release does not control.
@@ -315,7 +317,8 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 	_, err = f.apply(f.change("message: approved\n", nil))
 	appliertest.RequireFailure(t, err, sluicev1.ReasonOwnershipConflict)
 	require.Equal(t, "main", f.application().Object["spec"].(map[string]any)["source"].(map[string]any)["targetRevision"], "left alone")
-	require.NoError(t, f.applier.Cleanup(context.Background(), f.release, f.repo), "cleanup leaves a foreign Application alone")
+	_, err = f.applier.Cleanup(context.Background(), applier.Removal{Release: applier.ReleaseOf(f.release), TargetNamespace: f.target}, f.repo)
+	require.NoError(t, err, "cleanup leaves a foreign Application alone")
 	f.application()
 
 	// An AppProject of the Repository's name that Sluice did not make.
@@ -334,7 +337,7 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 func TestApply_anApplicationOutsideTheReleasesNamespaceIsNeverCreated(t *testing.T) {
 	f := newFixture(t, true)
 	request := func(cr *sluicev1.ChangeRequest) applier.Request {
-		return applier.Request{Change: cr, Release: f.release, Repository: f.repo}
+		return applier.Request{Change: cr, Release: applier.ReleaseOf(f.release), Repository: f.repo}
 	}
 
 	// Allowed by the Repository, but not the Release's namespace.

@@ -189,13 +189,17 @@ func renderApproved(ctx context.Context, dir string, cr *sluicev1.ChangeRequest,
 // inputsOf reads the service manifest from the verified content and
 // returns the chart folder and values files of the change's environment.
 func inputsOf(dir string, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) (string, []string, error) {
-	svc, err := manifest.Load(dir, string(rel.Spec.SourcePath))
+	src := cr.SourceOf()
+	if src == nil {
+		return "", nil, fmt.Errorf("the change %s records no source (spec.source); re-plan it", cr.Name)
+	}
+	svc, err := manifest.Load(dir, string(src.Path))
 	if err != nil {
 		return "", nil, fmt.Errorf("the approved content: %w", err)
 	}
-	env, ok := svc.Environment(string(rel.Spec.Environment))
+	env, ok := svc.Environment(string(src.Environment))
 	if !ok {
-		return "", nil, fmt.Errorf("the approved content: service %q has no environment %q", svc.Name, rel.Spec.Environment)
+		return "", nil, fmt.Errorf("the approved content: service %q has no environment %q", svc.Name, src.Environment)
 	}
 	if env.Namespace != cr.Spec.TargetNamespace {
 		return "", nil, fmt.Errorf("the approved content: environment %q deploys to namespace %q, the change says %q", env.Name, env.Namespace, cr.Spec.TargetNamespace)

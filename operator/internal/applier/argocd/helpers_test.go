@@ -33,6 +33,7 @@ import (
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/argocd/argocdtest"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
@@ -251,6 +252,7 @@ func (f *fixture) changeFor(commit string, files map[string][]byte, digest sluic
 			Labels: map[string]string{sluicev1.LabelRelease: f.release.Name}},
 		Spec: sluicev1.ChangeRequestSpec{
 			Release: f.release.Name, Revision: commit, Attempt: 1, TargetNamespace: f.target, Delivery: sluicev1.DeliveryArgoCD,
+			Source:         appliertest.SourceOf(f.release.Spec),
 			Artifact:       sluicev1.ArtifactReference{URL: url, SHA256: sluicev1.SHA256Digest(gz)},
 			ContentDigest:  sluicev1.SHA256Digest(tb),
 			ManifestDigest: digest,
@@ -295,7 +297,7 @@ func (f *fixture) setReleaseStatus(mutate func(*sluicev1.ReleaseStatus)) {
 // apply takes the change and applies it; a success is recorded.
 func (f *fixture) apply(cr *sluicev1.ChangeRequest) (applier.Result, error) {
 	f.take(cr)
-	res, err := f.applier.Apply(context.Background(), applier.Request{Change: cr, Release: f.release, Repository: f.repo})
+	res, err := f.applier.Apply(context.Background(), applier.Request{Change: cr, Release: applier.ReleaseOf(f.release), Repository: f.repo})
 	if err == nil {
 		f.finish(cr)
 	}

@@ -12,8 +12,10 @@
 //     change's marker means the change is already applied: return it;
 //  3. download, verify (archive, content and approval digests) and extract
 //     the artifact;
-//  4. read the service manifest from the verified content, and check it
-//     agrees with the change and the Release;
+//  4. load the chart and values the change's spec.source names (folder,
+//     environment, chart, values files; never the Release's spec, which a
+//     later push rewrites) from the verified content, and check the service
+//     manifest there agrees with the change;
 //  5. recover a release an earlier attempt left behind (pending-*, or never
 //     deployed): uninstall it when nothing was ever deployed, otherwise mark
 //     the interrupted revision failed and upgrade over it;
@@ -127,7 +129,7 @@ func (a *Applier) Name() string { return Name }
 
 // ReleaseName is the Helm release name of a Release: the Release's own
 // name, "<service>-<environment>", the name the validator renders with.
-func ReleaseName(rel *sluicev1.Release) string { return rel.Name }
+func ReleaseName(rel *applier.ReleaseRef) string { return rel.Name }
 
 // marker is the description of a revision installed for cr; it makes a
 // re-run of the same change recognise its own finished work.
@@ -150,6 +152,10 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	cr, rel, repo := req.Change, req.Release, req.Repository
 	if cr == nil || rel == nil {
 		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the request has no change or no release")
+	}
+	src, err := applier.SourceOf(cr)
+	if err != nil {
+		return applier.Result{}, err
 	}
 	ns := cr.Spec.TargetNamespace
 	if err := impersonate.CheckNamespace(repo, ns); err != nil {
@@ -183,7 +189,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		return applier.Result{}, err
 	}
 	defer func() { _ = content.Close() }()
-	ch, vals, err := loadInputs(content.Dir, cr, rel)
+	ch, vals, err := loadInputs(content.Dir, cr, src)
 	if err != nil {
 		return applier.Result{}, err
 	}
@@ -313,35 +319,52 @@ func (a *Applier) recover(s *session, name string, last, deployed *release.Relea
 }
 
 // Cleanup implements applier.Cleaner: it uninstalls the Release's Helm
-// release as the Repository's ServiceAccount, and returns nil once it is
-// gone. With no Repository, or a namespace it no longer allows, the Helm
-// release is left in place and nil is returned, so the Release can go.
-func (a *Applier) Cleanup(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository) error {
-	if rel == nil {
-		return nil
+// release from the namespace it was applied to (r.TargetNamespace, never
+// the Release's spec) as the Repository's ServiceAccount, and returns once
+// it is gone, saying where it was removed from. Without a Repository, or
+// in a namespace the Repository no longer allows, nothing may be removed:
+// an approved Delete change then fails (OutsideNamespace), and a
+// finalizer's cleanup leaves the Helm release in place and says so, so
+// the Release can go.
+func (a *Applier) Cleanup(ctx context.Context, r applier.Removal, repo *sluicev1.Repository) (applier.Result, error) {
+	rel, ns := r.Release, r.TargetNamespace
+	if rel == nil || ns == "" {
+		return applier.Result{Message: "nothing was applied, so no Helm release to uninstall"}, nil
 	}
-	ns := rel.Spec.TargetNamespace
-	log := a.opts.Log.WithValues("helmRelease", ns+"/"+ReleaseName(rel))
+	name := ReleaseName(rel)
+	log := a.opts.Log.WithValues("helmRelease", ns+"/"+name)
+	leave := func(reason, why string) (applier.Result, error) {
+		msg := fmt.Sprintf("the Helm release %s in namespace %s was left in place: %s", name, ns, why)
+		if r.Change != nil {
+			return applier.Result{}, applier.Permanent(reason, "%s", msg)
+		}
+		log.Info("Left the Helm release in place", "reason", why)
+		return applier.Result{Message: msg}, nil
+	}
 	// Without the Repository there is no ServiceAccount to act as, and a
-	// namespace the Repository no longer allows is not to be touched: the
-	// Helm release is left in place rather than the Release held forever.
+	// namespace the Repository no longer allows is not to be touched.
 	if repo == nil {
-		log.Info("Left the Helm release in place: its Repository is gone, so there is no ServiceAccount to uninstall it as")
-		return nil
+		return leave(sluicev1.ReasonInvalidSpec, "its Repository is gone, so there is no ServiceAccount to uninstall it as")
 	}
 	if err := impersonate.CheckNamespace(repo, ns); err != nil {
-		log.Info("Left the Helm release in place: the Repository no longer allows its namespace", "reason", err.Error())
-		return nil
+		return leave(sluicev1.ReasonOutsideNamespace, "the Repository does not allow that namespace ("+err.Error()+")")
 	}
 	s, err := a.session(repo, ns)
 	if err != nil {
-		return err
+		return applier.Result{}, err
 	}
-	if err := s.uninstall(ReleaseName(rel), false); err != nil {
-		return s.explain("uninstall", err)
+	h, err := s.history(name)
+	if err != nil {
+		return applier.Result{}, s.explain("read the Helm history", err)
+	}
+	if len(h) == 0 {
+		return applier.Result{Message: fmt.Sprintf("no Helm release %s in namespace %s: nothing to uninstall", name, ns)}, nil
+	}
+	if err := s.uninstall(name, false); err != nil {
+		return applier.Result{}, s.explain("uninstall", err)
 	}
 	log.Info("Uninstalled Helm release")
-	return nil
+	return applier.Result{Message: fmt.Sprintf("Helm release %s uninstalled from namespace %s", name, ns)}, nil
 }
 
 // refused reports a refusal of the gate: Helm stopped before it stored a
@@ -451,20 +474,21 @@ func result(ns string, r *release.Release, what string) applier.Result {
 	}
 }
 
-// loadInputs reads the service manifest from the verified content, checks
-// it agrees with the change and the Release, and loads the chart and the
-// merged values from the same content.
-func loadInputs(dir string, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) (*chart.Chart, map[string]any, error) {
+// loadInputs loads the chart and the merged values the approved change
+// names (its spec.source: service folder, environment, chart folder,
+// values files), from the verified content only, and checks that the
+// service manifest in that content agrees with the change.
+func loadInputs(dir string, cr *sluicev1.ChangeRequest, src *sluicev1.ChangeSource) (*chart.Chart, map[string]any, error) {
 	invalid := func(format string, args ...any) error {
 		return applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved content: "+format, args...)
 	}
-	svc, err := manifest.Load(dir, string(rel.Spec.SourcePath))
+	svc, err := manifest.Load(dir, string(src.Path))
 	if err != nil {
 		return nil, nil, invalid("%v", err)
 	}
-	env, ok := svc.Environment(string(rel.Spec.Environment))
+	env, ok := svc.Environment(string(src.Environment))
 	if !ok {
-		return nil, nil, invalid("service %q has no environment %q", svc.Name, rel.Spec.Environment)
+		return nil, nil, invalid("service %q has no environment %q", svc.Name, src.Environment)
 	}
 	if env.Namespace != cr.Spec.TargetNamespace {
 		return nil, nil, invalid("environment %q deploys to namespace %q, the change says %q", env.Name, env.Namespace, cr.Spec.TargetNamespace)
@@ -472,23 +496,25 @@ func loadInputs(dir string, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) (
 	if env.Delivery != "" && string(env.Delivery) != string(sluicev1.DeliveryHelm) {
 		return nil, nil, invalid("environment %q is delivered by %q, not helm", env.Name, env.Delivery)
 	}
-	chartDir := svc.ChartDir()
+	chartDir := string(src.Chart.Path)
 	if chartDir == "" {
 		return nil, nil, invalid("the chart comes from a chart repository, which the Helm applier does not fetch; use a chart folder in the repository")
 	}
-	if rel.Spec.Chart.Path != "" && string(rel.Spec.Chart.Path) != chartDir {
-		return nil, nil, invalid("chart %q differs from the Release's %q", chartDir, rel.Spec.Chart.Path)
+	if d := svc.ChartDir(); d != chartDir {
+		return nil, nil, invalid("chart %q differs from the change's %q", d, chartDir)
 	}
+	values := make([]string, 0, len(src.Values))
+	for _, v := range src.Values {
+		values = append(values, string(v))
+	}
+	if want := slices.Concat(svc.Values, env.Values); !slices.Equal(values, want) {
+		return nil, nil, invalid("values files %v differ from the change's %v", want, values)
+	}
+	// The change's values files, resolved against its service folder as
+	// the validator resolved them.
 	files, err := svc.ValuesFiles(env.Name)
 	if err != nil {
 		return nil, nil, invalid("%v", err)
-	}
-	relValues := make([]string, 0, len(rel.Spec.Values))
-	for _, v := range rel.Spec.Values {
-		relValues = append(relValues, string(v))
-	}
-	if wantValues := slices.Concat(svc.Values, env.Values); len(relValues) > 0 && !slices.Equal(relValues, wantValues) {
-		return nil, nil, invalid("values files %v differ from the Release's %v", wantValues, relValues)
 	}
 
 	// Load and merge exactly as the validator does (helmcheck), from the

@@ -271,14 +271,17 @@ func TestCleanup_uninstallsAsTheServiceAccount(t *testing.T) {
 	_, err := f.apply(f.change("message: bye\n", changeOpts{}))
 	require.NoError(t, err)
 
-	require.NoError(t, f.applier.Cleanup(context.Background(), f.release, f.repo))
+	res, err := f.applier.Cleanup(context.Background(), f.removal(nil), f.repo)
+	require.NoError(t, err)
+	require.Equal(t, "Helm release web-staging uninstalled from namespace "+f.target, res.Message)
 	f.requireNothingInstalled()
-	require.NoError(t, f.applier.Cleanup(context.Background(), f.release, f.repo), "nothing left is no error")
+	res, err = f.applier.Cleanup(context.Background(), f.removal(nil), f.repo)
+	require.NoError(t, err, "nothing left is no error")
+	require.Contains(t, res.Message, "nothing to uninstall")
 
 	other := newFixture(t, withoutRBAC())
 	other.release = f.release.DeepCopy()
-	other.release.Spec.TargetNamespace = other.target
-	err = other.applier.Cleanup(context.Background(), other.release, other.repo)
+	_, err = other.applier.Cleanup(context.Background(), other.removal(nil), other.repo)
 	appliertest.RequireFailure(t, err, sluicev1.ReasonApplyFailed)
 }
 
@@ -287,12 +290,19 @@ func TestCleanup_leavesTheReleaseInPlaceWhenItMayNotActForTheRepository(t *testi
 	_, err := f.apply(f.change("message: stays\n", changeOpts{}))
 	require.NoError(t, err)
 
-	require.NoError(t, f.applier.Cleanup(context.Background(), f.release, nil),
-		"with the Repository gone there is no ServiceAccount to act as; the Release may go")
+	res, err := f.applier.Cleanup(context.Background(), f.removal(nil), nil)
+	require.NoError(t, err, "with the Repository gone there is no ServiceAccount to act as; the Release may go")
+	require.Contains(t, res.Message, "left in place")
 	outside := f.repo.DeepCopy()
 	outside.Spec.TargetNamespaces = []string{"payments-*"}
-	require.NoError(t, f.applier.Cleanup(context.Background(), f.release, outside),
-		"a namespace the Repository no longer allows is not touched")
+	res, err = f.applier.Cleanup(context.Background(), f.removal(nil), outside)
+	require.NoError(t, err, "a namespace the Repository no longer allows is not touched")
+	require.Contains(t, res.Message, "left in place")
+
+	// An approved Delete change that cannot remove the workload fails and
+	// says so, rather than claiming it removed it.
+	_, err = f.applier.Cleanup(context.Background(), f.removal(&sluicev1.ChangeRequest{}), outside)
+	appliertest.RequireFailure(t, err, sluicev1.ReasonOutsideNamespace)
 
 	require.Len(t, f.helmHistory(), 1, "the Helm release is left in place")
 	_, err = f.configMap()

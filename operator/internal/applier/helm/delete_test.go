@@ -134,6 +134,7 @@ func (f *deleteFixture) newChange(name func(string) string, op sluicev1.Operatio
 		ObjectMeta: metav1.ObjectMeta{Name: name(commit), Namespace: f.ctl, Labels: map[string]string{sluicev1.LabelRelease: f.release.Name}},
 		Spec: sluicev1.ChangeRequestSpec{
 			Release: f.release.Name, Operation: op, Revision: commit, Attempt: 1, TargetNamespace: f.target, Delivery: sluicev1.DeliveryHelm,
+			Source:         appliertest.SourceOf(f.release.Spec),
 			Artifact:       sluicev1.ArtifactReference{URL: server.Put(f.ctl+"/"+commit+".tar.gz", gz), SHA256: sluicev1.SHA256Digest(gz)},
 			ContentDigest:  sluicev1.SHA256Digest(tb),
 			ManifestDigest: validatorDigest(f.t, files, "charts/web", []string{"services/web/values.yaml", "services/web/values-staging.yaml"}, f.release.Name, f.target),
@@ -183,7 +184,8 @@ func (f *deleteFixture) proposeDelete(applied *sluicev1.ChangeRequest) *sluicev1
 	require.Equal(f.t, 1, plan.Report.Counts.Delete, "the destroy plan destroys the database")
 	return f.newChangeWith(plan, func(cr *sluicev1.ChangeRequest) {
 		cr.Spec.Deletion = &sluicev1.DeletionSpec{AppliedChange: applied.Name, AppliedRevision: applied.Spec.Revision, AppliedDigest: applied.Spec.ApprovalDigest,
-			Terraform: f.release.Spec.Terraform.DeepCopy()}
+			TargetNamespace: applied.Spec.TargetNamespace, Delivery: applied.Spec.Delivery, Source: applied.Spec.Source.DeepCopy(),
+			Terraform: applied.Spec.Source.Terraform.DeepCopy()}
 	})
 }
 
@@ -275,9 +277,9 @@ type counting struct {
 	hold               bool
 }
 
-func (c *counting) Cleanup(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository) error {
+func (c *counting) Cleanup(ctx context.Context, r applier.Removal, repo *sluicev1.Repository) (applier.Result, error) {
 	c.cleanups.Add(1)
-	return c.Applier.(applier.Cleaner).Cleanup(ctx, rel, repo)
+	return c.Applier.(applier.Cleaner).Cleanup(ctx, r, repo)
 }
 
 func (c *counting) ApplyDestroyPlan(ctx context.Context, req applier.Request) (applier.Result, error) {

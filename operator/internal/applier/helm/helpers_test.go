@@ -215,6 +215,7 @@ func (f *fixture) change(stagingValues string, o changeOpts) *sluicev1.ChangeReq
 		ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(f.release.Name, commit, 1), Namespace: f.ctl},
 		Spec: sluicev1.ChangeRequestSpec{
 			Release: f.release.Name, Revision: commit, Attempt: 1, TargetNamespace: f.target, Delivery: sluicev1.DeliveryHelm,
+			Source:         appliertest.SourceOf(f.release.Spec),
 			Artifact:       sluicev1.ArtifactReference{URL: url, SHA256: sluicev1.SHA256Digest(gz)},
 			ContentDigest:  sluicev1.SHA256Digest(tb),
 			ManifestDigest: digest,
@@ -226,7 +227,13 @@ func (f *fixture) change(stagingValues string, o changeOpts) *sluicev1.ChangeReq
 }
 
 func (f *fixture) request(cr *sluicev1.ChangeRequest) applier.Request {
-	return applier.Request{Change: cr, Release: f.release, Repository: f.repo}
+	return applier.Request{Change: cr, Release: applier.ReleaseOf(f.release), Repository: f.repo}
+}
+
+// removal is what a cleanup removes: the fixture's release as applied to
+// its target namespace (by the Delete change cr, nil for a finalizer).
+func (f *fixture) removal(cr *sluicev1.ChangeRequest) applier.Removal {
+	return applier.Removal{Release: applier.ReleaseOf(f.release), TargetNamespace: f.target, Change: cr}
 }
 
 func (f *fixture) apply(cr *sluicev1.ChangeRequest) (applier.Result, error) {

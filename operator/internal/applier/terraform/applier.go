@@ -175,8 +175,9 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	if !sluicev1.ValidDigest(string(cr.Spec.PlanFileSHA256)) {
 		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change records no valid planFileSHA256, so no plan file can be checked against it")
 	}
-	if rel.Spec.Terraform == nil || rel.Spec.Terraform.Dir == "" {
-		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change has a plan, but its Release names no Terraform stack")
+	stack, err := stackOf(cr)
+	if err != nil {
+		return applier.Result{}, err
 	}
 	key := appliedKey(cr)
 	if done, ok := a.applied.Load(key); ok {
@@ -184,7 +185,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		res.Message = "terraform plan already applied"
 		return res, nil
 	}
-	log := a.opts.Log.WithValues("change", cr.Namespace+"/"+cr.Name, "stack", string(rel.Spec.Terraform.Dir))
+	log := a.opts.Log.WithValues("change", cr.Namespace+"/"+cr.Name, "stack", string(stack.Dir))
 
 	sa := repo.Spec.ServiceAccountName
 	if sa == "" {
@@ -206,7 +207,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		return applier.Result{}, err
 	}
 	defer func() { _ = content.Close() }()
-	dir, err := stackDir(content.Dir, string(rel.Spec.Terraform.Dir))
+	dir, err := stackDir(content.Dir, string(stack.Dir))
 	if err != nil {
 		return applier.Result{}, err
 	}
@@ -218,7 +219,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		ttl = tf.DefaultTimeout
 	}
 	cred, err := a.opts.State.Grant(tfstate.Grant{
-		Namespace: cr.Namespace, Release: rel.Name, Workspace: rel.Spec.Terraform.Workspace, Mode: tfstate.ModeApply, TTL: ttl + 5*time.Minute,
+		Namespace: cr.Namespace, Release: rel.Name, Workspace: stack.Workspace, Mode: tfstate.ModeApply, TTL: ttl + 5*time.Minute,
 	})
 	if err != nil {
 		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "no state credential for release %s: %v", rel.Name, err)
@@ -240,7 +241,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		Dir:            dir,
 		PlanFile:       plan,
 		PlanFileSHA256: string(cr.Spec.PlanFileSHA256),
-		Workspace:      rel.Spec.Terraform.Workspace,
+		Workspace:      stack.Workspace,
 		Backend:        tf.BackendHTTP,
 		LookOnly:       lookOnly,
 	})
@@ -287,6 +288,27 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	}
 	a.applied.Store(key, out)
 	return out, nil
+}
+
+// stackOf is the Terraform stack a change with a plan acts on, from the
+// change only (see sluicev1.ChangeRequest.StackOf): a change without a
+// source, or whose source names no stack, fails with InvalidSpec.
+func stackOf(cr *sluicev1.ChangeRequest) (*sluicev1.TerraformSource, error) {
+	if cr.IsDelete() && cr.Spec.Deletion != nil && cr.Spec.Deletion.Terraform != nil {
+		return stackOrInvalid(cr.Spec.Deletion.Terraform)
+	}
+	src, err := applier.SourceOf(cr)
+	if err != nil {
+		return nil, err
+	}
+	return stackOrInvalid(src.Terraform)
+}
+
+func stackOrInvalid(t *sluicev1.TerraformSource) (*sluicev1.TerraformSource, error) {
+	if t == nil || t.Dir == "" {
+		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change has a plan, but its source names no Terraform stack")
+	}
+	return t, nil
 }
 
 // stateResult is the API's record of the state an apply left; nil for none.

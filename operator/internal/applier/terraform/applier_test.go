@@ -178,6 +178,7 @@ func (f *fixture) changeWith(stack map[string][]byte, size string) *sluicev1.Cha
 		},
 		Spec: sluicev1.ChangeRequestSpec{
 			Release: f.release.Name, Revision: commit, Attempt: 1, TargetNamespace: "db-staging", Delivery: sluicev1.DeliveryHelm,
+			Source:         appliertest.SourceOf(f.release.Spec),
 			Artifact:       sluicev1.ArtifactReference{URL: server.Put(f.ctl+"/"+commit+".tar.gz", gz), SHA256: sluicev1.SHA256Digest(gz)},
 			ContentDigest:  sluicev1.SHA256Digest(tb),
 			PlanDigest:     sluicev1.Digest(res.Report.PlanDigest),
@@ -204,7 +205,7 @@ func (f *fixture) storePlan(cr *sluicev1.ChangeRequest, plan []byte) {
 }
 
 func (f *fixture) request(cr *sluicev1.ChangeRequest) applier.Request {
-	return applier.Request{Change: cr, Release: f.release, Repository: f.repo}
+	return applier.Request{Change: cr, Release: applier.ReleaseOf(f.release), Repository: f.repo}
 }
 
 // stateOutput reads output "db" from the release's state Secret
@@ -317,18 +318,22 @@ func TestApply_aServiceAccountWithoutRightsFailsWithAReadableReason(t *testing.T
 func TestApply_refusesAChangeItCannotCheck(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	cr := f.change("small")
-	cases := map[string]func(*sluicev1.ChangeRequest, *sluicev1.Release){
-		"no plan digest":               func(c *sluicev1.ChangeRequest, _ *sluicev1.Release) { c.Spec.PlanFileSHA256 = "" },
-		"a release without a stack":    func(_ *sluicev1.ChangeRequest, r *sluicev1.Release) { r.Spec.Terraform = nil },
-		"a stack outside the artifact": func(_ *sluicev1.ChangeRequest, r *sluicev1.Release) { r.Spec.Terraform.Dir = "../../etc" },
-		"a stack the artifact lacks":   func(_ *sluicev1.ChangeRequest, r *sluicev1.Release) { r.Spec.Terraform.Dir = "services/other" },
+	cases := map[string]func(*sluicev1.ChangeRequest){
+		"no plan digest":               func(c *sluicev1.ChangeRequest) { c.Spec.PlanFileSHA256 = "" },
+		"a change without a source":    func(c *sluicev1.ChangeRequest) { c.Spec.Source = nil },
+		"a source without a stack":     func(c *sluicev1.ChangeRequest) { c.Spec.Source.Terraform = nil },
+		"a stack outside the artifact": func(c *sluicev1.ChangeRequest) { c.Spec.Source.Terraform.Dir = "../../etc" },
+		"a stack the artifact lacks":   func(c *sluicev1.ChangeRequest) { c.Spec.Source.Terraform.Dir = "services/other" },
 	}
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
-			c, r := cr.DeepCopy(), f.release.DeepCopy()
-			edit(c, r)
-			_, err := f.applier.Apply(context.Background(), applier.Request{Change: c, Release: r, Repository: f.repo})
-			appliertest.RequireFailure(t, err, sluicev1.ReasonInvalidSpec)
+			c := cr.DeepCopy()
+			edit(c)
+			_, err := f.applier.Apply(context.Background(), f.request(c))
+			fail := appliertest.RequireFailure(t, err, sluicev1.ReasonInvalidSpec)
+			if c.Spec.Source == nil {
+				require.Contains(t, fail.Message, "re-plan", "the message says what to do")
+			}
 		})
 	}
 	require.Empty(t, f.stateOutput())

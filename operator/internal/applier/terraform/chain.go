@@ -10,7 +10,7 @@ import (
 // Chain returns the applier for a delivery mode when Terraform is applied
 // too: a change with a plan gets it applied by tf first (infrastructure
 // before the workloads that use it), then the change goes to next, unless
-// the release has no chart and the change no manifests (a Terraform-only
+// the change's source names no chart and the change has no manifests (a Terraform-only
 // service). A change without a plan goes straight to next.
 //
 // Its name is next's; cleanup on Release deletion is next's (the Terraform
@@ -38,7 +38,7 @@ func (c *chain) Apply(ctx context.Context, req applier.Request) (applier.Result,
 	if err != nil {
 		return applier.Result{}, err
 	}
-	if req.Change.Spec.ManifestDigest == "" && req.Release != nil && !hasChart(req.Release) {
+	if req.Change.Spec.ManifestDigest == "" && !hasChart(req.Change) {
 		c.tf.Forget(req.Change)
 		return tfRes, nil
 	}
@@ -55,8 +55,11 @@ func (c *chain) Apply(ctx context.Context, req applier.Request) (applier.Result,
 	return res, nil
 }
 
-func hasChart(rel *sluicev1.Release) bool {
-	return rel.Spec.Chart.Path != "" || rel.Spec.Chart.Repo != ""
+// hasChart reports whether the change's source names a chart (the
+// approved change, not the Release's spec, says what is applied).
+func hasChart(cr *sluicev1.ChangeRequest) bool {
+	src := cr.SourceOf()
+	return src != nil && (src.Chart.Path != "" || src.Chart.Repo != "")
 }
 
 // cleaningChain is a chain whose next applier cleans up after a Release.
@@ -65,6 +68,6 @@ type cleaningChain struct {
 	cleaner applier.Cleaner
 }
 
-func (c *cleaningChain) Cleanup(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository) error {
-	return c.cleaner.Cleanup(ctx, rel, repo)
+func (c *cleaningChain) Cleanup(ctx context.Context, r applier.Removal, repo *sluicev1.Repository) (applier.Result, error) {
+	return c.cleaner.Cleanup(ctx, r, repo)
 }

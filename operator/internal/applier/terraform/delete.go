@@ -35,17 +35,22 @@ func (c *chain) DeleteState(ctx context.Context, req applier.Request) error {
 // lock Lease, as the Repository's ServiceAccount, so the operator needs no
 // rights on Secrets of its own. Gone already is no error.
 func (a *Applier) DeleteState(ctx context.Context, req applier.Request) error {
-	rel, repo := req.Release, req.Repository
-	if rel == nil || repo == nil {
-		return applier.Permanent(sluicev1.ReasonInvalidSpec, "the request has no release or repository")
+	cr, rel, repo := req.Change, req.Release, req.Repository
+	if cr == nil || rel == nil || repo == nil {
+		return applier.Permanent(sluicev1.ReasonInvalidSpec, "the request has no change, release or repository")
+	}
+	// The state of the workspace the destroy plan was made for.
+	stack, err := stackOf(cr)
+	if err != nil {
+		return err
 	}
 	sa := repo.Spec.ServiceAccountName
 	if sa == "" {
 		return applier.Permanent(sluicev1.ReasonInvalidSpec, "Repository %s names no serviceAccountName to act as", repo.Name)
 	}
 	ws := "default"
-	if t := rel.Spec.Terraform; t != nil && t.Workspace != "" {
-		ws = t.Workspace
+	if stack.Workspace != "" {
+		ws = stack.Workspace
 	}
 	token, err := a.token(ctx, repo.Namespace, sa)
 	if err != nil {

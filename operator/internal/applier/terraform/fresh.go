@@ -57,9 +57,13 @@ func (a *Applier) CheckFresh(ctx context.Context, req applier.Request) error {
 	if !ok {
 		return nil
 	}
+	stack, err := stackOf(cr)
+	if err != nil {
+		return err
+	}
 	ws := "default"
-	if t := rel.Spec.Terraform; t != nil && t.Workspace != "" {
-		ws = t.Workspace
+	if stack.Workspace != "" {
+		ws = stack.Workspace
 	}
 	cs, err := kubernetes.NewForConfig(asSA)
 	if err != nil {

@@ -24,12 +24,15 @@ import (
 // approved planFileSHA256. The drift controller calls it; it shares the
 // runner, the state server and the artifact fetcher the applier was
 // built with.
-func (a *Applier) PlanApplied(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository, cr *sluicev1.ChangeRequest) (*tf.PlanResult, error) {
+func (a *Applier) PlanApplied(ctx context.Context, rel *applier.ReleaseRef, repo *sluicev1.Repository, cr *sluicev1.ChangeRequest) (*tf.PlanResult, error) {
 	if cr == nil || rel == nil || repo == nil {
 		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "no change, release or repository to plan")
 	}
-	if rel.Spec.Terraform == nil || rel.Spec.Terraform.Dir == "" {
-		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "Release %s names no Terraform stack", rel.Name)
+	// The stack as the applied change recorded it, not as the Release's
+	// spec says after later pushes.
+	stack, err := stackOf(cr)
+	if err != nil {
+		return nil, err
 	}
 	sa := repo.Spec.ServiceAccountName
 	if sa == "" {
@@ -53,7 +56,7 @@ func (a *Applier) PlanApplied(ctx context.Context, rel *sluicev1.Release, repo *
 		return nil, err
 	}
 	defer func() { _ = content.Close() }()
-	dir, err := stackDir(content.Dir, string(rel.Spec.Terraform.Dir))
+	dir, err := stackDir(content.Dir, string(stack.Dir))
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +65,7 @@ func (a *Applier) PlanApplied(ctx context.Context, rel *sluicev1.Release, repo *
 		ttl = tf.DefaultTimeout
 	}
 	cred, err := a.opts.State.Grant(tfstate.Grant{
-		Namespace: cr.Namespace, Release: rel.Name, Workspace: rel.Spec.Terraform.Workspace, Mode: tfstate.ModePlan, TTL: ttl + 5*time.Minute,
+		Namespace: cr.Namespace, Release: rel.Name, Workspace: stack.Workspace, Mode: tfstate.ModePlan, TTL: ttl + 5*time.Minute,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("no plan credential for the state of release %s: %w", rel.Name, err)
@@ -79,7 +82,7 @@ func (a *Applier) PlanApplied(ctx context.Context, rel *sluicev1.Release, repo *
 		Root:             content.Dir,
 		Dir:              dir,
 		VarsFromPlanFile: planFile,
-		Workspace:        rel.Spec.Terraform.Workspace,
+		Workspace:        stack.Workspace,
 		Backend:          tf.BackendHTTP,
 	})
 	if err != nil {

@@ -193,6 +193,7 @@ func (f *Fixture) Change(commit string, attempt int32, stagingValues string) *sl
 			Labels: map[string]string{sluicev1.LabelRelease: f.Release.Name}},
 		Spec: sluicev1.ChangeRequestSpec{
 			Release: f.Release.Name, Revision: commit, Attempt: attempt, TargetNamespace: f.Target, Delivery: sluicev1.DeliveryHelm,
+			Source:         appliertest.SourceOf(f.Release.Spec),
 			Artifact:       sluicev1.ArtifactReference{URL: url, SHA256: sluicev1.SHA256Digest(gz)},
 			ContentDigest:  sluicev1.SHA256Digest(tb),
 			ManifestDigest: f.manifestDigest(files),

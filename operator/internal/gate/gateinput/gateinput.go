@@ -54,15 +54,15 @@ func load(ctx context.Context, r client.Reader, cr *sluicev1.ChangeRequest, rel 
 		}
 		in.Releases = releases.Items
 	}
-	if cr.Spec.TargetNamespace != "" {
+	if target := gate.TargetNamespace(rel, cr); target != "" {
 		ns := &corev1.Namespace{}
-		err := r.Get(ctx, client.ObjectKey{Name: cr.Spec.TargetNamespace}, ns)
+		err := r.Get(ctx, client.ObjectKey{Name: target}, ns)
 		switch {
 		case apierrors.IsNotFound(err):
 		case lenient && apierrors.IsForbidden(err):
-			warnings = append(warnings, fmt.Sprintf("you may not read Namespace %s: policies selecting it by label are not shown, the operator's rule may be stricter", cr.Spec.TargetNamespace))
+			warnings = append(warnings, fmt.Sprintf("you may not read Namespace %s: policies selecting it by label are not shown, the operator's rule may be stricter", target))
 		case err != nil:
-			return in, nil, fmt.Errorf("get target Namespace %s: %w", cr.Spec.TargetNamespace, err)
+			return in, nil, fmt.Errorf("get target Namespace %s: %w", target, err)
 		default:
 			in.Namespace = ns
 		}
