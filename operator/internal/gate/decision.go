@@ -112,10 +112,11 @@ func (d Decision) Phase() sluicev1.ChangeRequestPhase {
 	return sluicev1.PhaseAwaitingApproval
 }
 
-// newer reports whether Approval a was made after b: by creation time, then
-// by resourceVersion when both are numbers (etcd revisions grow), then by
-// name so the order is total.
-func newer(a, b *sluicev1.Approval) bool {
+// Newer reports whether Approval a was made after b: by creation time,
+// then by resourceVersion when both are numbers (etcd revisions grow), then
+// by name so the order is total. For one approver and one content the
+// newest decision stands (Standing).
+func Newer(a, b *sluicev1.Approval) bool {
 	ta, tb := a.CreationTimestamp.Time, b.CreationTimestamp.Time
 	if !ta.Equal(tb) {
 		return ta.After(tb)
@@ -208,7 +209,7 @@ func Standing(cr *sluicev1.ChangeRequest, approvals []sluicev1.Approval) (map[sl
 			switch {
 			case x == y:
 				return 0
-			case newer(x, y):
+			case Newer(x, y):
 				return -1
 			}
 			return 1
