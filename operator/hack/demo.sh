@@ -235,6 +235,7 @@ kind: Approval
 metadata: {name: forged-by-alice, namespace: $ns}
 spec:
   release: cart-prod
+  changeRequest: cart-prod-$short
   approvalDigest: $digest
   decision: approve
   approver: k8s:bob

@@ -38,7 +38,12 @@ type Change struct {
 	// ChangeRequestSpec).
 	PullRequestAuthor sluicev1.Identity
 	Pushers           []sluicev1.Identity
-	CommitMessage     string
+
+	// MergedPullRequests are the previewed pull requests a change of the
+	// tracked branch merges; approvals of their previews count for it.
+	MergedPullRequests []int64
+
+	CommitMessage string
 	// PullRequest marks a preview (or a change tied to a pull request).
 	PullRequest     *sluicev1.PullRequestRef
 	TargetNamespace string
@@ -82,6 +87,8 @@ func Build(c Change) *sluicev1.ChangeRequest {
 		Artifact:          sluicev1.ArtifactReference{URL: c.ArtifactURL, SHA256: sluicev1.Digest(c.Artifact.SHA256)},
 		ContentDigest:     sluicev1.Digest(c.Artifact.ContentDigest),
 		Rule:              c.Rule,
+
+		MergedPullRequests: c.MergedPullRequests,
 	}
 	var findings []sluicev1.Finding
 	if res := c.Result; res != nil {

@@ -442,8 +442,10 @@ func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache
 	authors := changespec.EmailIdentities(emails)
 	var prAuthor sluicev1.Identity
 	var pushers []sluicev1.Identity
+	var merged []int64
 	if prs := plan.pullRequests; len(prs) > 0 {
 		for _, pr := range prs {
+			merged = append(merged, pr.number)
 			if pr.author != "" && !slices.Contains(authors, pr.author) {
 				authors = append(authors, pr.author)
 			}
@@ -478,6 +480,8 @@ func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache
 		Findings:          plan.invalid,
 		InputsErr:         plan.inputsErr,
 		Replan:            plan.replan,
+
+		MergedPullRequests: merged,
 	})
 }
 

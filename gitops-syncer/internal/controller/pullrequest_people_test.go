@@ -55,6 +55,7 @@ func TestSync_aMergedPullRequestsAuthorAndPushersAreRecorded(t *testing.T) {
 	merged := changeRequests(t, ns)[sluicev1.ChangeRequestName("alpha-staging", head, 1)]
 	require.NotEmpty(t, merged.Name)
 	assert.Nil(t, merged.Spec.PullRequest, "a change of the branch, not a preview")
+	assert.Equal(t, []int64{5}, merged.Spec.MergedPullRequests, "approvals given on the pull request's previews count for the change that merged it")
 	assert.Equal(t, sluicev1.Identity("github:mallory"), merged.Spec.PullRequestAuthor)
 	assert.Equal(t, []sluicev1.Identity{"github:mallory", "github:mallory-bot"}, merged.Spec.Pushers)
 	assert.Contains(t, merged.Spec.Authors, sluicev1.Identity("github:mallory"))

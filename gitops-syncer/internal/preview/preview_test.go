@@ -126,14 +126,14 @@ func TestReview_decisionsBecomeApprovalsOfThePreviewDigest(t *testing.T) {
 			decision sluicev1.Decision
 			who      sluicev1.Identity
 		}{{200, sluicev1.DecisionApprove, "github:alice"}, {201, sluicev1.DecisionReject, "github:bob"}, {200, sluicev1.DecisionRevoke, "github:alice"}} {
-			want[preview.ApprovalName(release, 9, d.id, d.decision)] = sluicev1.ApprovalSpec{Release: release, ApprovalDigest: cr.Spec.ApprovalDigest,
+			want[preview.ApprovalName(release, 9, d.id, d.decision)] = sluicev1.ApprovalSpec{Release: release, ChangeRequest: cr.Name, ApprovalDigest: cr.Spec.ApprovalDigest,
 				Decision: d.decision, Approver: d.who, Source: sluicev1.SourcePullRequest, PullRequest: 9, ReviewID: d.id}
 		}
 	}
 	assert.Equal(t, want, got)
 
-	// Closing the pull request keeps the Approvals: they are addressed by
-	// digest and may count for the merge commit.
+	// Closing the pull request keeps the Approvals: they may count for
+	// the change of the tracked branch that merged it.
 	require.NoError(t, i.h.PullRequest(ctx, i.repo, githubPR(t, "closed", 9, head, i.base)))
 	assert.Len(t, approvals(t, ns), 6)
 }

@@ -106,7 +106,12 @@ func (h *Handler) Review(ctx context.Context, repo *sluicev1.Repository, ev *pro
 				},
 			},
 			Spec: sluicev1.ApprovalSpec{
-				Release:        cr.Spec.Release,
+				Release: cr.Spec.Release,
+				// The review was given on this preview: it counts for it
+				// and for the change of the tracked branch that merges the
+				// pull request with the same content, never for a later
+				// change that brings the content back.
+				ChangeRequest:  cr.Name,
 				ApprovalDigest: cr.Spec.ApprovalDigest,
 				Decision:       decision,
 				Approver:       sluicev1.Identity(rev.Reviewer),

@@ -29,14 +29,35 @@ const (
 	SourcePullRequest ApprovalSource = "pull-request"
 )
 
-// ApprovalSpec is one approver's decision on one approvalDigest. Immutable.
+// ApprovalSpec is one approver's decision on one change. Immutable.
+//
+// An approve counts only for the change it was given on (ChangeRequest), or
+// for the tracked-branch change that merged the pull request whose preview
+// it was given on (ChangeRequestSpec.MergedPullRequests), and only while
+// the approvalDigest is that change's: never for a later change that
+// happens to bring back the same content. A reject vetoes the content (the
+// release and approvalDigest) for every change that carries it, and is
+// kept as long as the content can come back. A revoke withdraws the
+// approver's earlier decisions on the content.
 // +kubebuilder:validation:XValidation:rule="self.source != 'kubernetes' || self.approver.startsWith('k8s:')",message="an Approval from source kubernetes needs a k8s: approver"
 // +kubebuilder:validation:XValidation:rule="self.source != 'pull-request' || (has(self.pullRequest) && has(self.reviewID))",message="an Approval from a pull request needs pullRequest and reviewID"
+// +kubebuilder:validation:XValidation:rule="!has(self.changeRequest) || self.changeRequest.startsWith(self.release + '-')",message="changeRequest must name a change of the Approval's release (<release>-...)"
 type ApprovalSpec struct {
 	// Release is the name of the Release in this namespace.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	Release string `json:"release"`
+
+	// ChangeRequest is the name of the change (in this namespace) the
+	// decision was given on: for a pull-request review, the preview of the
+	// reviewed commit. An approve counts for that change, or for the
+	// change of the tracked branch that merged the preview's pull request,
+	// and for no other; an approve without it counts for nothing. Admission
+	// requires it on every Approval from source kubernetes.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	ChangeRequest string `json:"changeRequest,omitempty"`
 
 	// ApprovalDigest is the digest of the change decided on.
 	ApprovalDigest Digest `json:"approvalDigest"`
@@ -73,7 +94,7 @@ type ApprovalSpec struct {
 	ReviewID int64 `json:"reviewID,omitempty"`
 }
 
-// Approval is an immutable, digest-addressed decision on a change.
+// Approval is an immutable decision on a change.
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:shortName=appr,categories=sluice
 // +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="Approval spec is immutable"
@@ -81,6 +102,7 @@ type ApprovalSpec struct {
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision`
 // +kubebuilder:printcolumn:name="Approver",type=string,JSONPath=`.spec.approver`
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.source`
+// +kubebuilder:printcolumn:name="Change",type=string,JSONPath=`.spec.changeRequest`,priority=1
 // +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.spec.approvalDigest`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Approval struct {

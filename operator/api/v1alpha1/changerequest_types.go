@@ -225,6 +225,19 @@ type ChangeRequestSpec struct {
 	// +optional
 	Pushers []Identity `json:"pushers,omitempty"`
 
+	// MergedPullRequests are the numbers of the previewed pull requests
+	// this change of the tracked branch merges: their head commits are in
+	// the history of Revision and were not in the history of the Release's
+	// applied revision (merge commits and fast-forwards; squash and rebase
+	// merges rewrite the head and are not found). An approve given on a
+	// preview of one of them counts for this change when the
+	// approvalDigest is the same; see ApprovalSpec.ChangeRequest.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Minimum=1
+	// +listType=set
+	// +optional
+	MergedPullRequests []int64 `json:"mergedPullRequests,omitempty"`
+
 	// Source is what the appliers act on: the service folder, chart, values
 	// files and Terraform stack, as the manifest at Revision said. Appliers,
 	// drift, audit and deletion read these fields (and the Release's applied

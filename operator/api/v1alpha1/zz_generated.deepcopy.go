@@ -356,6 +356,11 @@ func (in *ChangeRequestSpec) DeepCopyInto(out *ChangeRequestSpec) {
 		*out = make([]Identity, len(*in))
 		copy(*out, *in)
 	}
+	if in.MergedPullRequests != nil {
+		in, out := &in.MergedPullRequests, &out.MergedPullRequests
+		*out = make([]int64, len(*in))
+		copy(*out, *in)
+	}
 	if in.Source != nil {
 		in, out := &in.Source, &out.Source
 		*out = new(ChangeSource)

@@ -154,6 +154,7 @@ func approval(approver sluicev1.Identity, groups []string, source sluicev1.Appro
 		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("appr"), Namespace: teamNS},
 		Spec: sluicev1.ApprovalSpec{
 			Release:        "checkout-prod",
+			ChangeRequest:  "checkout-prod-0123456789",
 			ApprovalDigest: digest("change-1"),
 			Decision:       sluicev1.DecisionApprove,
 			Approver:       approver,
@@ -255,6 +256,21 @@ func TestApproval_withForgedGroupsIsDenied(t *testing.T) {
 	// Leaving out a group is a forgery too: k8s-group: rules would see less.
 	err = alice.Create(context.Background(), approval("k8s:alice", []string{"team-payments"}, sluicev1.SourceKubernetes))
 	requireDenied(t, err, "must carry your own groups")
+}
+
+// TestApproval_withoutTheChangeDecidedOnIsDenied: an approve counts only
+// for the change it was given on, so an Approval in a user's own name
+// must say which change that is.
+func TestApproval_withoutTheChangeDecidedOnIsDenied(t *testing.T) {
+	me := whoAmI(t, aliceCfg)
+	a := approval("k8s:alice", me.Groups, sluicev1.SourceKubernetes)
+	a.Spec.ChangeRequest = ""
+	requireDenied(t, alice.Create(context.Background(), a), "sluice-approvals", "must name the change decided on (spec.changeRequest)")
+
+	// A change of another release is refused by the CRD.
+	a = approval("k8s:alice", me.Groups, sluicev1.SourceKubernetes)
+	a.Spec.ChangeRequest = "cart-prod-0123456789"
+	requireDenied(t, alice.Create(context.Background(), a), "changeRequest must name a change of the Approval's release")
 }
 
 func TestApproval_fromPullRequestOnlyBySyncer(t *testing.T) {

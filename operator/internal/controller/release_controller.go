@@ -27,6 +27,7 @@ import (
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/gate"
 )
 
 // MaxHistory is the number of terminal changes kept in Release.status.history.
@@ -583,11 +584,16 @@ func (r *ReleaseReconciler) grace() time.Duration {
 	return 10 * time.Minute
 }
 
-// reconcileApprovalGC deletes the release's Approvals whose digest matches
-// none of its remaining ChangeRequests, once they are older than the grace
-// period; younger ones are looked at again when it ends. The cache may not
-// have seen a ChangeRequest created a moment ago, so the orphans are
-// confirmed against the API server before anything is deleted.
+// reconcileApprovalGC deletes the release's Approvals that no change
+// needs any more: those on an approvalDigest that none of its remaining
+// ChangeRequests carries (collectable), once they are older than the grace
+// period; younger ones are looked at again when it ends. A standing reject
+// (the newest decision of its approver on the content) is never collected:
+// the content it vetoes can come back with any push, after its change was
+// pruned or the release was removed and added again, and the veto must
+// still hold then. The cache may not have seen a ChangeRequest created a
+// moment ago, so the orphans are confirmed against the API server before
+// anything is deleted.
 func (r *ReleaseReconciler) reconcileApprovalGC(ctx context.Context, s *releaseScope) (ctrl.Result, error) {
 	var list sluicev1.ApprovalList
 	if err := r.Client.List(ctx, &list, client.InNamespace(s.rel.Namespace), client.MatchingFields{IndexRelease: s.rel.Name}); err != nil {
@@ -600,11 +606,7 @@ func (r *ReleaseReconciler) reconcileApprovalGC(ctx context.Context, s *releaseS
 	var result ctrl.Result
 	var orphans []*sluicev1.Approval
 	now := r.now()
-	for i := range list.Items {
-		a := &list.Items[i]
-		if digests[a.Spec.ApprovalDigest] || !a.DeletionTimestamp.IsZero() {
-			continue
-		}
+	for _, a := range collectable(list.Items, digests) {
 		if age := now.Sub(a.CreationTimestamp.Time); age < r.grace() {
 			if wait := r.grace() - age + time.Second; result.RequeueAfter == 0 || wait < result.RequeueAfter {
 				result.RequeueAfter = wait
@@ -636,6 +638,45 @@ func (r *ReleaseReconciler) reconcileApprovalGC(ctx context.Context, s *releaseS
 		}
 	}
 	return result, nil
+}
+
+// collectable returns the Approvals on a digest that no change in live
+// carries, except each approver's standing reject (their newest decision on
+// that digest, when it is a reject), oldest first. Deleting them in this
+// order never changes what stands: an approver's newest decision goes
+// last, so a pass that stops half-way cannot leave an older reject
+// standing in place of a newer revoke.
+func collectable(approvals []sluicev1.Approval, live map[sluicev1.Digest]bool) []*sluicev1.Approval {
+	type key struct {
+		digest   sluicev1.Digest
+		approver sluicev1.Identity
+	}
+	newest := map[key]*sluicev1.Approval{}
+	var out []*sluicev1.Approval
+	for i := range approvals {
+		a := &approvals[i]
+		if live[a.Spec.ApprovalDigest] || !a.DeletionTimestamp.IsZero() {
+			continue
+		}
+		out = append(out, a)
+		k := key{a.Spec.ApprovalDigest, a.Spec.Approver.Canonical()}
+		if n, ok := newest[k]; !ok || gate.Newer(a, n) {
+			newest[k] = a
+		}
+	}
+	out = slices.DeleteFunc(out, func(a *sluicev1.Approval) bool {
+		return a.Spec.Decision == sluicev1.DecisionReject && newest[key{a.Spec.ApprovalDigest, a.Spec.Approver.Canonical()}] == a
+	})
+	slices.SortStableFunc(out, func(x, y *sluicev1.Approval) int {
+		switch {
+		case x == y:
+			return 0
+		case gate.Newer(y, x):
+			return -1
+		}
+		return 1
+	})
+	return out
 }
 
 // liveDigests reads the approval digests of the release's ChangeRequests

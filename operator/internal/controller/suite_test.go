@@ -342,6 +342,7 @@ func (f *fixture) decide(cr *sluicev1.ChangeRequest, approver string, d sluicev1
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "appr-", Namespace: f.ns},
 		Spec: sluicev1.ApprovalSpec{
 			Release:        cr.Spec.Release,
+			ChangeRequest:  cr.Name,
 			ApprovalDigest: cr.Spec.ApprovalDigest,
 			Decision:       d,
 			Approver:       sluicev1.Identity(approver),

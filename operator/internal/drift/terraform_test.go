@@ -126,7 +126,7 @@ func newTFFixture(t *testing.T) *tfFixture {
 	}))
 	require.NoError(t, c.Create(ctx, &sluicev1.Approval{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: cr.Name + "-", Namespace: ctl},
-		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
+		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ChangeRequest: cr.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
 			Approver: "k8s:alice", Source: sluicev1.SourceKubernetes},
 	}))
 	fetcher, err := artifact.NewFetcher(server.BaseURL())

@@ -20,6 +20,12 @@ const (
 	IgnoredOtherRelease IgnoreReason = "OtherRelease"
 	// IgnoredSuperseded: the same approver decided again later.
 	IgnoredSuperseded IgnoreReason = "Superseded"
+	// IgnoredOtherChange: an approve given on another change with the same
+	// content (or on no named change). An approve counts only for the
+	// change it was given on, or for the merge of the pull request whose
+	// preview it was given on (see GivenOn): content that comes back later
+	// is a new change to approve.
+	IgnoredOtherChange IgnoreReason = "OtherChange"
 	// IgnoredAuthor: the approver is an author and the rule excludes authors.
 	IgnoredAuthor IgnoreReason = "Author"
 	// IgnoredNotAllowed: the approver is not in the rule's approver lists.
@@ -106,10 +112,11 @@ func (d Decision) Phase() sluicev1.ChangeRequestPhase {
 	return sluicev1.PhaseAwaitingApproval
 }
 
-// newer reports whether Approval a was made after b: by creation time, then
-// by resourceVersion when both are numbers (etcd revisions grow), then by
-// name so the order is total.
-func newer(a, b *sluicev1.Approval) bool {
+// Newer reports whether Approval a was made after b: by creation time,
+// then by resourceVersion when both are numbers (etcd revisions grow), then
+// by name so the order is total. For one approver and one content the
+// newest decision stands (Standing).
+func Newer(a, b *sluicev1.Approval) bool {
 	ta, tb := a.CreationTimestamp.Time, b.CreationTimestamp.Time
 	if !ta.Equal(tb) {
 		return ta.After(tb)
@@ -122,11 +129,64 @@ func newer(a, b *sluicev1.Approval) bool {
 	return a.Name > b.Name
 }
 
-// Standing returns, for each approver, the newest of the Approvals that
-// bind to the change (same namespace, release and approvalDigest); the
-// others come back as ignored (other digest, other release, superseded).
+// GivenOn reports whether an Approval was given on the change cr: it names
+// cr, or cr is a change of the tracked branch that merged a pull request
+// (spec.mergedPullRequests) and the Approval names a preview of that pull
+// request for cr's release (a review, or an approve of the preview with
+// kubectl sluice). Release and digest are checked by Standing; together
+// they bind an approve to the transition it was given for, never to a
+// later change that brings the same content back.
+func GivenOn(a *sluicev1.Approval, cr *sluicev1.ChangeRequest) bool {
+	name := a.Spec.ChangeRequest
+	switch {
+	case name == "":
+		return false
+	case name == cr.Name:
+		return true
+	case cr.Spec.PullRequest != nil:
+		// A preview counts only what was given on itself.
+		return false
+	}
+	for _, n := range cr.Spec.MergedPullRequests {
+		if a.Spec.PullRequest != 0 && a.Spec.PullRequest != n {
+			continue
+		}
+		if isPreviewName(name, cr.Spec.Release, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// isPreviewName reports whether name is the name of a preview of pull
+// request n for release ("<release>-pr<n>-<10 hex>", see
+// sluicev1.PreviewChangeRequestName); branch changes ("<release>-<hex>")
+// and deletions ("<release>-del-<hex>") never match.
+func isPreviewName(name, release string, n int64) bool {
+	head, ok := strings.CutPrefix(name, release+"-pr"+strconv.FormatInt(n, 10)+"-")
+	if !ok || len(head) != 10 {
+		return false
+	}
+	for _, c := range head {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Standing returns, for each approver, the Approval that stands for the
+// change among those on its content (same namespace, release and
+// approvalDigest); the others come back as ignored (other digest, other
+// release, superseded). The newest decision of an approver on the content
+// stands, with one refinement: when it is an approve and the approver
+// approved this very change (GivenOn) with no reject or revoke since, that
+// approve stands instead, so approving another change with the same
+// content does not take back an approve of this one. A standing approve
+// given on another change does not count (IgnoredOtherChange in
+// EvaluateFor); a standing reject vetoes every change with the content.
 func Standing(cr *sluicev1.ChangeRequest, approvals []sluicev1.Approval) (map[sluicev1.Identity]*sluicev1.Approval, []Ignored) {
-	standing := map[sluicev1.Identity]*sluicev1.Approval{}
+	byApprover := map[sluicev1.Identity][]*sluicev1.Approval{}
 	var ignored []Ignored
 	for i := range approvals {
 		a := &approvals[i]
@@ -140,17 +200,36 @@ func Standing(cr *sluicev1.ChangeRequest, approvals []sluicev1.Approval) (map[sl
 		}
 		// Provider logins are case-insensitive: GitHub's Alice is alice.
 		key := a.Spec.Approver.Canonical()
-		prev, ok := standing[key]
-		if !ok {
-			standing[key] = a
-			continue
+		byApprover[key] = append(byApprover[key], a)
+	}
+	standing := make(map[sluicev1.Identity]*sluicev1.Approval, len(byApprover))
+	for key, decisions := range byApprover {
+		// Newest first.
+		slices.SortFunc(decisions, func(x, y *sluicev1.Approval) int {
+			switch {
+			case x == y:
+				return 0
+			case Newer(x, y):
+				return -1
+			}
+			return 1
+		})
+		pick := decisions[0]
+		for _, a := range decisions {
+			if a.Spec.Decision != sluicev1.DecisionApprove {
+				break
+			}
+			if GivenOn(a, cr) {
+				pick = a
+				break
+			}
 		}
-		older := a
-		if newer(a, prev) {
-			standing[key] = a
-			older = prev
+		standing[key] = pick
+		for _, a := range decisions {
+			if a != pick {
+				ignored = append(ignored, Ignored{Approval: a.Name, Approver: a.Spec.Approver, Decision: a.Spec.Decision, Why: IgnoredSuperseded})
+			}
 		}
-		ignored = append(ignored, Ignored{Approval: older.Name, Approver: older.Spec.Approver, Decision: older.Spec.Decision, Why: IgnoredSuperseded})
 	}
 	return standing, ignored
 }
@@ -219,6 +298,8 @@ func EvaluateFor(cr *sluicev1.ChangeRequest, rule Rule, approvals []sluicev1.App
 			ign.Why = IgnoredNotAllowed
 		case sluicev1.DecisionApprove:
 			switch {
+			case !GivenOn(a, cr):
+				ign.Why = IgnoredOtherChange
 			case author && !rule.AllowAuthor:
 				ign.Why = IgnoredAuthor
 			case !allowed:
@@ -300,7 +381,21 @@ func awaitingMessage(d Decision, risk sluicev1.Risk) string {
 	if autoRank(d.Rule.AutoApproveRisk) > 0 && riskRank(risk) <= autoRank(d.Rule.AutoApproveRisk) && d.UnverifiableFindings > 0 {
 		fmt.Fprintf(&b, " (not auto-approved: %d unverifiable finding(s))", d.UnverifiableFindings)
 	}
+	if n := ignoredFor(d.Ignored, IgnoredOtherChange); n > 0 {
+		fmt.Fprintf(&b, "; %d approval(s) given on another change with the same content do not count: an approval counts only for the change it was given on", n)
+	}
 	return b.String()
+}
+
+// ignoredFor counts the ignored Approvals with reason why.
+func ignoredFor(ignored []Ignored, why IgnoreReason) int {
+	n := 0
+	for _, ig := range ignored {
+		if ig.Why == why {
+			n++
+		}
+	}
+	return n
 }
 
 func joinIDs(ids []sluicev1.Identity) string {

@@ -60,6 +60,7 @@ func approval(name, approver string, d sluicev1.Decision, sec int, mod ...func(*
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(sec) * time.Second))},
 		Spec: sluicev1.ApprovalSpec{
 			Release:        "checkout-prod",
+			ChangeRequest:  change().Name,
 			ApprovalDigest: change().Spec.ApprovalDigest,
 			Decision:       d,
 			Approver:       sluicev1.Identity(approver),

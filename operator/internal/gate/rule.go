@@ -8,9 +8,13 @@
 //	no deny finding
 //	∧ no standing reject for its approvalDigest
 //	∧ ( risk ≤ rule.autoApproveRisk ∧ no "unverifiable" finding
-//	  ∨ distinct allowed non-author approvers with a standing approve ≥ rule.required )
+//	  ∨ distinct allowed non-author approvers with a standing approve
+//	    given on this change ≥ rule.required )
 //
-// where rule is the strictest of the matching ApprovalPolicies, the
+// An approve counts only for the change it was given on, or for the merge
+// of the pull request whose preview it was given on (GivenOn): content
+// that comes back in a later change needs a new approval. A reject vetoes
+// the content in every change that carries it. Where rule is the strictest of the matching ApprovalPolicies, the
 // Release's applied rule and the change's own rule (see Strictest).
 package gate
 

@@ -43,6 +43,20 @@ var decideHelp = map[sluicev1.Decision]struct{ short, long string }{
 	},
 }
 
+// decideScope says which changes a decision applies to (docs/design.md
+// §4 "Approvals").
+var decideScope = map[sluicev1.Decision]string{
+	sluicev1.DecisionApprove: `It counts for this change only (for a pull request's preview, also for
+the change of the tracked branch that merges the pull request with
+identical content), never for a later change that brings the same
+content back: that is a new change to approve.`,
+	sluicev1.DecisionReject: `It vetoes the content (the release and approvalDigest): every change
+of the release with identical content, now or pushed again later, until
+you revoke it. Vetoes are kept as long as the content can come back.`,
+	sluicev1.DecisionRevoke: `It withdraws your decisions on the change's content (the release and
+approvalDigest): your approve of this change and your veto of the content.`,
+}
+
 func newDecideCommand(a *app, decision sluicev1.Decision) *cobra.Command {
 	o := &decideOptions{}
 	help := decideHelp[decision]
@@ -57,8 +71,7 @@ your groups, both as the API server reports them (a SelfSubjectReview).
 
 The decision %s.
 
-It binds to the digest: it also counts for another change of the same
-release with identical content, and never for a change with other content.`, help.short, decision, help.long),
+%s`, help.short, decision, help.long, decideScope[decision]),
 		Example: fmt.Sprintf(`  kubectl sluice %[1]s checkout-prod-1a2b3c4d5e --comment "looks right"
   kubectl sluice %[1]s checkout-prod-1a2b3c4d5e --dry-run -o yaml`, decision),
 		Args: exactlyOneChange,
@@ -95,8 +108,9 @@ func (a *app) decide(cmd *cobra.Command, decision sluicev1.Decision, name string
 		return err
 	}
 	phase := sluicev1.ChangeRequestPhase(phaseOf(cr))
-	// A preview's approvals carry over to the merge commit with identical
-	// content, so deciding on a preview is meaningful.
+	// A preview's approvals carry over to the change of the tracked branch
+	// that merges its pull request with identical content, so deciding on
+	// a preview is meaningful.
 	if phase.IsTerminal() && phase != sluicev1.PhasePreview {
 		return fmt.Errorf("change %s is %s: a decision can no longer change it", name, phase)
 	}
@@ -120,7 +134,10 @@ func (a *app) decide(cmd *cobra.Command, decision sluicev1.Decision, name string
 			Labels:       map[string]string{sluicev1.LabelRelease: cr.Spec.Release},
 		},
 		Spec: sluicev1.ApprovalSpec{
-			Release:        cr.Spec.Release,
+			Release: cr.Spec.Release,
+			// The decision is on this change: an approve counts for it (or
+			// for the merge of this preview's pull request) and no other.
+			ChangeRequest:  cr.Name,
 			ApprovalDigest: cr.Spec.ApprovalDigest,
 			Decision:       decision,
 			Approver:       sluicev1.Identity("k8s:" + user.Username),

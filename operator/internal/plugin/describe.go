@@ -68,7 +68,8 @@ type ApprovalSummary struct {
 	Decision sluicev1.Decision       `json:"decision"`
 	Source   sluicev1.ApprovalSource `json:"source"`
 	Comment  string                  `json:"comment,omitempty"`
-	// Effect is counts, vetoes, superseded, author, not-allowed, revoked
+	// Effect is counts, vetoes, superseded, author, not-allowed, revoked,
+	// other-change (an approve given on another change with this content)
 	// or same-person (another identity of the approver already counts).
 	Effect  string      `json:"effect"`
 	Created metav1.Time `json:"created"`
@@ -192,6 +193,8 @@ func approvalSummaries(cr *sluicev1.ChangeRequest, dec gate.Decision, all []slui
 			s.Effect = "revoked"
 		case ignored && w == gate.IgnoredSamePerson:
 			s.Effect = "same-person"
+		case ignored && w == gate.IgnoredOtherChange:
+			s.Effect = "other-change"
 		case ignored:
 			s.Effect = strings.ToLower(string(w))
 		case slices.Contains(dec.RejectedBy, ap.Spec.Approver):

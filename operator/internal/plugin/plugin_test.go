@@ -234,6 +234,7 @@ func TestApprove_createsApprovalInTheUsersName(t *testing.T) {
 	require.Equal(t, sluicev1.SourceKubernetes, a.Spec.Source)
 	require.Equal(t, cr.Spec.ApprovalDigest, a.Spec.ApprovalDigest)
 	require.Equal(t, cr.Spec.Release, a.Spec.Release)
+	require.Equal(t, cr.Name, a.Spec.ChangeRequest, "the approve is bound to the change it was given on")
 	require.Equal(t, "looks right", a.Spec.Comment)
 	require.True(t, strings.HasPrefix(a.Name, cr.Name+"-approve-"), a.Name)
 

@@ -225,7 +225,7 @@ func (f *deleteFixture) approve(cr *sluicev1.ChangeRequest) {
 	f.t.Helper()
 	require.NoError(f.t, env.Client.Create(context.Background(), &sluicev1.Approval{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "alice-", Namespace: f.ctl},
-		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
+		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ChangeRequest: cr.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
 			Approver: "k8s:alice", Source: sluicev1.SourceKubernetes},
 	}))
 }

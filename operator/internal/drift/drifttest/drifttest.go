@@ -210,7 +210,7 @@ func (f *Fixture) Change(commit string, attempt int32, stagingValues string) *sl
 func (f *Fixture) Approve(cr *sluicev1.ChangeRequest) *sluicev1.Approval {
 	a := &sluicev1.Approval{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: cr.Name + "-", Namespace: f.Ctl},
-		Spec: sluicev1.ApprovalSpec{Release: f.Release.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
+		Spec: sluicev1.ApprovalSpec{Release: f.Release.Name, ChangeRequest: cr.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
 			Approver: "k8s:alice", Source: sluicev1.SourceKubernetes},
 	}
 	require.NoError(f.T, f.Env.Client.Create(context.Background(), a))
