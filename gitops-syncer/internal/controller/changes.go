@@ -516,9 +516,10 @@ func (run *planRun) newChangeRequest(ctx context.Context, attempt int32) (*sluic
 	}
 	authors := changespec.EmailIdentities(emails)
 	var prAuthor sluicev1.Identity
-	// Whoever pushed the commits since the applied revision, as the
-	// provider authenticated them: they are authors for the gate.
-	pushers := pushersBetween(plan.pushes, cache, plan.revision, base)
+	// Whoever pushed the commits since the applied revision (all recorded
+	// pushes when nothing was applied), as the provider authenticated
+	// them: they are authors for the gate.
+	pushers := pushersBetween(plan.pushes, cache, plan.revision, rel.Status.AppliedRevision)
 	if prs := plan.pullRequests; len(prs) > 0 {
 		for _, pr := range prs {
 			if pr.author != "" && !slices.Contains(authors, pr.author) {
