@@ -26,6 +26,13 @@ type Change struct {
 	Environment string
 	// ServiceDir is the service folder, for locating manifest findings.
 	ServiceDir string
+	// Source is what the change acts on (SourceOf); nil only for a change
+	// whose manifest does not parse, which is rejected anyway.
+	Source *sluicev1.ChangeSource
+	// Operation is Apply ("") or Delete; a Delete records Deletion, is
+	// never less than high risk and has its own approval digest.
+	Operation sluicev1.Operation
+	Deletion  *sluicev1.DeletionSpec
 	// Name is the ChangeRequest's name.
 	Name     string
 	Revision string
@@ -74,6 +81,9 @@ func Build(c Change) *sluicev1.ChangeRequest {
 	delivery := c.Delivery.OrDefault()
 	spec := sluicev1.ChangeRequestSpec{
 		Release:           c.Release,
+		Operation:         c.Operation,
+		Deletion:          c.Deletion,
+		Source:            c.Source,
 		Revision:          c.Revision,
 		Attempt:           c.Attempt,
 		PreviousRevision:  c.PreviousRevision,
@@ -112,10 +122,11 @@ func Build(c Change) *sluicev1.ChangeRequest {
 	}
 	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = CleanFindings(findings, spec.Verdict.FindingsTruncated)
 	spec.Verdict.Result = VerdictResult(spec.Verdict.Result, spec.Verdict.Findings)
-	if spec.Verdict.Risk == "" {
+	if spec.Verdict.Risk == "" || c.Operation == sluicev1.OperationDelete {
+		// A removal is never less than high risk.
 		spec.Verdict.Risk = sluicev1.RiskHigh
 	}
-	spec.ApprovalDigest = sluicev1.ComputeApprovalDigest(repo.Namespace, c.Release, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest)
+	spec.ApprovalDigest = sluicev1.ComputeOperationApprovalDigest(repo.Namespace, c.Release, c.Operation, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest)
 	cr := &sluicev1.ChangeRequest{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      c.Name,

@@ -23,7 +23,6 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -49,6 +48,15 @@ type changePlan struct {
 	// pullRequests are the merged pull requests whose heads the revision
 	// brings in (mergedPullRequests).
 	pullRequests []mergedPR
+	// spec is what the manifest at the revision asks of the Release
+	// (desiredRelease); for an invalid manifest, the Release's spec. It is
+	// written to the Release only once a ChangeRequest records it.
+	spec *sluicev1.ReleaseSpec
+	// source is the change's source (changespec.SourceOf); nil for an
+	// invalid manifest.
+	source *sluicev1.ChangeSource
+	// pushes are the Repository's recorded pushes (freshPushes).
+	pushes []sluicev1.PushRecord
 }
 
 // mergedPR is a previewed pull request whose head is in the history of a
@@ -147,143 +155,197 @@ func (r *RepositoryReconciler) deleteMergedPreviews(ctx context.Context, repo *s
 func asManifestError(err error, target **manifest.Error) bool { return errors.As(err, target) }
 
 // planChange builds the artifact, validates it and records the
-// ChangeRequest, its plan Secrets and then the Release status. Names are
-// deterministic, so a pass interrupted anywhere resumes without creating
-// anything twice. It returns the name of a newly created ChangeRequest.
+// ChangeRequest, its plan Secrets, the Release's spec (from the change)
+// and then the Release status. Names are deterministic, so a pass
+// interrupted anywhere resumes without creating anything twice. It returns
+// the name of a newly created ChangeRequest.
 func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, plan *changePlan) (string, error) {
-	logger := log.FromContext(ctx).WithValues("release", plan.release.Name, "revision", sluicev1.ShortSHA(plan.revision))
-	fsys, err := cache.FS(plan.revision)
-	if err != nil {
+	run := &planRun{r: r, repo: repo, cache: cache, plan: plan}
+	if err := run.storeArtifact(); err != nil {
 		return "", err
 	}
-	art, err := artifact.Build(fsys, plan.inputs)
-	if err != nil {
-		// A symlink leaving the repository and the like: reject the change.
-		plan.invalid = append(plan.invalid, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "artifact", Message: git.Redact(err.Error())})
-		art, err = artifact.Build(fsys, []string{string(plan.release.Spec.SourcePath) + "/" + manifest.FileName})
-		if err != nil {
-			return "", fmt.Errorf("build artifact: %w", err)
-		}
-	}
-	key := artifact.Key{Namespace: repo.Namespace, Repository: repo.Name, Revision: plan.revision, Release: plan.release.Name}
-	if err := r.Store.Put(key, art.TarGz); err != nil {
-		return "", err
-	}
-
 	existing, attempt, err := r.resumePoint(ctx, plan)
 	if err != nil {
 		return "", err
 	}
-	var result *validation.Result
 	for ; attempt <= maxAttempts; attempt++ {
 		name := sluicev1.ChangeRequestName(plan.release.Name, plan.revision, int32(attempt))
 		if existing != nil && existing.Name == name {
-			if existing.Spec.ContentDigest != sluicev1.Digest(art.ContentDigest) {
-				existing = nil
-				continue
-			}
-			if h := r.Hooks.AfterChangeRequestCreated; h != nil {
-				if err := h(existing); err != nil {
-					return "", err
-				}
-			}
-			ok, err := r.planSecretsComplete(ctx, existing)
-			if err != nil {
+			done, err := run.resume(ctx, existing)
+			if err != nil || done {
 				return "", err
 			}
-			if !ok {
-				if result == nil && plan.invalid == nil {
-					if result, err = r.validate(ctx, repo, cache, plan, art); err != nil {
-						return "", err
-					}
-				}
-				if result == nil || result.PlanFileSHA256 != existing.Spec.PlanFileSHA256 {
-					// The plan recorded in the ChangeRequest is lost and a new
-					// plan differs: only a new attempt can carry it.
-					logger.Info("Plan of an existing ChangeRequest is lost; planning a new attempt", "changeRequest", existing.Name)
-					existing = nil
-					continue
-				}
-				if err := r.writePlanSecrets(ctx, existing, result.PlanFile); err != nil {
-					return "", err
-				}
-			}
-			return "", r.recordSynced(ctx, plan, existing)
+			existing = nil // its content or plan differs: the next attempt
+			continue
 		}
-		if result == nil && plan.invalid == nil {
-			if result, err = r.validate(ctx, repo, cache, plan, art); err != nil {
-				return "", err
-			}
-		}
-		if existing == nil && plan.replan == "" {
-			applied, err := r.unchangedFromApplied(ctx, plan, result)
-			if err != nil {
-				return "", err
-			}
-			if applied != nil {
-				return "", r.recordUnchanged(ctx, plan, applied)
-			}
-		}
-		commit, err := cache.Commit(plan.revision)
+		cr, found, err := run.create(ctx, int32(attempt))
 		if err != nil {
 			return "", err
 		}
-		if plan.pullRequests == nil {
-			if plan.pullRequests, err = r.mergedPullRequests(ctx, repo, cache, plan.revision, authorsBase(plan.release, cache)); err != nil {
-				return "", err
-			}
-		}
-		cr := r.newChangeRequest(repo, cache, plan, art, key, result, commit, int32(attempt))
-		if tp := tracing.Inject(ctx); tp != "" {
-			// The operator continues this sync's trace for the gate and
-			// the apply.
-			if cr.Annotations == nil {
-				cr.Annotations = map[string]string{}
-			}
-			cr.Annotations[tracing.Annotation] = tp
-		}
-		if err := controllerutil.SetControllerReference(plan.release, cr, r.Scheme()); err != nil {
-			return "", fmt.Errorf("own change request: %w", err)
-		}
-		if err := r.Create(ctx, cr, client.FieldOwner(ControllerName)); err != nil {
-			if !apierrors.IsAlreadyExists(err) {
-				return "", fmt.Errorf("create change request %s: %w", name, err)
-			}
-			found := &sluicev1.ChangeRequest{}
-			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cr), found); err != nil {
-				return "", fmt.Errorf("read change request %s: %w", name, err)
-			}
+		if found != nil {
 			existing = found
 			attempt-- // look at the same name again, as an existing one
 			continue
 		}
-		if r.Metrics != nil {
-			r.Metrics.ChangeRequestsCreated.WithLabelValues(string(cr.Spec.Verdict.Result)).Inc()
+		if cr == nil {
+			return "", nil // unchanged from what is applied
 		}
-		r.event(plan.release, corev1.EventTypeNormal, eventChangeRequestCreated,
-			fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, sluicev1.ShortSHA(plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
-		logger.Info("Created ChangeRequest", "changeRequest", cr.Name, "verdict", cr.Spec.Verdict.Result)
-		if h := r.Hooks.AfterChangeRequestCreated; h != nil {
-			if err := h(cr); err != nil {
-				return "", err
-			}
-		}
-		if result != nil && len(result.PlanFile) > 0 {
-			if err := r.writePlanSecrets(ctx, cr, result.PlanFile); err != nil {
-				return "", err
-			}
-		}
-		if result != nil {
-			// What `kubectl sluice diff` shows before an approve: the plan
-			// and the manifest diff against the last applied revision.
-			if err := changespec.StoreReview(ctx, r.Client, ControllerName, cr, changespec.ReviewInput(result, previousRevision(plan.release))); err != nil {
-				// diff then shows less; the change stands.
-				logger.Error(err, "Storing the review of a ChangeRequest failed", "changeRequest", cr.Name)
-			}
-		}
-		return cr.Name, r.recordSynced(ctx, plan, cr)
+		return cr.Name, nil
 	}
 	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, sluicev1.ShortSHA(plan.revision))
+}
+
+// planRun is one planChange: the artifact it built and the validation it
+// ran (once, on first need).
+type planRun struct {
+	r     *RepositoryReconciler
+	repo  *sluicev1.Repository
+	cache *git.Repo
+	plan  *changePlan
+	art   *artifact.Artifact
+	key   artifact.Key
+	// result is the validation, once run; nil for an invalid change.
+	result    *validation.Result
+	validated bool
+}
+
+// storeArtifact builds the release's artifact at the revision and stores
+// it. An artifact that cannot be built (a symlink leaving the repository)
+// becomes a deny finding and an artifact of the manifest alone.
+func (run *planRun) storeArtifact() error {
+	plan := run.plan
+	fsys, err := run.cache.FS(plan.revision)
+	if err != nil {
+		return err
+	}
+	art, err := artifact.Build(fsys, plan.inputs)
+	if err != nil {
+		plan.invalid = append(plan.invalid, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "artifact", Message: git.Redact(err.Error())})
+		art, err = artifact.Build(fsys, []string{string(plan.spec.SourcePath) + "/" + manifest.FileName})
+		if err != nil {
+			return fmt.Errorf("build artifact: %w", err)
+		}
+	}
+	run.art = art
+	run.key = artifact.Key{Namespace: run.repo.Namespace, Repository: run.repo.Name, Revision: plan.revision, Release: plan.release.Name}
+	return run.r.Store.Put(run.key, art.TarGz)
+}
+
+// validation runs the validator once (never for an invalid change) and
+// returns its result.
+func (run *planRun) validation(ctx context.Context) (*validation.Result, error) {
+	if run.validated || run.plan.invalid != nil {
+		return run.result, nil
+	}
+	res, err := run.r.validate(ctx, run.repo, run.cache, run.plan, run.art)
+	if err != nil {
+		return nil, err
+	}
+	run.result, run.validated = res, true
+	return res, nil
+}
+
+// resume finishes a ChangeRequest made for this revision before (a pass
+// interrupted after its create): its plan Secrets, the Release's spec and
+// status. It reports false when that change cannot be finished (its
+// content differs, or its plan is lost and a new plan differs): only a new
+// attempt can then carry the change.
+func (run *planRun) resume(ctx context.Context, existing *sluicev1.ChangeRequest) (bool, error) {
+	r, plan := run.r, run.plan
+	if existing.Spec.ContentDigest != sluicev1.Digest(run.art.ContentDigest) {
+		return false, nil
+	}
+	if h := r.Hooks.AfterChangeRequestCreated; h != nil {
+		if err := h(existing); err != nil {
+			return false, err
+		}
+	}
+	ok, err := r.planSecretsComplete(ctx, existing)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		res, err := run.validation(ctx)
+		if err != nil {
+			return false, err
+		}
+		if res == nil || res.PlanFileSHA256 != existing.Spec.PlanFileSHA256 {
+			log.FromContext(ctx).Info("Plan of an existing ChangeRequest is lost; planning a new attempt", "release", plan.release.Name, "changeRequest", existing.Name)
+			return false, nil
+		}
+		if err := r.writePlanSecrets(ctx, existing, res.PlanFile); err != nil {
+			return false, err
+		}
+	}
+	return true, r.recordChange(ctx, plan, existing)
+}
+
+// create validates the change and records it as attempt: nothing (nil,
+// nil) when it renders what is applied, the ChangeRequest of that name
+// when one exists already (found), or the new ChangeRequest with its plan
+// Secrets, review and the Release's spec and status.
+func (run *planRun) create(ctx context.Context, attempt int32) (cr, found *sluicev1.ChangeRequest, err error) {
+	r, plan := run.r, run.plan
+	res, err := run.validation(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if plan.replan == "" {
+		applied, err := r.unchangedFromApplied(ctx, plan, res)
+		if err != nil {
+			return nil, nil, err
+		}
+		if applied != nil {
+			return nil, nil, r.recordUnchanged(ctx, plan, applied)
+		}
+	}
+	if cr, err = run.newChangeRequest(ctx, attempt); err != nil {
+		return nil, nil, err
+	}
+	stored, created, err := r.creator().Create(ctx, plan.release, cr)
+	if err != nil || !created {
+		return nil, stored, err
+	}
+	r.event(plan.release, corev1.EventTypeNormal, eventChangeRequestCreated,
+		fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, sluicev1.ShortSHA(plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
+	log.FromContext(ctx).Info("Created ChangeRequest", "release", plan.release.Name, "changeRequest", cr.Name, "verdict", cr.Spec.Verdict.Result)
+	if h := r.Hooks.AfterChangeRequestCreated; h != nil {
+		if err := h(cr); err != nil {
+			return nil, nil, err
+		}
+	}
+	if res != nil && len(res.PlanFile) > 0 {
+		if err := r.writePlanSecrets(ctx, cr, res.PlanFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	if res != nil {
+		// What `kubectl sluice diff` shows before an approve: the plan
+		// and the manifest diff against the last applied revision.
+		if err := changespec.StoreReview(ctx, r.Client, ControllerName, cr, changespec.ReviewInput(res, previousRevision(plan.release))); err != nil {
+			// diff then shows less; the change stands.
+			log.FromContext(ctx).Error(err, "Storing the review of a ChangeRequest failed", "changeRequest", cr.Name)
+		}
+	}
+	return cr, nil, r.recordChange(ctx, plan, cr)
+}
+
+// creator is the syncer's one path for storing a ChangeRequest.
+func (r *RepositoryReconciler) creator() changespec.Creator {
+	c := changespec.Creator{Client: r.Client, Reader: r.APIReader, FieldOwner: ControllerName}
+	if r.Metrics != nil {
+		c.Created = r.Metrics.ChangeRequestsCreated
+	}
+	return c
+}
+
+// recordChange records a ChangeRequest on its Release: the spec from the
+// change (adoptSpec), then the syncer's status.
+func (r *RepositoryReconciler) recordChange(ctx context.Context, plan *changePlan, cr *sluicev1.ChangeRequest) error {
+	if err := r.adoptSpec(ctx, plan, cr); err != nil {
+		return err
+	}
+	return r.recordSynced(ctx, plan, cr)
 }
 
 // unchangedFromApplied returns the applied ChangeRequest of the release
@@ -315,7 +377,7 @@ func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *c
 	}
 	a := applied.Spec
 	if applied.Status.Phase != sluicev1.PhaseApplied || a.Release != rel.Name || a.ManifestDigest != res.ManifestDigest ||
-		a.TargetNamespace != rel.Spec.TargetNamespace || a.Delivery != rel.Delivery() {
+		a.TargetNamespace != plan.spec.TargetNamespace || a.Delivery != plan.spec.Delivery.OrDefault() || !sameSource(a.Source, plan.source) {
 		return nil, nil
 	}
 	return applied, nil
@@ -427,11 +489,24 @@ func authorsBase(rel *sluicev1.Release, cache *git.Repo) string {
 	return rel.Status.LastSyncedCommit
 }
 
-// newChangeRequest assembles the immutable record of the change.
-func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache *git.Repo, plan *changePlan, art *artifact.Artifact, key artifact.Key,
-	res *validation.Result, commit git.CommitInfo, attempt int32) *sluicev1.ChangeRequest {
+// newChangeRequest assembles the immutable record of the change: its
+// people (commit e-mails since the applied revision, the merged pull
+// requests' author and pushers, the provider identities that pushed) and
+// what the manifest at the revision says (plan.spec, plan.source).
+func (run *planRun) newChangeRequest(ctx context.Context, attempt int32) (*sluicev1.ChangeRequest, error) {
+	r, plan, cache := run.r, run.plan, run.cache
 	rel := plan.release
-	emails, err := cache.Authors(plan.revision, authorsBase(rel, cache), 1000)
+	commit, err := cache.Commit(plan.revision)
+	if err != nil {
+		return nil, err
+	}
+	base := authorsBase(rel, cache)
+	if plan.pullRequests == nil {
+		if plan.pullRequests, err = r.mergedPullRequests(ctx, run.repo, cache, plan.revision, base); err != nil {
+			return nil, err
+		}
+	}
+	emails, err := cache.Authors(plan.revision, base, 1000)
 	if err != nil {
 		emails = []string{commit.AuthorEmail, commit.CommitterEmail}
 	}
@@ -441,7 +516,10 @@ func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache
 	}
 	authors := changespec.EmailIdentities(emails)
 	var prAuthor sluicev1.Identity
-	var pushers []sluicev1.Identity
+	// Whoever pushed the commits since the applied revision (all recorded
+	// pushes when nothing was applied), as the provider authenticated
+	// them: they are authors for the gate.
+	pushers := pushersBetween(plan.pushes, cache, plan.revision, rel.Status.AppliedRevision)
 	var merged []int64
 	if prs := plan.pullRequests; len(prs) > 0 {
 		for _, pr := range prs {
@@ -457,32 +535,34 @@ func (r *RepositoryReconciler) newChangeRequest(repo *sluicev1.Repository, cache
 			prAuthor = prs[0].author
 		}
 	}
+	spec := plan.spec
 	return changespec.Build(changespec.Change{
 		PullRequestAuthor: prAuthor,
 		Pushers:           pushers,
-		Repository:        repo,
+		Repository:        run.repo,
 		Release:           rel.Name,
-		Service:           rel.Spec.Service,
-		Environment:       string(rel.Spec.Environment),
-		ServiceDir:        string(rel.Spec.SourcePath),
+		Service:           spec.Service,
+		Environment:       string(spec.Environment),
+		ServiceDir:        string(spec.SourcePath),
+		Source:            plan.source,
 		Name:              sluicev1.ChangeRequestName(rel.Name, plan.revision, attempt),
 		Revision:          plan.revision,
 		Attempt:           attempt,
 		PreviousRevision:  previous,
 		Authors:           authors,
 		CommitMessage:     commit.Message,
-		TargetNamespace:   rel.Spec.TargetNamespace,
-		Delivery:          rel.Spec.Delivery,
-		Rule:              rel.Spec.Rule,
-		Artifact:          art,
-		ArtifactURL:       key.URL(r.ArtifactBaseURL),
-		Result:            res,
+		TargetNamespace:   spec.TargetNamespace,
+		Delivery:          spec.Delivery,
+		Rule:              spec.Rule,
+		Artifact:          run.art,
+		ArtifactURL:       run.key.URL(r.ArtifactBaseURL),
+		Result:            run.result,
 		Findings:          plan.invalid,
 		InputsErr:         plan.inputsErr,
 		Replan:            plan.replan,
 
 		MergedPullRequests: merged,
-	})
+	}), nil
 }
 
 // writePlanSecrets stores the plan file in "<cr>-plan", then "-plan-1"…,

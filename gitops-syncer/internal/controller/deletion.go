@@ -10,12 +10,10 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
@@ -24,7 +22,6 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -56,7 +53,7 @@ func (p *syncPass) pruneOne(ctx context.Context, rel *sluicev1.Release, wanted b
 		}
 		return true
 	}
-	name, err := p.r.proposeDelete(ctx, p.repo, p.cache, p.head, rel)
+	name, err := p.r.proposeDelete(ctx, p.repo, p.cache, p.head, rel, p.pushes)
 	if err != nil {
 		p.fail(ctx, rel.Name, err)
 		return false
@@ -73,7 +70,7 @@ func (p *syncPass) pruneOne(ctx context.Context, rel *sluicev1.Release, wanted b
 // are deterministic ("<release>-del-<head>", "-rN"), so a pass interrupted
 // anywhere resumes without creating anything twice. It returns the name of
 // a newly created ChangeRequest.
-func (r *RepositoryReconciler) proposeDelete(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, head string, rel *sluicev1.Release) (string, error) {
+func (r *RepositoryReconciler) proposeDelete(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, head string, rel *sluicev1.Release, pushes []sluicev1.PushRecord) (string, error) {
 	var list sluicev1.ChangeRequestList
 	if err := r.APIReader.List(ctx, &list, client.InNamespace(rel.Namespace), client.MatchingLabels{sluicev1.LabelRelease: rel.Name}); err != nil {
 		return "", fmt.Errorf("list change requests: %w", err)
@@ -90,7 +87,7 @@ func (r *RepositoryReconciler) proposeDelete(ctx context.Context, repo *sluicev1
 			}
 			revision, attempt = latest.Spec.Revision, attemptOf(latest)+1
 		default:
-			return r.completeDelete(ctx, repo, cache, rel, latest, replan)
+			return r.completeDelete(ctx, repo, cache, rel, latest, replan, pushes)
 		}
 	}
 	taken := map[string]bool{}
@@ -100,13 +97,13 @@ func (r *RepositoryReconciler) proposeDelete(ctx context.Context, repo *sluicev1
 	for taken[sluicev1.DeleteChangeRequestName(rel.Name, revision, attempt)] {
 		attempt++
 	}
-	return r.createDelete(ctx, repo, cache, rel, revision, attempt, replan)
+	return r.createDelete(ctx, repo, cache, rel, revision, attempt, replan, pushes)
 }
 
 // completeDelete makes sure an existing Delete change has its plan
 // Secrets: a crash between the two writes is finished with the same plan,
 // or, when a new destroy plan differs, by the next attempt.
-func (r *RepositoryReconciler) completeDelete(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, rel *sluicev1.Release, cr *sluicev1.ChangeRequest, replan string) (string, error) {
+func (r *RepositoryReconciler) completeDelete(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, rel *sluicev1.Release, cr *sluicev1.ChangeRequest, replan string, pushes []sluicev1.PushRecord) (string, error) {
 	ok, err := r.planSecretsComplete(ctx, cr)
 	if err != nil || ok {
 		return "", err
@@ -122,12 +119,12 @@ func (r *RepositoryReconciler) completeDelete(ctx context.Context, repo *sluicev
 		return "", r.writePlanSecrets(ctx, cr, d.res.PlanFile)
 	}
 	log.FromContext(ctx).Info("Destroy plan of an existing Delete change is lost; planning a new attempt", "changeRequest", cr.Name)
-	return r.createDelete(ctx, repo, cache, rel, cr.Spec.Revision, attemptOf(cr)+1, replan)
+	return r.createDelete(ctx, repo, cache, rel, cr.Spec.Revision, attemptOf(cr)+1, replan, pushes)
 }
 
 // createDelete describes the removal and creates the Delete change, its
 // plan Secrets, and the syncer's status of the Release.
-func (r *RepositoryReconciler) createDelete(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, rel *sluicev1.Release, revision string, attempt int32, replan string) (string, error) {
+func (r *RepositoryReconciler) createDelete(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, rel *sluicev1.Release, revision string, attempt int32, replan string, pushes []sluicev1.PushRecord) (string, error) {
 	if attempt > maxAttempts {
 		return "", fmt.Errorf("release %s: more than %d Delete attempts at %s", rel.Name, maxAttempts, sluicev1.ShortSHA(revision))
 	}
@@ -139,37 +136,16 @@ func (r *RepositoryReconciler) createDelete(ctx context.Context, repo *sluicev1.
 	if err != nil {
 		return "", err
 	}
-	cr := r.newDeleteChangeRequest(repo, cache, rel, d, revision, attempt, commit)
-	if replan != "" {
-		cr.Annotations = map[string]string{sluicev1.AnnotationReplan: replan}
+	cr := r.newDeleteChangeRequest(repo, cache, rel, d, revision, attempt, commit, replan, pushes)
+	want := cr.Spec.PlanFileSHA256
+	cr, created, err := r.creator().Create(ctx, rel, cr)
+	if err != nil {
+		return "", err
 	}
-	if tp := tracing.Inject(ctx); tp != "" {
-		if cr.Annotations == nil {
-			cr.Annotations = map[string]string{}
-		}
-		cr.Annotations[tracing.Annotation] = tp
-	}
-	if err := controllerutil.SetControllerReference(rel, cr, r.Scheme()); err != nil {
-		return "", fmt.Errorf("own change request: %w", err)
-	}
-	created := true
-	if err := r.Create(ctx, cr, client.FieldOwner(ControllerName)); err != nil {
-		if !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("create change request %s: %w", cr.Name, err)
-		}
-		found := &sluicev1.ChangeRequest{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cr), found); err != nil {
-			return "", fmt.Errorf("read change request %s: %w", cr.Name, err)
-		}
-		if !found.IsDelete() || found.Spec.PlanFileSHA256 != cr.Spec.PlanFileSHA256 {
-			return "", fmt.Errorf("change request %s exists with other content; retrying", cr.Name)
-		}
-		cr, created = found, false
+	if !created && (!cr.IsDelete() || cr.Spec.PlanFileSHA256 != want) {
+		return "", fmt.Errorf("change request %s exists with other content; retrying", cr.Name)
 	}
 	if created {
-		if r.Metrics != nil {
-			r.Metrics.ChangeRequestsCreated.WithLabelValues(string(cr.Spec.Verdict.Result)).Inc()
-		}
 		msg := fmt.Sprintf("Delete ChangeRequest %s: %s left the repository at %s; nothing is removed before it is approved", cr.Name, rel.Name, sluicev1.ShortSHA(revision))
 		r.event(rel, corev1.EventTypeNormal, eventDeleteProposed, msg)
 		r.event(repo, corev1.EventTypeNormal, eventDeleteProposed, msg)
@@ -196,6 +172,9 @@ type deletion struct {
 	art   *artifact.Artifact
 	key   artifact.Key
 	res   *validation.DeleteResult
+	// was is what was applied (appliedOf), with the source completed from
+	// the manifest at basis when the applied change recorded none.
+	was *appliedState
 }
 
 // describeDelete builds the release's artifact at its last applied
@@ -207,10 +186,11 @@ func (r *RepositoryReconciler) describeDelete(ctx context.Context, repo *sluicev
 	if !ok {
 		return nil, errors.New("the validator cannot describe deletions")
 	}
-	basis := rel.Status.AppliedRevision
-	if basis == "" {
-		basis = rel.Status.LastSyncedCommit
+	was, err := r.appliedOf(ctx, rel)
+	if err != nil {
+		return nil, err
 	}
+	basis := was.revision
 	if basis == "" || !cache.HasCommit(basis) {
 		return nil, fmt.Errorf("the revision %q of release %s is not in the local git cache, so its removal cannot be described", sluicev1.ShortSHA(basis), rel.Name)
 	}
@@ -228,17 +208,12 @@ func (r *RepositoryReconciler) describeDelete(ctx context.Context, repo *sluicev
 	if err != nil {
 		return nil, fmt.Errorf("find services at %s: %w", sluicev1.ShortSHA(basis), err)
 	}
-	var entry *catalog.Entry
-	for i := range entries {
-		e := &entries[i]
-		if e.Err == nil && e.Service != nil && e.Service.Name == rel.Spec.Service && e.Dir == string(rel.Spec.SourcePath) {
-			if _, ok := e.Service.Environment(string(rel.Spec.Environment)); ok {
-				entry = e
-			}
-		}
-	}
+	entry, envName := appliedEntry(entries, rel.Name, was.source)
 	if entry == nil {
 		return nil, fmt.Errorf("release %s is not in the repository at its revision %s", rel.Name, sluicev1.ShortSHA(basis))
+	}
+	if err := was.completeFrom(entry, envName); err != nil {
+		return nil, err
 	}
 	art, err := artifact.Build(fsys, entry.Inputs)
 	if err != nil {
@@ -254,105 +229,107 @@ func (r *RepositoryReconciler) describeDelete(ctx context.Context, repo *sluicev
 	}
 	defer ws.Remove()
 	res, err := planner.PlanDelete(ctx, validation.DeleteRequest{
-		RepoRoot: ws.Current, Service: entry.Service, Environment: string(rel.Spec.Environment),
+		RepoRoot: ws.Current, Service: entry.Service, Environment: envName,
 		ControlNamespace: repo.Namespace, Release: rel.Name,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("describe the removal of %s: %w", rel.Name, err)
 	}
-	return &deletion{basis: basis, svc: entry.Service, art: art, key: key, res: res}, nil
+	return &deletion{basis: basis, svc: entry.Service, art: art, key: key, res: res, was: was}, nil
 }
 
-// newDeleteChangeRequest assembles the immutable record of a removal. Its
-// rule is the release's applied rule (the rule in force; the removed
-// environment's rule in git is gone and never loosens it), its risk high.
-func (r *RepositoryReconciler) newDeleteChangeRequest(repo *sluicev1.Repository, cache *git.Repo, rel *sluicev1.Release, d *deletion, revision string, attempt int32, commit git.CommitInfo) *sluicev1.ChangeRequest {
+// newDeleteChangeRequest assembles the immutable record of a removal
+// through changespec.Build, like every change. Where, how and what it
+// removes is what was applied (d.was): the applied namespace, delivery and
+// source, never the Release's current spec, which an unapproved push may
+// have moved. Its rule is the release's applied rule (the rule in force;
+// the removed environment's rule in git is gone and never loosens it), its
+// risk high.
+func (r *RepositoryReconciler) newDeleteChangeRequest(repo *sluicev1.Repository, cache *git.Repo, rel *sluicev1.Release, d *deletion, revision string,
+	attempt int32, commit git.CommitInfo, replan string, pushes []sluicev1.PushRecord) *sluicev1.ChangeRequest {
 	emails, err := cache.Authors(revision, d.basis, 1000)
 	if err != nil {
 		emails = []string{commit.AuthorEmail, commit.CommitterEmail}
 	}
-	rule := rel.Spec.Rule
-	if rel.Status.AppliedRule != nil {
-		rule = *rel.Status.AppliedRule.DeepCopy()
-	}
+	was := d.was
 	del := &sluicev1.DeletionSpec{
 		AppliedChange:   rel.Status.AppliedChange,
 		AppliedRevision: rel.Status.AppliedRevision,
 		AppliedDigest:   rel.Status.AppliedDigest,
+		TargetNamespace: was.namespace,
+		Delivery:        was.delivery,
+		Source:          was.source,
+		Objects:         deletionObjects(d.res.Objects),
 	}
-	for _, o := range d.res.Objects {
-		if len(del.Objects) == maxDeletionObjects {
-			del.ObjectsTruncated++
-			continue
-		}
-		o.APIVersion, o.Kind = sluicev1.Truncate(o.APIVersion, 250), sluicev1.Truncate(o.Kind, 60)
-		o.Namespace, o.Name = sluicev1.Truncate(o.Namespace, 63), sluicev1.Truncate(o.Name, 250)
-		del.Objects = append(del.Objects, o)
-	}
-	sort.SliceStable(del.Objects, func(i, j int) bool {
-		a, b := del.Objects[i], del.Objects[j]
-		return a.Kind+"/"+a.Namespace+"/"+a.Name < b.Kind+"/"+b.Namespace+"/"+b.Name
-	})
-	if rel.Spec.Delivery == sluicev1.DeliveryArgoCD {
+	del.ObjectsTruncated = int32(max(0, len(d.res.Objects)-maxDeletionObjects))
+	if was.delivery == sluicev1.DeliveryArgoCD {
 		del.Application = rel.Name
 	}
 	if dir := d.svc.TerraformDir(); dir != "" && len(d.res.PlanFile) > 0 {
-		tf := &sluicev1.TerraformSource{Dir: sluicev1.RelativePath(dir)}
-		if env, ok := d.svc.Environment(string(rel.Spec.Environment)); ok && env.Terraform != nil {
-			tf.Vars, tf.Workspace = env.Terraform.Vars, env.Terraform.Workspace
+		del.Terraform = was.source.Terraform.DeepCopy()
+		if del.Terraform == nil {
+			del.Terraform = &sluicev1.TerraformSource{Dir: sluicev1.RelativePath(dir)}
 		}
-		del.Terraform = tf
 	}
-	spec := sluicev1.ChangeRequestSpec{
-		Release:         rel.Name,
-		Operation:       sluicev1.OperationDelete,
-		Deletion:        del,
-		Revision:        revision,
-		Attempt:         attempt,
-		Authors:         changespec.EmailIdentities(emails),
-		CommitMessage:   sluicev1.Truncate(commit.Message, 4000),
-		TargetNamespace: rel.Spec.TargetNamespace,
-		Delivery:        rel.Spec.Delivery,
-		Artifact:        sluicev1.ArtifactReference{URL: d.key.URL(r.ArtifactBaseURL), SHA256: sluicev1.Digest(d.art.SHA256)},
-		ContentDigest:   sluicev1.Digest(d.art.ContentDigest),
-		ManifestDigest:  d.res.ManifestDigest,
-		PlanDigest:      d.res.PlanDigest,
-		PlanFileSHA256:  d.res.PlanFileSHA256,
-		PlanSummary:     d.res.PlanSummary,
-		Rule:            rule,
-	}
+	previous := ""
 	if len(d.basis) >= 40 && d.basis != revision {
-		spec.PreviousRevision = d.basis
+		previous = d.basis
 	}
-	findings := append([]sluicev1.Finding{}, d.res.Verdict.Findings...)
-	if !changespec.TargetAllowed(repo, rel.Spec.TargetNamespace) {
-		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "targetNamespaces",
-			Message: fmt.Sprintf("target namespace %q is not in the Repository's targetNamespaces", rel.Spec.TargetNamespace)})
-	}
-	summary := fmt.Sprintf("removes release %s: %d object(s) in %s", rel.Name, len(d.res.Objects), rel.Spec.TargetNamespace)
+	manifestFile := path.Join(string(was.source.Path), manifest.FileName)
+	summary := fmt.Sprintf("removes release %s: %d object(s) in %s", rel.Name, len(d.res.Objects), was.namespace)
 	if s := d.res.PlanSummary; s != nil {
 		summary += fmt.Sprintf(", destroys %d Terraform resource(s)", s.Destroy)
 	}
-	findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityInfo, Source: "manifest", Policy: "delete", Resource: rel.Name,
-		Message: summary, File: path.Join(string(rel.Spec.SourcePath), manifest.FileName)})
-	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = changespec.CleanFindings(findings, d.res.Verdict.FindingsTruncated)
-	spec.Verdict.Result = changespec.VerdictResult(d.res.Verdict.Result, spec.Verdict.Findings)
-	// A removal is never less than high risk.
-	spec.Verdict.Risk = sluicev1.RiskHigh
-	spec.ApprovalDigest = sluicev1.ComputeOperationApprovalDigest(repo.Namespace, rel.Name, sluicev1.OperationDelete, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest)
-	return &sluicev1.ChangeRequest{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      sluicev1.DeleteChangeRequestName(rel.Name, revision, attempt),
-			Namespace: repo.Namespace,
-			Labels: map[string]string{
-				sluicev1.LabelRepository:  repo.Name,
-				sluicev1.LabelRelease:     rel.Name,
-				sluicev1.LabelService:     rel.Spec.Service,
-				sluicev1.LabelEnvironment: string(rel.Spec.Environment),
-			},
-		},
-		Spec: spec,
+	findings := []sluicev1.Finding{{Severity: sluicev1.SeverityInfo, Source: "manifest", Policy: "delete", Resource: rel.Name, Message: summary, File: manifestFile}}
+	for _, n := range was.notes {
+		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityUnverifiable, Source: "manifest", Policy: "delete.applied", Resource: rel.Name,
+			Message: n, File: manifestFile})
 	}
+	res := d.res.Result
+	return changespec.Build(changespec.Change{
+		Repository:       repo,
+		Release:          rel.Name,
+		Service:          was.source.Service,
+		Environment:      string(was.source.Environment),
+		ServiceDir:       string(was.source.Path),
+		Source:           was.source,
+		Operation:        sluicev1.OperationDelete,
+		Deletion:         del,
+		Name:             sluicev1.DeleteChangeRequestName(rel.Name, revision, attempt),
+		Revision:         revision,
+		Attempt:          attempt,
+		PreviousRevision: previous,
+		Authors:          changespec.EmailIdentities(emails),
+		Pushers:          pushersBetween(pushes, cache, revision, rel.Status.AppliedRevision),
+		CommitMessage:    commit.Message,
+		TargetNamespace:  was.namespace,
+		Delivery:         was.delivery,
+		Rule:             *was.rule,
+		Artifact:         d.art,
+		ArtifactURL:      d.key.URL(r.ArtifactBaseURL),
+		Result:           &res,
+		Findings:         findings,
+		Replan:           replan,
+	})
+}
+
+// deletionObjects trims the objects of the applied manifest to the API's
+// limits, sorted by kind, namespace and name.
+func deletionObjects(in []sluicev1.ObjectReference) []sluicev1.ObjectReference {
+	var out []sluicev1.ObjectReference
+	for _, o := range in {
+		if len(out) == maxDeletionObjects {
+			break
+		}
+		o.APIVersion, o.Kind = sluicev1.Truncate(o.APIVersion, 250), sluicev1.Truncate(o.Kind, 60)
+		o.Namespace, o.Name = sluicev1.Truncate(o.Namespace, 63), sluicev1.Truncate(o.Name, 250)
+		out = append(out, o)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		return a.Kind+"/"+a.Namespace+"/"+a.Name < b.Kind+"/"+b.Namespace+"/"+b.Name
+	})
+	return out
 }
 
 // recordDeleteProposed writes the syncer's status of a removed Release:

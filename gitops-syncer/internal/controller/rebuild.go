@@ -28,9 +28,14 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 	want := map[sluicev1.Digest]bool{}
 	// A preview's commit lives on its pull request's ref, not the tracked one.
 	refs := []string{}
+	// The folders the changes recorded, for an artifact of the manifest alone.
+	var dirs []string
 	for _, cr := range crs.Items {
 		if cr.Spec.Revision == k.Revision {
 			want[cr.Spec.Artifact.SHA256] = true
+			if src := cr.Spec.Source; src != nil {
+				dirs = append(dirs, string(src.Path))
+			}
 			if pr := cr.Spec.PullRequest; pr != nil {
 				refs = append(refs, fmt.Sprintf("refs/pull/%d/head", pr.Number), fmt.Sprintf("refs/merge-requests/%d/head", pr.Number))
 			}
@@ -87,7 +92,9 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 	}
 	rel := &sluicev1.Release{}
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Release}, rel); err == nil && rel.Spec.SourcePath != "" {
-		dir := string(rel.Spec.SourcePath)
+		dirs = append(dirs, string(rel.Spec.SourcePath))
+	}
+	for _, dir := range dirs {
 		candidates = append(candidates, []string{dir}, []string{path.Join(dir, manifest.FileName)})
 	}
 	for _, inputs := range candidates {

@@ -43,47 +43,42 @@ func replanRequested(rel *sluicev1.Release) string {
 // syncer answered with a new ChangeRequest.
 const annotationReplanHandled = "gitops.sluice.dev/replan-handled"
 
-// desiredRelease is the Release spec the manifest asks for.
-func desiredRelease(repo *sluicev1.Repository, svc *manifest.Service, envName string) (*sluicev1.Release, error) {
+// desiredRelease is the Release the manifest at a revision asks for, and
+// the source a change of it records. Its spec is written to an existing
+// Release only from a recorded change (adoptSpec).
+func desiredRelease(repo *sluicev1.Repository, svc *manifest.Service, envName string) (*sluicev1.Release, *sluicev1.ChangeSource, error) {
 	env, ok := svc.Environment(envName)
 	if !ok {
-		return nil, fmt.Errorf("environment %q not in the manifest", envName)
+		return nil, nil, fmt.Errorf("environment %q not in the manifest", envName)
+	}
+	src, err := changespec.SourceOf(svc, envName)
+	if err != nil {
+		return nil, nil, err
 	}
 	name := sluicev1.ReleaseName(svc.Name, sluicev1.EnvironmentName(env.Name))
 	rel := &sluicev1.Release{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: repo.Namespace}}
-	chart := sluicev1.ChartSource{Repo: svc.Chart.Repo, Name: svc.Chart.Name, Version: svc.Chart.Version}
-	if d := svc.ChartDir(); d != "" {
-		chart = sluicev1.ChartSource{Path: sluicev1.RelativePath(d)}
-	}
-	var values []sluicev1.RelativePath
-	for _, v := range append(append([]string{}, svc.Values...), env.Values...) {
-		values = append(values, sluicev1.RelativePath(v))
-	}
-	var tf *sluicev1.TerraformSource
-	if d := svc.TerraformDir(); d != "" {
-		tf = &sluicev1.TerraformSource{Dir: sluicev1.RelativePath(d)}
-		if env.Terraform != nil {
-			tf.Vars, tf.Workspace = env.Terraform.Vars, env.Terraform.Workspace
-		}
-	}
 	rel.Spec = sluicev1.ReleaseSpec{
 		Repository:      repo.Name,
-		Service:         svc.Name,
-		Environment:     sluicev1.EnvironmentName(env.Name),
-		SourcePath:      sluicev1.RelativePath(svc.Dir),
+		Service:         src.Service,
+		Environment:     src.Environment,
+		SourcePath:      src.Path,
 		TargetNamespace: env.Namespace,
-		Chart:           chart,
-		Values:          values,
-		Terraform:       tf,
+		Chart:           src.Chart,
+		Values:          src.Values,
+		Terraform:       src.Terraform,
 		Delivery:        sluicev1.Delivery(env.Delivery),
 		Rule:            changespec.RuleOf(env.Approval),
 		Owners:          svc.Owners,
 	}
-	return rel, nil
+	return rel, src, nil
 }
 
-// ensureRelease creates the Release or brings its spec and labels in line,
-// refusing one controlled by anything but this Repository.
+// ensureRelease creates the Release (a new release: no change of it is
+// pending) or brings the labels and owner of an existing one in line,
+// refusing one controlled by anything but this Repository. It never writes
+// an existing Release's spec: that is written from the ChangeRequest once
+// one records the push (adoptSpec), so a push that cannot be planned
+// changes nothing.
 func (p *syncPass) ensureRelease(ctx context.Context, want *sluicev1.Release, existing *sluicev1.Release) (*sluicev1.Release, error) {
 	labels := map[string]string{
 		sluicev1.LabelRepository:  p.repo.Name,
@@ -120,7 +115,6 @@ func (p *syncPass) ensureRelease(ctx context.Context, want *sluicev1.Release, ex
 		return nil, &conflictError{msg: fmt.Sprintf("Release %s belongs to Repository %q; it is left alone", existing.Name, existing.Spec.Repository)}
 	}
 	patched := existing.DeepCopy()
-	patched.Spec = want.Spec
 	if patched.Labels == nil {
 		patched.Labels = map[string]string{}
 	}
@@ -132,8 +126,7 @@ func (p *syncPass) ensureRelease(ctx context.Context, want *sluicev1.Release, ex
 			return nil, fmt.Errorf("own release %s: %w", want.Name, err)
 		}
 	}
-	if equality.Semantic.DeepEqual(existing.Spec, patched.Spec) && equality.Semantic.DeepEqual(existing.Labels, patched.Labels) &&
-		equality.Semantic.DeepEqual(existing.OwnerReferences, patched.OwnerReferences) {
+	if equality.Semantic.DeepEqual(existing.Labels, patched.Labels) && equality.Semantic.DeepEqual(existing.OwnerReferences, patched.OwnerReferences) {
 		return existing, nil
 	}
 	if err := p.r.Patch(ctx, patched, client.MergeFrom(existing), client.FieldOwner(ControllerName)); err != nil {
@@ -146,7 +139,7 @@ func (p *syncPass) ensureRelease(ctx context.Context, want *sluicev1.Release, ex
 // when its inputs hash as before (and no re-plan is asked), otherwise an
 // artifact, a validation and a ChangeRequest.
 func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName string, existing *sluicev1.Release) error {
-	want, err := desiredRelease(p.repo, e.Service, envName)
+	want, src, err := desiredRelease(p.repo, e.Service, envName)
 	if err != nil {
 		return err
 	}
@@ -160,17 +153,18 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 	if err != nil {
 		return fmt.Errorf("hash inputs: %w", err)
 	}
-	if existing != nil && metav1.IsControlledBy(existing, p.repo) && existing.Status.LastSyncedTree == tree && replanRequested(existing) == "" &&
-		equality.Semantic.DeepEqual(existing.Spec, want.Spec) {
+	// The tree covers everything the release reads, its view of the
+	// manifest included: the same tree is the same change.
+	if existing != nil && metav1.IsControlledBy(existing, p.repo) && existing.Status.LastSyncedTree == tree && replanRequested(existing) == "" {
 		p.trees[want.Name] = tree
 		return nil
 	}
-	rel, err := p.ensureRelease(ctx, want, existing)
+	rel, err := p.ensureRelease(ctx, want.DeepCopy(), existing)
 	if err != nil {
 		return err
 	}
 	if rel.Status.LastSyncedTree == tree && replanRequested(rel) == "" {
-		p.trees[want.Name] = tree // only the spec needed updating
+		p.trees[want.Name] = tree
 		return nil
 	}
 	plan := &changePlan{
@@ -182,6 +176,9 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 		env:       envName,
 		replan:    replanRequested(rel),
 		inputsErr: e.InputsErr,
+		spec:      &want.Spec,
+		source:    src,
+		pushes:    p.pushes,
 	}
 	cr, err := p.r.planChange(ctx, p.repo, p.cache, plan)
 	if err != nil {
@@ -215,7 +212,7 @@ func (p *syncPass) syncInvalid(ctx context.Context, e *catalog.Entry, rel *sluic
 		return nil
 	}
 	plan := &changePlan{release: rel, revision: p.head, inputs: inputs, tree: tree, env: string(rel.Spec.Environment), replan: replanRequested(rel),
-		invalid: manifestFindings(e.Err, path.Join(e.Dir, manifest.FileName))}
+		spec: rel.Spec.DeepCopy(), pushes: p.pushes, invalid: manifestFindings(e.Err, path.Join(e.Dir, manifest.FileName))}
 	cr, err := p.r.planChange(ctx, p.repo, p.cache, plan)
 	if err != nil {
 		// Say so on the Release too; the error itself goes back for a retry.

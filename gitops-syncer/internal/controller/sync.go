@@ -176,6 +176,9 @@ type syncPass struct {
 	// notes are facts for the Ready message (rewritten history).
 	notes   []string
 	created []string
+	// pushes are the verified pushes recorded in the Repository's status,
+	// read fresh at the start of the pass.
+	pushes []sluicev1.PushRecord
 }
 
 func (p *syncPass) problem(reason, msg string) {
@@ -190,6 +193,11 @@ func (p *syncPass) problem(reason, msg string) {
 func (p *syncPass) run(ctx context.Context) error {
 	logger := log.FromContext(ctx)
 	p.trees = map[string]string{}
+	pushes, err := p.r.freshPushes(ctx, p.repo)
+	if err != nil {
+		return err
+	}
+	p.pushes = pushes
 	if last := p.repo.Status.LastSyncedCommit; last != "" && last != p.head {
 		ok, err := p.cache.IsAncestor(last, p.head)
 		if err != nil {

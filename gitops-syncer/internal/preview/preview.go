@@ -36,12 +36,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/status"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
@@ -95,7 +95,9 @@ type Handler struct {
 	Reviews ReviewConfirmer
 	// ScratchDir holds temporary folders; defaults to the OS temp dir.
 	ScratchDir string
-	Log        logr.Logger
+	// Metrics, if set, counts created previews with the syncer's changes.
+	Metrics *metrics.Metrics
+	Log     logr.Logger
 	// Comments, if set, gets the pull request's review comment (and, on
 	// GitHub, a Check Run per release) after every push, in the
 	// background; CommentRetry are the waits before retrying a failed
@@ -407,12 +409,17 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 			return built{}, err
 		}
 	}
+	src, err := changespec.SourceOf(e.Service, env.Name)
+	if err != nil {
+		return built{}, err
+	}
 	cr := changespec.Build(changespec.Change{
 		Repository:        repo,
 		Release:           release,
 		Service:           e.Service.Name,
 		Environment:       env.Name,
 		ServiceDir:        e.Dir,
+		Source:            src,
 		Name:              name,
 		Revision:          head,
 		Attempt:           1,
@@ -438,17 +445,12 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 	if err := h.reader().Get(ctx, types.NamespacedName{Namespace: repo.Namespace, Name: release}, rel); err == nil && metav1.IsControlledBy(rel, repo) {
 		owner = rel
 	}
-	if err := controllerutil.SetControllerReference(owner, cr, h.Client.Scheme()); err != nil {
-		return built{}, fmt.Errorf("own preview: %w", err)
+	stored, created, err := h.creator().Create(ctx, owner, cr)
+	if err != nil {
+		return built{}, err
 	}
-	if err := h.Client.Create(ctx, cr, client.FieldOwner(FieldOwner)); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			if err := h.reader().Get(ctx, client.ObjectKeyFromObject(cr), existing); err != nil {
-				return built{}, fmt.Errorf("read preview %s: %w", name, err)
-			}
-			return built{cr: existing}, nil
-		}
-		return built{}, fmt.Errorf("create preview %s: %w", name, err)
+	if !created {
+		return built{cr: stored}, nil
 	}
 	if res != nil {
 		in := changespec.ReviewInput(res, appliedRevision(ctx, h.reader(), repo, release))
@@ -460,6 +462,16 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 	}
 	h.Log.Info("Created preview ChangeRequest", "changeRequest", name, "verdict", cr.Spec.Verdict.Result, "approvalDigest", cr.Spec.ApprovalDigest)
 	return built{cr: cr, created: true}, nil
+}
+
+// creator is the syncer's one path for storing a ChangeRequest, with the
+// preview's field owner.
+func (h *Handler) creator() changespec.Creator {
+	c := changespec.Creator{Client: h.Client, Reader: h.reader(), FieldOwner: FieldOwner}
+	if h.Metrics != nil {
+		c.Created = h.Metrics.ChangeRequestsCreated
+	}
+	return c
 }
 
 // validate extracts the artifact and validates it, exactly as the syncer

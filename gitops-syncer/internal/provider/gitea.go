@@ -14,6 +14,7 @@ type giteaReview struct {
 
 type giteaPayload struct {
 	ghPayload
+	Pusher   ghUser       `json:"pusher"`
 	CommitID string       `json:"commit_id"`
 	Review   *giteaReview `json:"review"`
 }
@@ -52,6 +53,7 @@ func ParseGitea(eventType, delivery string, body []byte) (*Event, error) {
 		if err != nil {
 			return nil, err
 		}
+		push.Pusher = pusherIdentity(Gitea, p.Sender.Login, p.Sender.Username, p.Pusher.Login, p.Pusher.Username)
 		ev.Kind, ev.Push = KindPush, push
 	case eventType == "pull_request":
 		pr, err := githubPR(Gitea, &p.ghPayload, "refs/pull/")

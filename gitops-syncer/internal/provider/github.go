@@ -90,6 +90,7 @@ func ParseGitHub(eventType, delivery string, body []byte) (*Event, error) {
 		if err != nil {
 			return nil, err
 		}
+		push.Pusher = pusherIdentity(GitHub, p.Sender.Login)
 		ev.Kind, ev.Push = KindPush, push
 	case "pull_request":
 		pr, err := githubPR(GitHub, &p, "refs/pull/")
@@ -163,6 +164,19 @@ func parsePush(ref, before, after string, deleted bool) (*Push, error) {
 		return nil, payloadErr("push: before %q is not a commit", sluicev1.Truncate(before, 80))
 	}
 	return push, nil
+}
+
+// pusherIdentity is the identity of the first login that is one, or "".
+func pusherIdentity(p Name, logins ...string) string {
+	for _, login := range logins {
+		if login == "" {
+			continue
+		}
+		if id, err := identity(p, login); err == nil {
+			return id
+		}
+	}
+	return ""
 }
 
 // githubPRAction normalises the action of a GitHub-shaped pull_request

@@ -39,6 +39,7 @@ type glPayload struct {
 	Before           string          `json:"before"`
 	After            string          `json:"after"`
 	User             *glUser         `json:"user"`
+	UserUsername     string          `json:"user_username"`
 	Project          *glProject      `json:"project"`
 	ObjectAttributes *glMergeRequest `json:"object_attributes"`
 }
@@ -72,6 +73,7 @@ func ParseGitLab(eventType, delivery string, body []byte) (*Event, error) {
 		if err != nil {
 			return nil, err
 		}
+		push.Pusher = pusherIdentity(GitLab, p.UserUsername)
 		ev.Kind, ev.Push = KindPush, push
 		return ev, nil
 	}

@@ -133,6 +133,12 @@ type Push struct {
 	After  string
 	// Deleted is true when the ref was removed.
 	Deleted bool
+	// Pusher is the identity of whoever pushed ("github:bob"), as the
+	// provider authenticated them: GitHub's and Gitea's sender (Gitea's
+	// pusher when it has no sender), GitLab's user_username. "" when the
+	// payload names none. Only trusted after the delivery's signature
+	// check.
+	Pusher string
 }
 
 // PullRequest is a pull (or merge) request at one head.

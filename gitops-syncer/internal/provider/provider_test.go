@@ -54,6 +54,7 @@ func TestParseGitHub_realPayloads(t *testing.T) {
 	assert.Equal(t, provider.KindPush, ev.Kind)
 	assert.Equal(t, "refs/tags/simple-tag", ev.Push.Ref)
 	assert.True(t, ev.Push.Deleted, "the example push deletes a tag")
+	assert.Equal(t, "github:codertocat", ev.Push.Pusher, "the sender, not the pusher's typed name")
 
 	ev, err = provider.ParseGitHub("ping", "d7", providertest.Payload(t, "github/ping.payload.json"))
 	require.NoError(t, err)
@@ -91,7 +92,7 @@ func TestParseGitHub_reviewStatesAndAssociations(t *testing.T) {
 func TestParseGitea_realShapedPayloads(t *testing.T) {
 	ev, err := provider.ParseGitea("push", "g1", providertest.Payload(t, "gitea/push.json"))
 	require.NoError(t, err)
-	assert.Equal(t, &provider.Push{Ref: "refs/heads/main", Before: giteaBase, After: giteaHead}, ev.Push)
+	assert.Equal(t, &provider.Push{Ref: "refs/heads/main", Before: giteaBase, After: giteaHead, Pusher: "gitea:alice"}, ev.Push)
 	assert.Equal(t, "platform/infra", ev.Repo)
 
 	ev, err = provider.ParseGitea("pull_request", "g2", providertest.Payload(t, "gitea/pull_request.opened.json"))
@@ -129,7 +130,7 @@ func TestParseGitea_realShapedPayloads(t *testing.T) {
 func TestParseGitLab_realShapedPayloads(t *testing.T) {
 	ev, err := provider.ParseGitLab("Push Hook", "l1", providertest.Payload(t, "gitlab/push.json"))
 	require.NoError(t, err)
-	assert.Equal(t, &provider.Push{Ref: "refs/heads/main", Before: giteaBase, After: giteaHead}, ev.Push)
+	assert.Equal(t, &provider.Push{Ref: "refs/heads/main", Before: giteaBase, After: giteaHead, Pusher: "gitlab:alice"}, ev.Push)
 	assert.Equal(t, int64(15), ev.ProjectID)
 
 	ev, err = provider.ParseGitLab("Merge Request Hook", "l2", providertest.Payload(t, "gitlab/merge_request.open.json"))

@@ -98,9 +98,12 @@ type Receiver struct {
 	// Reader lists Repositories (the manager's cache).
 	Reader client.Reader
 	// SecretReader reads webhook Secrets (uncached, so no Secret watch is
-	// needed).
+	// needed) and the Repository whose status.pushes recordPush appends to.
 	SecretReader client.Reader
-	Trigger      Trigger
+	// Writer records verified pushers in a Repository's status.pushes;
+	// nil records none.
+	Writer  client.Client
+	Trigger Trigger
 	// PullRequests may be nil: pull-request and review events are then
 	// ignored.
 	PullRequests PullRequestHandler
@@ -425,6 +428,10 @@ func (r *Receiver) handle(ctx context.Context, j job) {
 	case provider.KindPush:
 		if r.Pushes != nil {
 			r.Pushes.Pushed(j.repo, j.event.Push.After, j.at)
+		}
+		// Before the sync it triggers, so its change finds the pusher.
+		if err := r.recordPush(ctx, j.repo, j.event.Push, j.at); err != nil {
+			log.Error(err, "Recording the pusher of a push failed; its change lists the commit e-mails only")
 		}
 		requested := false
 		if tt, ok := r.Trigger.(TracedTrigger); ok {

@@ -188,6 +188,32 @@ type RepositoryStatus struct {
 	// annotation the syncer handled.
 	// +optional
 	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
+
+	// Pushes are the recent verified pushes of the tracked ref, oldest
+	// first: the head each push left and who pushed it, as the provider
+	// authenticated them (the webhook's sender). Written by the webhook
+	// receiver after the signature check. A change of the branch records
+	// the pusher of every commit since the release's last applied revision
+	// in spec.pushers, so the gate's author exclusion covers the person,
+	// whatever commit e-mail they typed.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	// +optional
+	Pushes []PushRecord `json:"pushes,omitempty"`
+}
+
+// PushRecord is one verified push of a Repository's tracked ref.
+type PushRecord struct {
+	// Commit is the head the push left.
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{40}([a-f0-9]{24})?$`
+	Commit string `json:"commit"`
+
+	// Pusher is the provider identity that pushed ("github:<login>").
+	Pusher Identity `json:"pusher"`
+
+	// ReceivedAt is when the webhook delivery was received.
+	// +optional
+	ReceivedAt *metav1.Time `json:"receivedAt,omitempty"`
 }
 
 // Repository is an infra repository whose services Sluice delivers.

@@ -76,6 +76,7 @@ func Install(s *syncer.Syncer, opts Options) (*Installed, error) {
 		Store:           rec.Store,
 		ArtifactBaseURL: s.ArtifactURL,
 		ScratchDir:      rec.ScratchDir,
+		Metrics:         rec.Metrics,
 		Log:             ctrl.Log.WithName("previews"),
 	}
 	if opts.StatusProvider != "" {
@@ -111,6 +112,7 @@ func Install(s *syncer.Syncer, opts Options) (*Installed, error) {
 	r := &webhook.Receiver{
 		Reader:       mgr.GetClient(),
 		SecretReader: mgr.GetAPIReader(),
+		Writer:       mgr.GetClient(),
 		Trigger:      s.Trigger(),
 		PullRequests: h,
 		Pushes:       lat,
