@@ -461,7 +461,7 @@ func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repo
 		Environment:      plan.env,
 		ControlNamespace: repo.Namespace,
 		Release:          plan.release.Name,
-		Previous:         r.previousFor(cache, plan, previous),
+		Previous:         r.previousFor(ctx, cache, plan, previous),
 		Confine:          validation.ConfinementOf(repo),
 	})
 	outcome := "error"

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
@@ -39,9 +40,12 @@ func previousRevision(rel *sluicev1.Release) string {
 // previousFor describes the release of plan at its last applied revision
 // for the validator: the manifest remembered from validating that revision, or
 // its service and chart folders extracted from the local git cache into
-// dir (an empty folder). It never fails: a previous revision that cannot be
-// read is reported in Previous.Err and rated by the validator.
-func (r *RepositoryReconciler) previousFor(cache *git.Repo, plan *changePlan, dir string) *validation.Previous {
+// dir (an empty folder). The folder and environment are the applied
+// change's (its spec.source), not the Release's spec, which holds the newest
+// recorded change: rating against a folder an unapplied push moved to would
+// rate against the wrong thing. It never fails: a previous revision that
+// cannot be read is reported in Previous.Err and rated by the validator.
+func (r *RepositoryReconciler) previousFor(ctx context.Context, cache *git.Repo, plan *changePlan, dir string) *validation.Previous {
 	rev := previousRevision(plan.release)
 	if rev == "" {
 		return nil
@@ -51,7 +55,17 @@ func (r *RepositoryReconciler) previousFor(cache *git.Repo, plan *changePlan, di
 		prev.Manifest = m
 		return prev
 	}
-	svc, err := extractRevision(cache, plan.release, plan.env, rev, dir)
+	svcDir, service, env := string(plan.release.Spec.SourcePath), plan.release.Spec.Service, plan.env
+	applied, err := r.recordedChange(ctx, plan.release, plan.release.Status.AppliedChange)
+	if err != nil {
+		prev.Err = err
+		return prev
+	}
+	if applied != nil && applied.Spec.Source != nil {
+		src := applied.Spec.Source
+		svcDir, service, env = string(src.Path), src.Service, string(src.Environment)
+	}
+	svc, err := extractRevision(cache, svcDir, service, env, rev, dir)
 	if err != nil {
 		prev.Err = err
 		return prev
@@ -60,11 +74,11 @@ func (r *RepositoryReconciler) previousFor(cache *git.Repo, plan *changePlan, di
 	return prev
 }
 
-// extractRevision writes the service folder, chart folder and Terraform
-// folder of rel at revision rev into dir, through the artifact builder and
-// extractor (so symlinks and paths stay confined), and returns the parsed
-// manifest.
-func extractRevision(cache *git.Repo, rel *sluicev1.Release, env, rev, dir string) (*manifest.Service, error) {
+// extractRevision writes the service folder svcDir (holding service with
+// environment env), its chart folder and Terraform folder at revision rev
+// into dir, through the artifact builder and extractor (so symlinks and
+// paths stay confined), and returns the parsed manifest.
+func extractRevision(cache *git.Repo, svcDir, service, env, rev, dir string) (*manifest.Service, error) {
 	if !cache.HasCommit(rev) {
 		return nil, fmt.Errorf("commit %s is not in the local git cache", sluicev1.ShortSHA(rev))
 	}
@@ -72,7 +86,6 @@ func extractRevision(cache *git.Repo, rel *sluicev1.Release, env, rev, dir strin
 	if err != nil {
 		return nil, err
 	}
-	svcDir := string(rel.Spec.SourcePath)
 	file := path.Join(svcDir, manifest.FileName)
 	data, err := fs.ReadFile(fsys, file)
 	if err != nil {
@@ -86,8 +99,8 @@ func extractRevision(cache *git.Repo, rel *sluicev1.Release, env, rev, dir strin
 		return nil, fmt.Errorf("at %s: %w", sluicev1.ShortSHA(rev), err)
 	}
 	svc.Dir = svcDir
-	if svc.Name != rel.Spec.Service {
-		return nil, fmt.Errorf("%s at %s names service %q, not %q", file, sluicev1.ShortSHA(rev), svc.Name, rel.Spec.Service)
+	if svc.Name != service {
+		return nil, fmt.Errorf("%s at %s names service %q, not %q", file, sluicev1.ShortSHA(rev), svc.Name, service)
 	}
 	if _, ok := svc.Environment(env); !ok {
 		return nil, fmt.Errorf("%s at %s has no environment %q", file, sluicev1.ShortSHA(rev), env)
