@@ -168,3 +168,14 @@ func TestLocal_aRunReadsNoSystemFileBeyondWhatTerraformNeeds(t *testing.T) {
 	require.NotContains(t, runErr.Stderr, word, "a planted file was read")
 	require.Equal(t, len(files), strings.Count(runErr.Stderr, "Permission denied"), "each read is refused")
 }
+
+// TestLocal_aRefusedNamespaceFallsBackAndSaysSo: a child that cannot set
+// up its namespaces (here: a command that always fails) makes Local fall
+// back to the process group, and Check reports it as a gap.
+func TestLocal_aRefusedNamespaceFallsBackAndSaysSo(t *testing.T) {
+	local := &runner.Local{Command: []string{"/bin/false"}}
+	sb, err := local.Check()
+	require.NoError(t, err)
+	require.Equal(t, runner.ContainProcessGroup, sb.Processes)
+	require.Contains(t, strings.Join(sb.Gaps(), "\n"), "setsid")
+}
