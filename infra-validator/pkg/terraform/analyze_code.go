@@ -209,7 +209,7 @@ func expressionTexts(exprs map[string]*tfjson.Expression, names ...string) []str
 			continue
 		}
 		switch {
-		case e.ConstantValue != nil:
+		case e.ConstantValue != nil && e.ConstantValue != tfjson.UnknownConstantValue:
 			out = append(out, n+" = "+constantText(e.ConstantValue))
 		case len(e.References) > 0:
 			out = append(out, n+" = (built from "+strings.Join(e.References, ", ")+")")
