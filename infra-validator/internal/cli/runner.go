@@ -100,6 +100,7 @@ func runnerServe(ctx context.Context, e env, args []string) (int, error) {
 
 // logSandbox says at start how runs will be confined, loudly when not.
 func logSandbox(log logr.Logger, sb runner.Sandbox) {
+	runner.LogGaps(log, sb)
 	if sb.LandlockABI == 0 {
 		log.Info("WARNING: terraform runs are NOT confined by Landlock; only their empty environment and own folder separate them", "reason", sb.Note)
 		return

@@ -11,6 +11,7 @@ import (
 	tfjson "github.com/hashicorp/terraform-json"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -39,6 +40,18 @@ type Plan struct {
 	Err                                    string
 	Create, Update, Replace, Destroy, Read int
 	Resources                              []Resource
+	// Code is the pushed code the plan runs (provisioners of resources it
+	// creates, replaces or destroys, external data sources, providers new
+	// to the stack), shown before the resources.
+	Code []Code `json:",omitempty"`
+}
+
+// Code is one piece of pushed code a plan runs (terraform.Code, redacted).
+type Code struct {
+	// What names it: `provisioner "local-exec" of terraform_data.queue`.
+	What string
+	// Text is what it runs ("command = …"), one entry per argument.
+	Text []string `json:",omitempty"`
 }
 
 // Resource is one resource change.
@@ -149,12 +162,31 @@ func buildPlan(p *tfjson.Plan, red *policy.Redactor) *Plan {
 		out.Resources = append(out.Resources, r)
 	}
 	redactResources(out.Resources, red)
+	out.Code = runningCode(p, red)
 	slices.SortStableFunc(out.Resources, func(a, b Resource) int {
 		if c := cmp.Compare(actionOrder[a.Action], actionOrder[b.Action]); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Address, b.Address)
 	})
+	return out
+}
+
+// runningCode is the code of terraform.ExecutedCode that the plan runs,
+// redacted: a command may quote a value the run was given.
+func runningCode(p *tfjson.Plan, red *policy.Redactor) []Code {
+	var out []Code
+	for _, c := range terraform.ExecutedCode(p) {
+		if !c.Runs {
+			continue
+		}
+		text := make([]string, len(c.Text))
+		for i, t := range c.Text {
+			text[i] = red.String(t)
+		}
+		c.Text = nil
+		out = append(out, Code{What: red.String(c.String()), Text: text})
+	}
 	return out
 }
 
@@ -540,15 +572,19 @@ func (p *Plan) Summary() string {
 	if p.Err != "" {
 		return "the plan cannot be shown: " + p.Err
 	}
+	code := ""
+	if len(p.Code) > 0 {
+		code = fmt.Sprintf("; runs pushed code (%d, marked !)", len(p.Code))
+	}
 	if len(p.Resources) == 0 {
-		return "no changes"
+		return "no changes" + code
 	}
 	parts := []string{fmt.Sprintf("%d to create", p.Create), fmt.Sprintf("%d to update", p.Update),
 		fmt.Sprintf("%d to replace", p.Replace), fmt.Sprintf("%d to destroy", p.Destroy)}
 	if p.Read > 0 {
 		parts = append(parts, fmt.Sprintf("%d to read", p.Read))
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, ", ") + code
 }
 
 // Lines renders the plan as Terraform prints it, one line per resource
@@ -570,6 +606,16 @@ func (p *Plan) Lines() []string {
 			b.WriteString(s)
 		}
 		ends = append(ends, b.Len())
+	}
+	// Pushed code first: it can do anything the run can, whatever the
+	// resources it hangs on.
+	for _, c := range p.Code {
+		line("! runs ", oneLine(c.What))
+		for _, t := range c.Text {
+			for _, l := range strings.Split(t, "\n") {
+				line("!     ", l)
+			}
+		}
 	}
 	for _, r := range p.Resources {
 		switch r.Action {
@@ -618,6 +664,9 @@ func forces(a Attr) string {
 // the validator rates highest.
 func (p *Plan) riskReasons() []string {
 	var out []string
+	for _, c := range p.Code {
+		out = append(out, oneLine(c.What)+": runs")
+	}
 	for _, r := range p.Resources {
 		switch r.Action {
 		case ActionDestroy:

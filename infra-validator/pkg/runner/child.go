@@ -42,8 +42,16 @@ func ChildMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var readOnly stringsFlag
 	fs.Var(&readOnly, "ro", "A further read-only path (repeatable).")
 	ports := fs.String("ports", "", "Further TCP ports the run may connect to, comma-separated.")
+	probeOnly := fs.Bool("probe", false, "Only set up the namespaces the child was started in, and exit (0 when they work).")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if err := enterNamespaces(); err != nil {
+		fmt.Fprintln(stderr, "runner child:", err)
+		return exitNoNamespace
+	}
+	if *probeOnly {
+		return 0
 	}
 	if *work == "" || *tfPath == "" {
 		fmt.Fprintln(stderr, "runner child: --work and --terraform are required")
@@ -74,6 +82,10 @@ func ChildMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// exitNoNamespace is the child's exit code when it could not set up the
+// namespaces it was started in; Local then tries a weaker containment.
+const exitNoNamespace = 3
 
 type childConfig struct {
 	work, terraform, pluginCache string

@@ -34,6 +34,7 @@ func FromFlag(value, tokenFile string, local *Local, log logr.Logger) (terraform
 		} else {
 			log.Info("Terraform runs in a local sandboxed child", "sandbox", sb.String())
 		}
+		LogGaps(log, sb)
 		return local, nil
 	}
 	if tokenFile == "" {
@@ -146,4 +147,13 @@ func (f Flags) Build(log logr.Logger) (terraform.Runner, map[string]string, erro
 		return nil, nil, err
 	}
 	return run, env, nil
+}
+
+// LogGaps logs, one line each, what the kernel or this process's
+// privileges leave unconfined in a run (Sandbox.Gaps); a runner workload
+// in a cluster makes up for them with its NetworkPolicy and its own pod.
+func LogGaps(log logr.Logger, sb Sandbox) {
+	for _, g := range sb.Gaps() {
+		log.Info("WARNING: terraform runs cannot be fully confined here: "+g, "sandbox", sb.String())
+	}
 }

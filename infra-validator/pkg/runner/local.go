@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -57,6 +59,10 @@ type Local struct {
 	mu     sync.Mutex
 	spare  *child
 	closed bool
+	// contain is how children are started now; "" until the first start
+	// or Check, then only ever weaker (see fallBack).
+	contain    Containment
+	decideOnce sync.Once
 }
 
 var _ terraform.Runner = (*Local)(nil)
@@ -67,17 +73,89 @@ func (l *Local) SetStarted(f func(pid int)) { l.started = f }
 
 // Check resolves the terraform binary and probes the sandbox once, so a
 // missing binary or Landlock shows at start: the returned Sandbox says
-// what runs will be confined by. With Spare, it also starts the first
-// spare child.
+// what runs will be confined by (Sandbox.Gaps what they will not). It
+// starts `terraform version` to learn whether children can have a PID
+// namespace of their own. With Spare, it also starts the first spare
+// child.
 func (l *Local) Check() (Sandbox, error) {
 	tf, err := l.terraform()
 	if err != nil {
 		return Sandbox{}, err
 	}
+	argv, err := l.argv()
+	if err != nil {
+		return Sandbox{}, err
+	}
+	sb := Probe()
+	sb.Processes = l.decided(argv)
 	if l.Spare {
 		go l.refill(tf)
 	}
-	return Probe(), nil
+	return sb, nil
+}
+
+// decideContainment starts the runner child in probe mode with each
+// containment, the strongest first, and keeps the first that works: the
+// kernel allows its namespaces and the child can mount their /proc.
+func (l *Local) decideContainment(argv []string) Containment {
+	for {
+		m := l.containment()
+		if m == ContainProcessGroup {
+			return m
+		}
+		cmd := exec.Command(argv[0], append(argv[1:len(argv):len(argv)], "--probe")...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		var stderr limitedBuffer
+		stderr.max = 4 << 10
+		cmd.Stderr = &stderr
+		setContainment(cmd, m)
+		err := cmd.Run()
+		if err == nil {
+			return m
+		}
+		if stderr.Len() > 0 {
+			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+		}
+		l.fallBack(m, err)
+	}
+}
+
+// decided returns the containment of the next child, probing once first.
+func (l *Local) decided(argv []string) Containment {
+	l.mu.Lock()
+	undecided := l.contain == ""
+	l.mu.Unlock()
+	if undecided {
+		l.decideOnce.Do(func() { l.decideContainment(argv) })
+	}
+	return l.containment()
+}
+
+// containment is how the next child starts.
+func (l *Local) containment() Containment {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.contain == "" {
+		l.contain = containments[0]
+	}
+	return l.contain
+}
+
+// fallBack moves from m, which the kernel refused with err, to the next
+// weaker containment, and says so.
+func (l *Local) fallBack(m Containment, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.contain != m {
+		return // another start fell back already
+	}
+	i := slices.Index(containments, m)
+	l.contain = containments[i+1]
+	level := "Runs are contained by the next best"
+	if l.contain == ContainProcessGroup {
+		level = "WARNING: runs are contained by their process group only; a process that leaves it (setsid) can outlive its run"
+	}
+	l.Log.Info("The kernel refused a terraform run's namespace; "+level, "refused", string(m), "using", string(l.contain), "reason", err.Error())
 }
 
 func (l *Local) terraform() (string, error) {
@@ -134,6 +212,9 @@ func (l *Local) run(ctx context.Context, job *Job) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("terraform runner: %w", err)
 	}
+	// The run's state credential ends with the run, whatever its outcome:
+	// nothing it left (nothing should be left) can use it afterwards.
+	defer l.endRun(job)
 	c, err := l.take(tf)
 	if err != nil {
 		return nil, err
@@ -170,7 +251,9 @@ func (l *Local) run(ctx context.Context, job *Job) (*Result, error) {
 		}
 		waitErr = c.waitErr
 	}
-	killGroup(c.cmd) // whatever the run left behind (a provisioner's children)
+	// In a PID namespace the child's end took every process of the run;
+	// otherwise this kills what stayed in its process group.
+	killGroup(c.cmd)
 	var res Result
 	if derr := json.Unmarshal(c.stdout.Bytes(), &res); derr != nil || c.stdout.Len() == 0 {
 		if ctx.Err() != nil {
@@ -179,6 +262,7 @@ func (l *Local) run(ctx context.Context, job *Job) (*Result, error) {
 		msg := strings.TrimSpace(terraform.Redact(c.stderr.String(), job.secrets()))
 		return nil, fmt.Errorf("%w: the runner child ended (%v) without a result%s", terraform.ErrRunnerLost, waitErr, suffix(msg))
 	}
+	res.Sandbox.Processes = c.contain
 	l.Log.V(1).Info("Terraform run finished", "op", job.Op, "duration", time.Since(start).Round(time.Millisecond).String(), "sandbox", res.Sandbox.String())
 	return &res, nil
 }
@@ -189,6 +273,7 @@ type child struct {
 	stdin          io.WriteCloser
 	stdout, stderr *limitedBuffer
 	work, tf       string
+	contain        Containment
 	exited         chan struct{} // closed once cmd.Wait returned
 	waitErr        error
 }
@@ -279,14 +364,11 @@ func (l *Local) start(tf string) (_ *child, err error) {
 		}
 	}
 
-	argv := l.Command
-	if len(argv) == 0 {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("terraform runner: this binary: %w", err)
-		}
-		argv = []string{self, ChildArg}
+	argv, err := l.argv()
+	if err != nil {
+		return nil, err
 	}
+	l.decided(argv)
 	args := append(argv[1:len(argv):len(argv)], "--work", work, "--terraform", tf)
 	if l.PluginCacheDir != "" {
 		args = append(args, "--plugin-cache", l.PluginCacheDir)
@@ -301,17 +383,42 @@ func (l *Local) start(tf string) (_ *child, err error) {
 		}
 		args = append(args, "--ports", strings.Join(ps, ","))
 	}
-	cmd := exec.Command(argv[0], args...)
+	env := l.env(work)
+	for {
+		m := l.containment()
+		c, err := startChild(argv[0], args, work, env, tf, m)
+		if err == nil || m == ContainProcessGroup || !namespaceRefused(err) {
+			return c, err
+		}
+		l.fallBack(m, err)
+	}
+}
+
+// argv is the command that starts a child, before its flags.
+func (l *Local) argv() ([]string, error) {
+	if len(l.Command) > 0 {
+		return l.Command, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("terraform runner: this binary: %w", err)
+	}
+	return []string{self, ChildArg}, nil
+}
+
+// startChild starts argv0 with args in work, contained as m says.
+func startChild(argv0 string, args []string, work string, env []string, tf string, m Containment) (*child, error) {
+	cmd := exec.Command(argv0, args...)
 	cmd.Dir = work
-	cmd.Env = l.env(work)
+	cmd.Env = env
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("terraform runner: %w", err)
 	}
 	c := &child{cmd: cmd, stdin: stdin, stdout: &limitedBuffer{max: MaxJobBytes}, stderr: &limitedBuffer{max: 16 << 10},
-		work: work, tf: tf, exited: make(chan struct{})}
+		work: work, tf: tf, contain: m, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = c.stdout, c.stderr
-	setProcessGroup(cmd)
+	setContainment(cmd, m)
 	if err := cmd.Start(); err != nil {
 		_ = stdin.Close()
 		return nil, fmt.Errorf("terraform runner: start: %w", err)
@@ -321,6 +428,17 @@ func (l *Local) start(tf string) (_ *child, err error) {
 		close(c.exited)
 	}()
 	return c, nil
+}
+
+// endRun revokes the state credential job carries, if any (see
+// tfstate.EndRun); a failure is logged: the credential then lasts until
+// it expires.
+func (l *Local) endRun(job *Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tfstate.EndRun(ctx, nil, job.Env); err != nil {
+		l.Log.Info("Revoking the state credential of a finished terraform run failed; it opens the state until it expires", "error", err.Error())
+	}
 }
 
 func suffix(msg string) string {

@@ -125,20 +125,73 @@ type Sandbox struct {
 	// Network says whether TCP connections were limited to the run's ports
 	// (Landlock ABI 4 and later).
 	Network bool `json:"network"`
+	// UDP says how UDP was confined: to the resolver's port (Landlock ABI
+	// 10 and later), closed (a seccomp filter), or not at all.
+	UDP UDPConfinement `json:"udp,omitempty"`
+	// Processes says how the run's processes were kept together, so that
+	// none outlives the run. Set by Local, not by the child.
+	Processes Containment `json:"processes,omitempty"`
 	// Note explains a missing confinement.
 	Note string `json:"note,omitempty"`
 }
 
+// UDPConfinement is how a run's UDP is confined.
+type UDPConfinement string
+
+const (
+	// UDPResolverOnly: Landlock (ABI 10 and later) allows UDP to port 53
+	// only, so name resolution works and nothing else leaves over UDP.
+	UDPResolverOnly UDPConfinement = "resolver-only"
+	// UDPClosed: a seccomp filter refuses every UDP (datagram) socket of
+	// the run, DNS over UDP included; the kernel's Landlock cannot allow
+	// the resolver alone. Raw, packet and netlink sockets and io_uring are
+	// refused as well.
+	UDPClosed UDPConfinement = "closed"
+	// UDPOpen: neither Landlock nor seccomp could confine UDP.
+	UDPOpen UDPConfinement = "open"
+)
+
+// landlockUDPABI is the first Landlock ABI that restricts UDP.
+const landlockUDPABI = 10
+
 // String is a one-line summary for logs.
 func (s Sandbox) String() string {
+	var files string
 	if s.LandlockABI == 0 {
-		return "no Landlock: " + s.Note
+		files = "no Landlock: " + s.Note
+	} else {
+		net := "TCP not limited"
+		if s.Network {
+			net = "TCP limited to the run's ports"
+		}
+		files = fmt.Sprintf("Landlock ABI %d, files confined, %s", s.LandlockABI, net)
 	}
-	net := "TCP not limited"
-	if s.Network {
-		net = "TCP limited to the run's ports"
+	return fmt.Sprintf("%s, UDP %s, processes contained by %s", files, orUnknown(string(s.UDP)), orUnknown(string(s.Processes)))
+}
+
+// Gaps lists, one sentence each, what the kernel or this process's
+// privileges leave unconfined; a runner logs them at start.
+func (s Sandbox) Gaps() []string {
+	var out []string
+	if s.LandlockABI == 0 {
+		out = append(out, "files and TCP are not confined (no Landlock)")
+	} else if !s.Network {
+		out = append(out, "TCP connections are not limited to the run's ports (Landlock ABI below 4)")
 	}
-	return fmt.Sprintf("Landlock ABI %d, files confined, %s", s.LandlockABI, net)
+	if s.UDP == UDPOpen {
+		out = append(out, "UDP is not confined (no Landlock UDP rules and no seccomp): a run can send data out over UDP")
+	}
+	if s.Processes == ContainProcessGroup {
+		out = append(out, "no PID namespace: a process of a run that leaves its process group (setsid) can outlive the run")
+	}
+	return out
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 // jobSecrets are the values to redact from a job's results.

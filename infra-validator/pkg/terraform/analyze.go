@@ -86,6 +86,10 @@ type Report struct {
 	// PlanFileSHA256 is "sha256:<hex>" of the binary plan file, when known.
 	PlanFileSHA256 string           `json:"planFileSHA256,omitempty"`
 	Findings       []report.Finding `json:"findings,omitempty"`
+	// Code lists the provisioners, external data sources and providers
+	// new to the stack (see ExecutedCode); any that runs rates the plan
+	// high.
+	Code []Code `json:"code,omitempty"`
 	// Plan is the parsed plan (numbers as json.Number), for policy input.
 	Plan *tfjson.Plan `json:"-"`
 }
@@ -309,6 +313,16 @@ func analyze(plan *tfjson.Plan, errored bool, opts Options) (*Report, error) {
 			Severity: report.SeverityUnverifiable, Source: "terraform", Policy: "terraform.deferred_changes",
 			Message: fmt.Sprintf("the plan is incomplete: %d resource changes are deferred until a later plan and cannot be checked now", len(plan.DeferredChanges)),
 		})
+	}
+
+	// Pushed code that terraform runs (at apply, or already at plan) can
+	// do anything the run can: it is shown and rated high.
+	r.Code = ExecutedCode(plan)
+	codeFs, codeWhy := codeFindings(r.Code)
+	r.Findings = append(r.Findings, codeFs...)
+	for _, why := range codeWhy {
+		r.Risk = report.RiskHigh
+		reasons = append(reasons, reason{report.RiskHigh, why})
 	}
 
 	// Output changes count towards the effect but not the risk.

@@ -24,6 +24,11 @@ func (s *Server) Revoke(ctx context.Context, cred Credential) error {
 		}
 		return err
 	}
+	return s.revoke(ctx, c)
+}
+
+// revoke ends the credential of c's run and frees the lock that run holds.
+func (s *Server) revoke(ctx context.Context, c claims) error {
 	s.revokedMu.Lock()
 	if s.revoked == nil {
 		s.revoked = map[string]int64{}
@@ -66,7 +71,7 @@ func (s *Server) Revoke(ctx context.Context, cred Credential) error {
 		if err != nil {
 			return fmt.Errorf("update Lease %s/%s: %w", st.Namespace, st.leaseName(), err)
 		}
-		s.log.Info("Freed the state lock of a run that ended without a result", "lease", st.leaseName(), "run", c.Run)
+		s.log.Info("Freed the state lock of a run that ended", "lease", st.leaseName(), "run", c.Run)
 		return nil
 	}
 	return fmt.Errorf("the Lease %s kept changing; the lock frees when the run's token expires", st.leaseName())

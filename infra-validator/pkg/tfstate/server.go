@@ -113,8 +113,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		err = s.lock(w, r, req)
 	case methodUnlock:
 		err = s.unlock(w, r, req)
+	case MethodEndRun:
+		// Any credential may end itself, a plan's included.
+		if err = s.revoke(r.Context(), c); err == nil {
+			w.WriteHeader(http.StatusNoContent)
+		}
 	default:
-		w.Header().Set("Allow", strings.Join([]string{http.MethodGet, http.MethodPost, methodLock, methodUnlock}, ", "))
+		w.Header().Set("Allow", strings.Join([]string{http.MethodGet, http.MethodPost, methodLock, methodUnlock, MethodEndRun}, ", "))
 		err = refuse(http.StatusMethodNotAllowed, "method %s is not served", r.Method)
 	}
 	if err != nil {

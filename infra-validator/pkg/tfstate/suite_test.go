@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate/tfstatetest"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
@@ -38,7 +39,10 @@ var (
 	terraform  string
 )
 
-func TestMain(m *testing.M) { suite.Main(m) }
+func TestMain(m *testing.M) {
+	runner.MaybeRunChild() // the runner child of the attack tests
+	suite.Main(m)
+}
 
 func setup(e *testenv.Env) error {
 	env = e
