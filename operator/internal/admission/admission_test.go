@@ -92,13 +92,13 @@ func impersonate(sa types.NamespacedName) (client.Client, error) {
 }
 
 // grantEverything gives the test users and ServiceAccounts every verb on the
-// Sluice kinds (status included) and on Secrets.
+// Sluice kinds (status included), on Secrets and on ConfigMaps.
 func grantEverything(ctx context.Context) error {
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "sluice-admission-test-everything"},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{sluicev1.GroupVersion.Group}, Resources: []string{"*"}, Verbs: []string{"*"}},
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, Verbs: []string{"*"}},
 		},
 	}
 	if err := env.Client.Create(ctx, role); err != nil {
