@@ -280,6 +280,9 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 				// diff then shows less; the change stands.
 				logger.Error(err, "Storing the review of a ChangeRequest failed", "changeRequest", cr.Name)
 			}
+			if err := changespec.StorePlanError(ctx, r.Client, ControllerName, cr, result); err != nil {
+				return "", err
+			}
 		}
 		return cr.Name, r.recordSynced(ctx, plan, cr)
 	}

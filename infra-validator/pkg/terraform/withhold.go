@@ -136,3 +136,19 @@ func shown(diags []Diagnostic) []Diagnostic {
 	}
 	return out
 }
+
+// DetailsText is the full text of the failure for approvers: the step
+// and every diagnostic in full (credentials redacted), one a line. It
+// must only be stored where approvers alone read it.
+func (e *RunError) DetailsText() string {
+	var b strings.Builder
+	b.WriteString("terraform " + e.Step + " failed")
+	if e.err != nil {
+		b.WriteString(" (" + firstLine(e.err.Error()) + ")")
+	}
+	b.WriteString("\n")
+	for _, d := range e.Details {
+		b.WriteString(d.String() + "\n")
+	}
+	return b.String()
+}
