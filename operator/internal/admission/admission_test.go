@@ -441,8 +441,8 @@ func TestParse_rejectsUnknownFieldsAndKinds(t *testing.T) {
 func TestLoad_pointsBindingsAtTheParamNamespace(t *testing.T) {
 	p, err := admission.Load("elsewhere")
 	require.NoError(t, err)
-	require.Len(t, p.Policies, 5)
-	require.Len(t, p.Bindings, 5)
+	require.Len(t, p.Policies, 6)
+	require.Len(t, p.Bindings, 6)
 	for _, b := range p.Bindings {
 		require.Equal(t, "elsewhere", b.Spec.ParamRef.Namespace)
 		require.Equal(t, admission.ParamName, b.Spec.ParamRef.Name)
