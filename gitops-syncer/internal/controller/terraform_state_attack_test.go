@@ -95,6 +95,7 @@ func TestSync_aPlanErrorShowsNoPieceOfTheStateOrOfAFile(t *testing.T) {
 			ctx := context.Background()
 			cm := &corev1.ConfigMap{}
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: review.ConfigMapName(name)}, cm))
+			assert.Equal(t, string(cr.Spec.ApprovalDigest), cm.Annotations[review.AnnotationApprovalDigest], "the review carries the change's digest")
 			section, stored, err := review.FromConfigMap(cm, &cr)
 			require.NoError(t, err)
 			require.True(t, stored)
