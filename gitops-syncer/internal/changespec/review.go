@@ -22,8 +22,9 @@ func ReviewInput(res *validation.Result, appliedRevision string) review.Input {
 
 // StoreReview stores the redacted review section of cr (the plan and the
 // manifest diff the pull request shows) in the ConfigMap review.ConfigMapName,
-// controlled by cr, for `kubectl sluice diff`. One that exists already is
-// left as it is: a ChangeRequest never changes.
+// controlled by cr and annotated with its approvalDigest, for `kubectl
+// sluice diff`. One that exists already is left as it is: a ChangeRequest
+// never changes. Admission lets only the syncer write it.
 func StoreReview(ctx context.Context, c client.Client, fieldOwner string, cr *sluicev1.ChangeRequest, in review.Input) error {
 	in.Change = cr
 	s, err := review.Build(in)
@@ -34,6 +35,11 @@ func StoreReview(ctx context.Context, c client.Client, fieldOwner string, cr *sl
 	if err != nil {
 		return err
 	}
+	// diff shows the review only for the change whose digest it carries.
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	cm.Annotations[review.AnnotationApprovalDigest] = string(cr.Spec.ApprovalDigest)
 	if err := c.Create(ctx, cm, client.FieldOwner(fieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("store the review of %s: %w", cr.Name, err)
 	}

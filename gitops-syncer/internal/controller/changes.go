@@ -326,6 +326,10 @@ func (run *planRun) create(ctx context.Context, attempt int32) (cr, found *sluic
 			// diff then shows less; the change stands.
 			log.FromContext(ctx).Error(err, "Storing the review of a ChangeRequest failed", "changeRequest", cr.Name)
 		}
+		// A withheld plan error's full text, for approvers only.
+		if err := changespec.StorePlanError(ctx, r.Client, ControllerName, cr, res); err != nil {
+			return nil, nil, err
+		}
 	}
 	return cr, nil, r.recordChange(ctx, plan, cr)
 }

@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -53,19 +55,23 @@ resource "terraform_data" "queue" {
 	cr, ok := changeRequests(t, ns)[name]
 	require.True(t, ok, "no ChangeRequest %s", name)
 	assert.Equal(t, sluicev1.VerdictFail, cr.Spec.Verdict.Result)
-	denied := 0
+	withheld := 0
 	for _, f := range cr.Spec.Verdict.Findings {
 		t.Logf("%s:%d %s", f.File, f.Line, f.Message)
-		if f.Source == "terraform" && strings.Contains(strings.ToLower(f.Message), "denied") {
-			denied++
+		if f.Source == "terraform" && f.Message == terraform.Withheld {
+			withheld++
 		}
 	}
-	assert.Equal(t, 4, denied, "every read was refused")
+	assert.Equal(t, 4, withheld, "every failed read is a finding, its text for approvers only")
+	// The approvers' copy of terraform's text says why.
+	details := &corev1.Secret{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: changespec.PlanErrorSecretName(name)}, details))
+	assert.Equal(t, 4, strings.Count(strings.ToLower(string(details.Data[changespec.PlanErrorKey])), "denied"), "every read was refused")
 
 	var events corev1.EventList
 	require.NoError(t, k8s.List(context.Background(), &events, client.InNamespace(ns)))
 	rel := getRelease(t, ns, "stack-staging")
-	texts := map[string]any{"findings": cr.Spec.Verdict.Findings, "repository status": got.Status, "release status": rel.Status, "events": events.Items}
+	texts := map[string]any{"findings": cr.Spec.Verdict.Findings, "plan error details": string(details.Data[changespec.PlanErrorKey]), "repository status": got.Status, "release status": rel.Status, "events": events.Items}
 	dashed := strings.ReplaceAll(token, ".", "-")
 	for what, v := range texts {
 		b, err := json.Marshal(v)

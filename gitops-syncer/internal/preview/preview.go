@@ -459,6 +459,10 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 			// `kubectl sluice diff` then shows less; the preview stands.
 			h.Log.Error(err, "Storing the review of a preview failed", "changeRequest", cr.Name)
 		}
+		if err := changespec.StorePlanError(ctx, h.Client, FieldOwner, cr, res); err != nil {
+			// Approvers then miss the details; nothing of them is shown.
+			h.Log.Error(err, "Storing the plan error of a preview failed", "changeRequest", cr.Name)
+		}
 	}
 	h.Log.Info("Created preview ChangeRequest", "changeRequest", name, "verdict", cr.Spec.Verdict.Result, "approvalDigest", cr.Spec.ApprovalDigest)
 	return built{cr: cr, created: true}, nil

@@ -108,6 +108,9 @@ func (l *Library) PlanDelete(ctx context.Context, req DeleteRequest) (*DeleteRes
 	switch {
 	case errors.As(err, &tfErr) && tfErr.Kind == terraform.ErrorConfiguration:
 		out.Verdict = sluicev1.Verdict{Result: sluicev1.VerdictFail, Risk: sluicev1.RiskHigh, Findings: append(out.Verdict.Findings, terraformProblems(tfErr, tfDir)...)}
+		if tfErr.HasWithheld() {
+			out.PlanErrorDetails = tfErr.DetailsText()
+		}
 		return out, nil
 	case err != nil:
 		return nil, err

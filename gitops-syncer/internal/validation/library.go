@@ -134,7 +134,11 @@ func (l *Library) validate(ctx context.Context, req Request) (*Result, error) {
 		// A wrong stack fails the same way on every retry: reject the
 		// change with terraform's diagnostics. Back-end failures fall
 		// through to the retry below.
-		return rejected(terraformProblems(tfErr, req.Service.TerraformDir())), nil
+		out := rejected(terraformProblems(tfErr, req.Service.TerraformDir()))
+		if tfErr.HasWithheld() {
+			out.PlanErrorDetails = tfErr.DetailsText()
+		}
+		return out, nil
 	case errors.Is(err, validate.ErrChartRepository), errors.Is(err, manifest.ErrOutsideRepo), errors.Is(err, fs.ErrNotExist):
 		// Only a change to the repository fixes these; say so in the
 		// ChangeRequest instead of retrying.

@@ -98,6 +98,11 @@ type Result struct {
 	// plan (validate.PlanCheck.Secrets), so the review redacts them without
 	// walking the plan again.
 	PlanSecrets []string
+	// PlanErrorDetails is the full text of a failed plan whose findings
+	// say "plan failed (details for approvers)"
+	// (terraform.RunError.DetailsText): stored only where approvers read
+	// it (changespec.StorePlanError), never in a finding, log or event.
+	PlanErrorDetails string
 }
 
 // Validator validates one release. An error means the validation could not

@@ -24,8 +24,13 @@ import (
 // it, so a planted ConfigMap of the same name shows nothing.
 const (
 	DataKey = "section.json.gz"
-	// LabelReview marks those ConfigMaps.
+	// LabelReview marks those ConfigMaps; admission lets only the syncer
+	// write one (policy sluice-reviews).
 	LabelReview = "gitops.sluice.dev/review"
+	// AnnotationApprovalDigest is the approvalDigest of the change a
+	// review was stored for; diff shows a review only when it is the
+	// change's.
+	AnnotationApprovalDigest = "gitops.sluice.dev/approval-digest"
 	// maxDecoded caps what Decode inflates.
 	maxDecoded = 64 << 20
 	// MaxStored is how much of a ConfigMap's 1 MiB the encoded section

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -106,8 +107,10 @@ func TestLocal_aSpareChildIsConfinedOnceItHasItsJob(t *testing.T) {
 			_, err := terraform.Plan(context.Background(), terraform.PlanOptions{ExecOptions: terraform.ExecOptions{Runner: l}, Dir: dir})
 			require.Equal(t, spare.cmd.Process.Pid, pid, "the spare ran it")
 			require.Error(t, err)
-			require.Contains(t, err.Error(), "denied", "the read itself is refused")
-			require.NotContains(t, err.Error(), value[:20])
+			var runErr *terraform.RunError
+			require.ErrorAs(t, err, &runErr)
+			require.Contains(t, fmt.Sprint(runErr.Details), "denied", "the read itself is refused")
+			require.NotContains(t, err.Error()+fmt.Sprint(runErr.Details), value[:20])
 		})
 	}
 }

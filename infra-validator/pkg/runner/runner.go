@@ -331,7 +331,9 @@ func wireError(err error) *Error {
 		if u := runErr.Unwrap(); u != nil {
 			msg = u.Error()
 		}
-		return &Error{Code: CodeRun, Message: msg, Step: runErr.Step, Kind: runErr.Kind, Diagnostics: runErr.Diagnostics, Stderr: runErr.Stderr}
+		// The full diagnostics: the receiving side decides again what may
+		// be shown (terraform.NewRunError).
+		return &Error{Code: CodeRun, Message: msg, Step: runErr.Step, Kind: runErr.Kind, Diagnostics: runErr.Details, Stderr: runErr.Stderr}
 	case errors.Is(err, terraform.ErrStalePlan):
 		return &Error{Code: CodeStale, Message: err.Error()}
 	case errors.Is(err, terraform.ErrPlanFileMismatch):

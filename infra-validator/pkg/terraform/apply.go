@@ -247,7 +247,7 @@ func planIsDestroy(p *tfjson.Plan) bool {
 // isStale recognises terraform's refusal of a plan whose prior state is no
 // longer the current one.
 func isStale(e *RunError) bool {
-	for _, d := range e.Diagnostics {
+	for _, d := range e.Details {
 		if strings.Contains(strings.ToLower(d.Summary), "saved plan is stale") {
 			return true
 		}

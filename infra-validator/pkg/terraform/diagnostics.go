@@ -72,17 +72,44 @@ func (d Diagnostic) String() string {
 // with terraform's diagnostics. Stderr and every diagnostic are redacted of
 // credentials (values of ExecOptions.Env and anything shaped like a
 // password, token or key) and bounded in size.
+//
+// Diagnostics is what anyone may see (findings, the pull request, logs,
+// Error): a diagnostic whose text may quote a value terraform evaluated
+// (state, a file it read, a data source) is replaced there by one saying
+// Withheld, at the same file and line. Details and Stderr hold the full
+// text, for approvers only: never put them in a finding, a status, an
+// event or a log.
 type RunError struct {
 	// Step is the terraform command that failed.
 	Step string
 	// Kind says whether a change to the stack (ErrorConfiguration) or a
 	// retry (ErrorBackend) is what it takes.
 	Kind ErrorKind
-	// Diagnostics are the errors terraform printed, in order.
+	// Diagnostics are the errors terraform printed, in order, as they may
+	// be shown (see Withheld).
 	Diagnostics []Diagnostic
-	// Stderr is terraform's error output, at most MaxStderr bytes.
+	// Details are the same diagnostics in full (credentials redacted):
+	// for approvers only.
+	Details []Diagnostic
+	// Stderr is terraform's error output, at most MaxStderr bytes: for
+	// approvers only, like Details.
 	Stderr string
 	err    error
+}
+
+// Withheld is the summary shown in place of a diagnostic whose text may
+// quote values the run read; the diagnostic itself is in
+// RunError.Details.
+const Withheld = "plan failed (details for approvers)"
+
+// HasWithheld reports whether some diagnostic is shown as Withheld.
+func (e *RunError) HasWithheld() bool {
+	for _, d := range e.Diagnostics {
+		if d.Summary == Withheld {
+			return true
+		}
+	}
+	return false
 }
 
 // Error names the step, the kind and the diagnostics (about 1 KiB at most).
@@ -133,16 +160,18 @@ func NewRunError(step string, kind ErrorKind, diags []Diagnostic, stderr, messag
 	if len(diags) > maxDiagnostics {
 		diags = diags[:maxDiagnostics]
 	}
-	out := make([]Diagnostic, 0, len(diags))
+	// The runner's diagnostics are read as untrusted, full text: which of
+	// them may be shown is decided here again.
+	full := make([]Diagnostic, 0, len(diags))
 	for _, d := range diags {
-		out = append(out, Diagnostic{
+		full = append(full, Diagnostic{
 			Summary: sluicev1.Truncate(redact(d.Summary, secrets), 500),
-			Detail:  sluicev1.Truncate(hideValues(redact(d.Detail, secrets)), 2000),
+			Detail:  sluicev1.Truncate(redact(d.Detail, secrets), 2000),
 			File:    sluicev1.Truncate(redact(d.File, secrets), 500),
 			Line:    max(0, min(d.Line, 1<<24)),
 		})
 	}
-	e := &RunError{Step: sluicev1.Truncate(step, 40), Kind: kind, Diagnostics: out, Stderr: sluicev1.Truncate(hideValues(scrubSnippets(redact(stderr, secrets))), MaxStderr)}
+	e := &RunError{Step: sluicev1.Truncate(step, 40), Kind: kind, Diagnostics: shown(full), Details: full, Stderr: sluicev1.Truncate(hideValues(scrubSnippets(redact(stderr, secrets))), MaxStderr)}
 	if message != "" {
 		e.err = errors.New(sluicev1.Truncate(firstLine(redact(message, secrets)), 500))
 	}
@@ -155,10 +184,11 @@ func stepError(ctx context.Context, step string, timeout time.Duration, err erro
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return &RunError{Step: step, Kind: ErrorBackend, err: fmt.Errorf("timed out after %s: %w", timeout, context.DeadlineExceeded)}
 	}
-	stderr = hideValues(scrubSnippets(redact(stderr, secrets)))
-	diags := ParseDiagnostics(stderr)
+	stderr = redact(stderr, secrets)
+	diags := parseDiagnostics(stderr)
 	kind := classifyFailure(diags)
-	return &RunError{Step: step, Kind: kind, Diagnostics: diags, Stderr: sluicev1.Truncate(stderr, MaxStderr), err: exitOnly(err)}
+	return &RunError{Step: step, Kind: kind, Diagnostics: shown(diags), Details: diags,
+		Stderr: sluicev1.Truncate(hideValues(scrubSnippets(stderr)), MaxStderr), err: exitOnly(err)}
 }
 
 // exitOnly keeps the first line of terraform-exec's error ("exit status
@@ -213,13 +243,23 @@ var locationLine = regexp.MustCompile(`^\s*on (.+?) line (\d+)(?:,|:)`)
 // failed init are skipped. It never fails; unrecognised text gives no
 // diagnostics.
 func ParseDiagnostics(stderr string) []Diagnostic {
+	out := parseDiagnostics(stderr)
+	for i := range out {
+		out[i].Detail = hideValues(out[i].Detail)
+	}
+	return out
+}
+
+// parseDiagnostics is ParseDiagnostics keeping the details whole, quoted
+// values included (for RunError.Details).
+func parseDiagnostics(stderr string) []Diagnostic {
 	var out []Diagnostic
 	var cur *Diagnostic
 	var detail []string
 	inError, inSnippet := false, false
 	flush := func() {
 		if cur != nil {
-			cur.Detail = sluicev1.Truncate(hideValues(strings.Join(detail, " ")), 2000)
+			cur.Detail = sluicev1.Truncate(strings.Join(detail, " "), 2000)
 			if !strings.HasPrefix(cur.Summary, initPreamble) && len(out) < maxDiagnostics {
 				out = append(out, *cur)
 			}

@@ -273,3 +273,132 @@ string must be a decimal representation of a number.
 		t.Fatalf("a rebuilt error kept the value: %v / %s", e, e.Stderr)
 	}
 }
+
+// stateWithSecret applies, with its own local state, a stack holding a
+// sensitive value, then adds attack to the stack: what a later push
+// plans against that state.
+func stateWithSecret(t *testing.T, secret, attack string) string {
+	t.Helper()
+	dir := t.TempDir()
+	base := `terraform {
+  backend "local" {
+    path = "state/terraform.tfstate"
+  }
+}
+resource "terraform_data" "db" {
+  input = sensitive("` + secret + `")
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := plan(t, PlanOptions{Dir: dir, Backend: BackendOwn})
+	if _, err := Apply(context.Background(), applyOpts(t, dir, res)); err != nil {
+		t.Fatalf("apply the state: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "attack.tf"), []byte(attack), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestPlan_aPlanErrorShowsNoPieceOfTheStateOrOfAFile: the attacks of a
+// pusher reading a release's state and the runner's files through plan
+// errors: a piece of a sensitive state value made a number error,
+// /etc/hosts made a number error, a validation message quoting the value
+// and an object key named after it. No piece of any of it is in what
+// may be shown (Diagnostics, Error()); the full text is in Details.
+func TestPlan_aPlanErrorShowsNoPieceOfTheStateOrOfAFile(t *testing.T) {
+	const secret = "Zq7-sEcReT-vAlUe-9xKw"
+	hosts, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	attacks := map[string]string{
+		"a piece of a sensitive value as a number": `locals { x = tonumber(substr(nonsensitive(terraform_data.db.output), 0, 12)) }
+output "x" { value = local.x }`,
+		"a readable file as a number": `locals { h = tonumber(file("/etc/hosts")) }
+output "h" { value = local.h }`,
+		"the value in a validation message": `variable "v" {
+  default = "a"
+  validation {
+    condition     = var.v == "b"
+    error_message = "no ${nonsensitive(terraform_data.db.output)}"
+  }
+}`,
+		"the value as an object key": `locals { o = { (substr(nonsensitive(terraform_data.db.output), 4, 6)) = 1 }.sEcReZ }
+output "o" { value = local.o }`,
+	}
+	for name, attack := range attacks {
+		t.Run(name, func(t *testing.T) {
+			dir := stateWithSecret(t, secret, attack)
+			_, err := Plan(context.Background(), PlanOptions{ExecOptions: ExecOptions{ExecPath: terraformPath(t)}, Dir: dir, Backend: BackendOwn})
+			re := runError(t, err)
+			shown := err.Error() + fmt.Sprint(re.Diagnostics)
+			for _, piece := range pieces(secret, 4) {
+				if strings.Contains(shown, piece) {
+					t.Errorf("%q of the state value is shown: %s", piece, shown)
+				}
+			}
+			for _, line := range strings.Split(string(hosts), "\n") {
+				for _, f := range strings.Fields(line) {
+					if len(f) >= 4 && strings.Contains(shown, f) {
+						t.Errorf("%q of /etc/hosts is shown: %s", f, shown)
+					}
+				}
+			}
+			if !re.HasWithheld() || len(re.Details) != len(re.Diagnostics) {
+				t.Fatalf("want the diagnostic withheld and its details kept: %+v / %+v", re.Diagnostics, re.Details)
+			}
+			if d := re.Diagnostics[0]; d.File != "attack.tf" || d.Line < 1 {
+				t.Errorf("the withheld diagnostic does not say where: %+v", d)
+			}
+			if fmt.Sprint(re.Details) == fmt.Sprint(re.Diagnostics) {
+				t.Errorf("the details for approvers are gone: %+v", re.Details)
+			}
+			// What a runner sends back is judged again.
+			back := NewRunError(re.Step, re.Kind, re.Details, re.Stderr, "exit status 1", nil)
+			if fmt.Sprint(back.Diagnostics) != fmt.Sprint(re.Diagnostics) {
+				t.Errorf("rebuilt from the runner: %+v, want %+v", back.Diagnostics, re.Diagnostics)
+			}
+		})
+	}
+}
+
+// pieces are the substrings of s of n bytes.
+func pieces(s string, n int) []string {
+	var out []string
+	for i := 0; i+n <= len(s); i++ {
+		out = append(out, s[i:i+n])
+	}
+	return out
+}
+
+func TestShown_keepsStaticAndBackEndErrorsAndWithholdsTheRest(t *testing.T) {
+	tests := []struct {
+		name string
+		d    Diagnostic
+		keep bool
+	}{
+		{"an unsupported argument", Diagnostic{Summary: "Unsupported argument", Detail: `An argument named "bogus" is not expected here.`, File: "main.tf", Line: 3}, true},
+		{"an undeclared variable", Diagnostic{Summary: "Value for undeclared variable", Detail: `A variable named "region" was assigned on the command line.`}, true},
+		{"a duplicate resource", Diagnostic{Summary: `Duplicate resource "terraform_data" configuration`, Detail: `A terraform_data resource named "a" was already declared at main.tf:1,1-30.`, File: "main.tf", Line: 2}, true},
+		{"an unreachable back end", Diagnostic{Summary: `Failed to get existing workspaces: Get "https://127.0.0.1:1/x": dial tcp 127.0.0.1:1: connect: connection refused`}, true},
+		{"a function argument", Diagnostic{Summary: "Invalid function argument", Detail: `Invalid value for "v" parameter: cannot convert "Zq7-sEcReT-V" to number`, File: "main.tf", Line: 1}, false},
+		{"a validation message", Diagnostic{Summary: "Invalid value for variable", Detail: "no Zq7-sEcReT-vAlUe-9xKw", File: "main.tf", Line: 1}, false},
+		{"a static summary quoting a value", Diagnostic{Summary: "Unsupported argument", Detail: `An argument named "Zq7 sEcReT" is not expected here.`}, false},
+		{"a remote state data source named like a back end", Diagnostic{Summary: "Error loading state", Detail: "127.0.0.1 localhost", File: "main.tf", Line: 4}, false},
+		{"an unsupported attribute, which suggests object keys", Diagnostic{Summary: "Unsupported attribute", Detail: `Did you mean "sEcR"?`, File: "main.tf", Line: 1}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := shown([]Diagnostic{tt.d})[0]
+			if kept := got.Summary != Withheld; kept != tt.keep {
+				t.Fatalf("shown %+v, keep=%v", got, tt.keep)
+			}
+			if !tt.keep && (got.Detail != "" || got.File != tt.d.File || got.Line != tt.d.Line) {
+				t.Errorf("withheld as %+v", got)
+			}
+		})
+	}
+}

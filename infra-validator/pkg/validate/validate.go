@@ -42,7 +42,9 @@
 // that does not parse, malformed plan JSON, terraform failing); everything
 // the checks find is a finding in the verdict. A terraform failure is a
 // *terraform.RunError: ErrTerraformConfiguration when the stack is wrong,
-// otherwise a back-end or transient failure.
+// otherwise a back-end or transient failure. Its Diagnostics (and Error())
+// show a diagnostic that may quote what terraform read (state, files) as
+// terraform.Withheld; its Details hold the full text, for approvers only.
 package validate
 
 import (

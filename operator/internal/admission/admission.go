@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/config"
 )
@@ -284,6 +285,16 @@ var probes = []probe{
 			return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
 				GenerateName: "admission-probe-", Namespace: ns,
 				Labels: map[string]string{sluicev1.LabelChangeRequest: "admission-probe"},
+			}}
+		},
+	},
+	{
+		policy: "sluice-reviews",
+		want:   "may create a review ConfigMap",
+		obj: func(ns string) client.Object {
+			return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+				GenerateName: "admission-probe-", Namespace: ns,
+				Labels: map[string]string{review.LabelReview: "true"},
 			}}
 		},
 	},

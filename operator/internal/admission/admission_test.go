@@ -92,13 +92,13 @@ func impersonate(sa types.NamespacedName) (client.Client, error) {
 }
 
 // grantEverything gives the test users and ServiceAccounts every verb on the
-// Sluice kinds (status included) and on Secrets.
+// Sluice kinds (status included), on Secrets and on ConfigMaps.
 func grantEverything(ctx context.Context) error {
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "sluice-admission-test-everything"},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{sluicev1.GroupVersion.Group}, Resources: []string{"*"}, Verbs: []string{"*"}},
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, Verbs: []string{"*"}},
 		},
 	}
 	if err := env.Client.Create(ctx, role); err != nil {
@@ -457,8 +457,8 @@ func TestParse_rejectsUnknownFieldsAndKinds(t *testing.T) {
 func TestLoad_pointsBindingsAtTheParamNamespace(t *testing.T) {
 	p, err := admission.Load("elsewhere")
 	require.NoError(t, err)
-	require.Len(t, p.Policies, 5)
-	require.Len(t, p.Bindings, 5)
+	require.Len(t, p.Policies, 6)
+	require.Len(t, p.Bindings, 6)
 	for _, b := range p.Bindings {
 		require.Equal(t, "elsewhere", b.Spec.ParamRef.Namespace)
 		require.Equal(t, admission.ParamName, b.Spec.ParamRef.Name)

@@ -223,8 +223,8 @@ func TestChart_defaultValuesPassTheDefaultPolicies(t *testing.T) {
 		"Secret":                           1, // the tokens
 		"NetworkPolicy":                    3,
 		"ConfigMap":                        1,
-		"ValidatingAdmissionPolicy":        5,
-		"ValidatingAdmissionPolicyBinding": 5,
+		"ValidatingAdmissionPolicy":        6,
+		"ValidatingAdmissionPolicyBinding": 6,
 	}, kinds)
 }
 

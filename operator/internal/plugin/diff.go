@@ -8,9 +8,11 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Colour modes of diff.
@@ -38,8 +40,10 @@ Secrets as keys only, and the approval state as it is now. --format markdown
 prints the pull-request comment Sluice posts (or would post) for the change.
 
 The review is the ConfigMap "<CHANGE>-review" the syncer stores beside every
-ChangeRequest, read only when the ChangeRequest controls it; it holds what the
-pull request shows, redacted like the findings. The sluice-viewer and
+ChangeRequest (admission lets nobody else write one); it holds what the pull
+request shows, redacted like the findings. diff refuses a ConfigMap of that
+name that is not labelled a review, that the ChangeRequest does not control,
+or whose approval-digest annotation is not the change's approvalDigest. The sluice-viewer and
 sluice-approver roles grant "get" on ConfigMaps for it.`,
 		Example: `  kubectl sluice diff checkout-prod-1a2b3c4d5e -n team-a
   kubectl sluice diff checkout-prod-1a2b3c4d5e -n team-a --format markdown`,
@@ -66,6 +70,9 @@ sluice-approver roles grant "get" on ConfigMaps for it.`,
 			stored := false
 			switch {
 			case err == nil:
+				if err := checkReview(cm, cr); err != nil {
+					return err
+				}
 				if s, stored, err = review.FromConfigMap(cm, cr); err != nil {
 					return fmt.Errorf("change %s: %w", cr.Name, err)
 				}
@@ -108,4 +115,35 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// UntrustedReviewError says why the ConfigMap named as a change's review
+// is not shown: it is not the review Sluice stored for that change.
+type UntrustedReviewError struct {
+	Change, ConfigMap, Reason string
+}
+
+func (e *UntrustedReviewError) Error() string {
+	return fmt.Sprintf("refusing to show %s as the review of %s: %s (only the gitops-syncer writes reviews; ask your platform team who wrote this one)", e.ConfigMap, e.Change, e.Reason)
+}
+
+// checkReview returns an *UntrustedReviewError unless cm is the review
+// the syncer stored for cr: labelled as a review (admission lets only the
+// syncer write those), controlled by cr, and stamped with cr's
+// approvalDigest. Anyone who may write ConfigMaps in the control
+// namespace could otherwise plant one with an owner reference to the
+// change, and an approver would approve what it shows.
+func checkReview(cm *corev1.ConfigMap, cr *sluicev1.ChangeRequest) error {
+	bad := func(reason string) error {
+		return &UntrustedReviewError{Change: cr.Name, ConfigMap: cm.Name, Reason: reason}
+	}
+	switch {
+	case cm.Labels[review.LabelReview] != "true":
+		return bad("it is not labelled " + review.LabelReview)
+	case !metav1.IsControlledBy(cm, cr):
+		return bad("the ChangeRequest does not control it")
+	case cr.Spec.ApprovalDigest == "" || cm.Annotations[review.AnnotationApprovalDigest] != string(cr.Spec.ApprovalDigest):
+		return bad(fmt.Sprintf("its approval digest %q is not the change's %q", cm.Annotations[review.AnnotationApprovalDigest], cr.Spec.ApprovalDigest))
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package plugin_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,31 +16,37 @@ import (
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/plugin"
 )
 
 const diffPlan = `{"format_version":"1.2","resource_changes":[
  {"address":"aws_db_instance.main","change":{"actions":["delete","create"],"before":{"engine_version":"14","password":"pw-hunter2-xyz"},"after":{"engine_version":"15","password":"pw-hunter2-xyz"},
   "after_unknown":{"id":true},"before_sensitive":{"password":true},"after_sensitive":{"password":true},"replace_paths":[["engine_version"]]}}]}`
 
-// storeReview writes the ConfigMap the syncer stores beside every
-// change; owned false plants one under the same name that the change
-// does not control.
-func storeReview(t *testing.T, cr *sluicev1.ChangeRequest, owned bool) {
+// reviewOf is the ConfigMap the syncer stores beside every change
+// (changespec.StoreReview): controlled by the change, labelled a review,
+// stamped with the change's approvalDigest.
+func reviewOf(t *testing.T, cr *sluicev1.ChangeRequest) *corev1.ConfigMap {
 	t.Helper()
 	s, err := review.Build(review.Input{Change: cr, PlanJSON: []byte(diffPlan),
 		Manifest: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web, namespace: x}\ndata: {replicas: \"3\"}\n"})
 	require.NoError(t, err)
 	cm, err := review.NewConfigMap(cr, s)
 	require.NoError(t, err)
-	if !owned {
-		cm.OwnerReferences = nil
-	}
-	require.NoError(t, env.Client.Create(context.Background(), cm))
+	cm.Annotations = map[string]string{review.AnnotationApprovalDigest: string(cr.Spec.ApprovalDigest)}
+	return cm
+}
+
+// storeReview stores cr's review as the syncer does (admission lets
+// nobody else write one).
+func storeReview(t *testing.T, cr *sluicev1.ChangeRequest) {
+	t.Helper()
+	require.NoError(t, syncer.Create(context.Background(), reviewOf(t, cr)))
 }
 
 func TestDiff_printsThePlanAndManifestDiffTheReviewerSaw(t *testing.T) {
 	cr := newChange(t, teamNS, "diffa", sluicev1.ApprovalRule{Required: 1})
-	storeReview(t, cr, true)
+	storeReview(t, cr)
 
 	out, _, err := sluice(t, "-n", teamNS, "diff", cr.Name)
 	require.NoError(t, err, "carol holds only the shipped sluice-approver role")
@@ -71,7 +78,7 @@ func TestDiff_printsThePlanAndManifestDiffTheReviewerSaw(t *testing.T) {
 func TestDiff_aViewerBoundInTheControlNamespaceReadsTheReview(t *testing.T) {
 	ctx := context.Background()
 	cr := newChange(t, teamNS, "diffv", sluicev1.ApprovalRule{Required: 1})
-	storeReview(t, cr, true)
+	storeReview(t, cr)
 	vera, err := env.AddUser("vera", "auditors")
 	require.NoError(t, err)
 
@@ -101,13 +108,38 @@ func TestDiff_aViewerBoundInTheControlNamespaceReadsTheReview(t *testing.T) {
 	assert.Error(t, err, "sluice-viewer grants no Secret")
 }
 
-func TestDiff_ignoresAReviewTheChangeDoesNotControl(t *testing.T) {
-	cr := newChange(t, teamNS, "diffb", sluicev1.ApprovalRule{Required: 1})
-	storeReview(t, cr, false) // planted by someone else: not the change's
+// TestDiff_refusesAReviewThatIsNotTheChanges: ConfigMaps named as the
+// change's review that admission lets through (an unlabelled one someone
+// who writes ConfigMaps planted with an owner reference to the change) or
+// that are not this change's (another digest, not controlled by it) are
+// refused by diff, not shown.
+func TestDiff_refusesAReviewThatIsNotTheChanges(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		forge  func(cm *corev1.ConfigMap)
+		writer client.Client
+		reason string
+	}{
+		{"planted without the review label, owned by the change", func(cm *corev1.ConfigMap) { cm.Labels = nil }, env.Client, "not labelled"},
+		{"stored for another digest", func(cm *corev1.ConfigMap) {
+			cm.Annotations[review.AnnotationApprovalDigest] = string(sluicev1.SHA256Digest([]byte("other content")))
+		}, syncer, "approval digest"},
+		{"without a digest", func(cm *corev1.ConfigMap) { cm.Annotations = nil }, syncer, "approval digest"},
+		{"not controlled by the change", func(cm *corev1.ConfigMap) { cm.OwnerReferences = nil }, syncer, "does not control it"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cr := newChange(t, teamNS, fmt.Sprintf("diffb%d", i), sluicev1.ApprovalRule{Required: 1})
+			cm := reviewOf(t, cr)
+			tt.forge(cm)
+			require.NoError(t, tt.writer.Create(ctx, cm))
 
-	out, errOut, err := sluice(t, "-n", teamNS, "diff", cr.Name)
-	require.NoError(t, err)
-	assert.Contains(t, errOut, "No review is stored")
-	assert.NotContains(t, out, "aws_db_instance.main")
-	assert.Contains(t, out, string(cr.Spec.ApprovalDigest))
+			out, _, err := sluice(t, "-n", teamNS, "diff", cr.Name)
+			var untrusted *plugin.UntrustedReviewError
+			require.ErrorAs(t, err, &untrusted)
+			assert.Contains(t, err.Error(), tt.reason)
+			assert.NotContains(t, out, "aws_db_instance.main", "the forged review is not shown")
+		})
+	}
 }

@@ -91,7 +91,10 @@ func grant(ctx context.Context) error {
 		},
 		&rbacv1.ClusterRole{
 			ObjectMeta: metav1.ObjectMeta{Name: "sluice-syncer"},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{sluicev1.GroupVersion.Group}, Resources: []string{"*"}, Verbs: []string{"*"}}},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{sluicev1.GroupVersion.Group}, Resources: []string{"*"}, Verbs: []string{"*"}},
+				{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get"}},
+			},
 		},
 		&rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "sluice-syncer"},
@@ -109,6 +112,8 @@ func grant(ctx context.Context) error {
 			Verb: "create", Group: sluicev1.GroupVersion.Group, Resource: "approvals"}},
 		{User: admission.ServiceAccountUsername(params.Syncer), ResourceAttributes: &authorizationv1.ResourceAttributes{
 			Verb: "create", Group: sluicev1.GroupVersion.Group, Resource: "changerequests"}},
+		{User: admission.ServiceAccountUsername(params.Syncer), ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: "create", Resource: "configmaps"}},
 	} {
 		if err := env.WaitAllowed(ctx, spec); err != nil {
 			return err

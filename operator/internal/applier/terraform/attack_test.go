@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
+	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
@@ -96,9 +97,14 @@ exit 1
 	var approvals sluicev1.ApprovalList
 	require.NoError(t, env.Client.List(ctx, &approvals, client.InNamespace(f.ctl)))
 	require.Empty(t, approvals.Items, "no Approval was created with the operator's credential")
-	require.Contains(t, err.Error(), "attempts-done", "the provisioner ran")
-	require.NotRegexp(t, `got: *[1-9]`, err.Error(), "the operator's credential reached the runner")
-	for _, text := range []string{err.Error(), fail.Message} {
+	// The provisioner's output is withheld from the error (it may quote
+	// what the run read); terraform's full text is in its Details.
+	var runErr *tf.RunError
+	require.ErrorAs(t, err, &runErr)
+	details := runErr.DetailsText()
+	require.Contains(t, details, "attempts-done", "the provisioner ran")
+	require.NotRegexp(t, `got: *[1-9]`, details, "the operator's credential reached the runner")
+	for _, text := range []string{err.Error(), fail.Message, details} {
 		require.NotContains(t, text, "APPROVAL-CREATED")
 		require.NotContains(t, text, "SECRET-READ")
 		require.NotContains(t, text, token)
