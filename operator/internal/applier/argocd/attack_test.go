@@ -167,4 +167,3 @@ func TestGitReader_reportsWhatArgoCDWouldMergeAndRefusesItAnywhere(t *testing.T)
 		require.ErrorContains(t, err, "commit abababab")
 	})
 }
-
