@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -248,9 +249,14 @@ func (f *argoFixture) change(commit string, attempt int32, files map[string][]by
 	url := f.server.Put(fmt.Sprintf("%s/%s-%d.tar.gz", f.ctl, commit, attempt), gz)
 	cr := &sluicev1.ChangeRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(f.release.Name, commit, attempt), Namespace: f.ctl,
-			Labels: map[string]string{sluicev1.LabelRelease: f.release.Name}},
+			Labels: map[string]string{sluicev1.LabelRelease: f.release.Name},
+			// The syncer makes the Release the change's controller.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: sluicev1.GroupVersion.String(), Kind: "Release",
+				Name: f.release.Name, UID: f.release.UID, Controller: ptr.To(true)}}},
 		Spec: sluicev1.ChangeRequestSpec{
 			Release: f.release.Name, Revision: commit, Attempt: attempt, TargetNamespace: f.target, Delivery: sluicev1.DeliveryArgoCD,
+			Source: &sluicev1.ChangeSource{Service: "web", Environment: "prod", Path: "services/web",
+				Chart: sluicev1.ChartSource{Path: "charts/web"}, Values: []sluicev1.RelativePath{"values-prod.yaml"}},
 			Artifact:       sluicev1.ArtifactReference{URL: url, SHA256: sluicev1.SHA256Digest(gz)},
 			ContentDigest:  sluicev1.SHA256Digest(tb),
 			ManifestDigest: f.manifestDigest(files),
