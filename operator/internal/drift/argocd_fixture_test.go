@@ -83,11 +83,31 @@ func startArgoCD(t *testing.T, env *testenv.Env, server *artifacttest.Server) *a
 		Name:    argoapplier.PluginName,
 		Command: []string{self, argoapplier.CMPCommand, "generate", "--kubeconfig", kubeconfig, "--artifact-base-url", server.BaseURL()},
 		Env:     []string{cmpChild + "=1"},
-	}})
+	}, Plugins: []argocdtest.Plugin{{
+		// A second sidecar of the same repo-server, which prints a
+		// manifest of its own.
+		Name:    otherPlugin,
+		Command: []string{"sh", "-c", `printf '%s' "$1"`, "sh", otherManifest},
+	}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = argo.Stop() })
 	return argo
 }
+
+// otherPlugin is a second config management plugin of the repo-server; it
+// prints otherManifest.
+const otherPlugin = "other"
+
+const otherManifest = `apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-prod-config}
+data: {message: from the other plugin}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: planted-by-other}
+data: {}
+`
 
 var argoCounter atomic.Int32
 
@@ -291,6 +311,56 @@ func (f *argoFixture) applyFirst() (*sluicev1.ChangeRequest, map[string][]byte) 
 	rel.Status.LastSyncedCommit = commit
 	require.NoError(f.t, f.env.Client.Status().Patch(context.Background(), rel, client.MergeFrom(orig)))
 	return got, files
+}
+
+// recordApplied records cr as the gate and the Argo CD applier would have:
+// alice's approval, the change Applied under its rule, the Release's
+// applied status.
+func (f *argoFixture) recordApplied(cr *sluicev1.ChangeRequest) {
+	f.t.Helper()
+	ctx := context.Background()
+	require.NoError(f.t, f.env.Client.Create(ctx, &sluicev1.Approval{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: cr.Name + "-", Namespace: f.ctl},
+		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
+			Approver: "k8s:alice", Source: sluicev1.SourceKubernetes},
+	}))
+	now := metav1.Now()
+	cr.Status.Phase, cr.Status.EffectiveRule, cr.Status.ApprovedAt = sluicev1.PhaseApplied, cr.Spec.Rule.DeepCopy(), &now
+	require.NoError(f.t, f.env.Client.Status().Update(ctx, cr))
+	rel := &sluicev1.Release{}
+	require.NoError(f.t, f.env.Client.Get(ctx, client.ObjectKeyFromObject(f.release), rel))
+	rel.Status.AppliedChange, rel.Status.AppliedRevision, rel.Status.AppliedDigest = cr.Name, cr.Spec.Revision, cr.Spec.ApprovalDigest
+	require.NoError(f.t, f.env.Client.Status().Update(ctx, rel))
+	f.release = rel
+}
+
+// applicationAt creates the Repository's AppProject and the Application
+// as the Argo CD applier sets them for cr, with a sync of its commit.
+func (f *argoFixture) applicationAt(cr *sluicev1.ChangeRequest) {
+	f.t.Helper()
+	ctx := context.Background()
+	proj := &unstructured.Unstructured{}
+	proj.SetGroupVersionKind(argoapplier.AppProjectGVK)
+	proj.SetNamespace(f.argo.Namespace)
+	proj.SetName(argoapplier.ProjectName(f.repo))
+	proj.Object["spec"] = map[string]any{"sourceRepos": []any{f.repo.Spec.URL}, "sourceNamespaces": []any{f.ctl},
+		"destinations": []any{map[string]any{"server": argoapplier.InClusterServer, "namespace": f.target}}}
+	require.NoError(f.t, f.env.Client.Create(ctx, proj))
+	app := &unstructured.Unstructured{}
+	app.SetGroupVersionKind(argoapplier.ApplicationGVK)
+	app.SetNamespace(f.ctl)
+	app.SetName(f.release.Name)
+	app.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: sluicev1.GroupVersion.String(), Kind: "Release", Name: f.release.Name,
+		UID: f.release.UID, Controller: ptr.To(true)}})
+	app.Object["spec"] = map[string]any{
+		"project": argoapplier.ProjectName(f.repo),
+		"source": map[string]any{"repoURL": f.repo.Spec.URL, "targetRevision": cr.Spec.Revision, "path": "services/web",
+			"plugin": map[string]any{"name": argoapplier.PluginName}},
+		"destination": map[string]any{"server": argoapplier.InClusterServer, "namespace": f.target},
+	}
+	app.Object["operation"] = map[string]any{"initiatedBy": map[string]any{"username": "sluice:" + f.ctl + "/" + cr.Name},
+		"sync": map[string]any{"revision": cr.Spec.Revision}}
+	require.NoError(f.t, f.env.Client.Create(ctx, app))
 }
 
 // waitDrifted waits for the Release's Drifted condition to have status
