@@ -43,27 +43,44 @@ func without(files map[string][]byte, prefix string) map[string][]byte {
 	return out
 }
 
-func TestArgoCD_aFolderRedirectWithAnOverrideNamingAnotherPluginIsRefused(t *testing.T) {
-	f := newFixture(t, true)
-	// The commit carries the approved service folder and a folder of the
-	// pusher's whose .argocd-source.yaml names the other plugin; the
-	// approved change packed only its own folder.
-	commit, files := f.push("message: approved\n", map[string]string{
-		"services/evil/.argocd-source.yaml": "plugin:\n  name: " + otherPlugin + "\n",
-		"services/evil/service.yaml":        "not a service\n",
-	})
-	packed := without(files, "services/evil/")
-	cr := f.changeFor(commit, packed, f.digestOf(packed))
-	// A later push the syncer could not plan moved the Release's folder.
-	f.redirect("services/evil")
+func TestArgoCD_anOverrideNamingAnotherPluginIsRefusedAndNothingOfItLands(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// folder holds the pusher's .argocd-source.yaml; redirect, when
+		// set, is the folder a later push wrote into the Release.
+		folder, redirect string
+	}{
+		// The attack that worked: the Application's folder came from the
+		// Release, which a push rewrote before planning, and the override
+		// file there was in no artifact.
+		{name: "in a folder a later push wrote into the Release", folder: "services/evil", redirect: "services/evil"},
+		// The approved folder at the approved commit holds it, but the
+		// artifact (what the change packed) does not: only git shows it.
+		{name: "in the approved folder, missing from the artifact", folder: "services/web"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, true)
+			override := tc.folder + "/.argocd-source.yaml"
+			commit, files := f.push("message: approved\n", map[string]string{
+				override:                     "plugin:\n  name: " + otherPlugin + "\n",
+				"services/evil/service.yaml": "not a service\n",
+			})
+			packed := without(without(files, "services/evil/"), override)
+			cr := f.changeFor(commit, packed, f.digestOf(packed))
+			if tc.redirect != "" {
+				f.redirect(sluicev1.RelativePath(tc.redirect))
+			}
 
-	_, err := f.apply(cr)
-	fail := appliertest.RequireFailure(t, err, sluicev1.ReasonManifestMismatch)
-	require.Contains(t, fail.Message, "services/evil/.argocd-source.yaml")
-	require.False(t, f.planted(), "nothing of the other plugin landed")
-	require.Empty(t, f.message(), "nothing applied")
-	err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, newApplication())
-	require.True(t, apierrors.IsNotFound(err), "no Application: %v", err)
+			_, err := f.apply(cr)
+			fail := appliertest.RequireFailure(t, err, sluicev1.ReasonManifestMismatch)
+			require.Contains(t, fail.Message, override)
+			require.False(t, f.planted(), "nothing of the other plugin landed")
+			require.NotEqual(t, "from the other plugin", f.message())
+			require.Empty(t, f.message(), "nothing applied")
+			err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, newApplication())
+			require.True(t, apierrors.IsNotFound(err), "no Application: %v", err)
+		})
+	}
 }
 
 func TestArgoCD_theApplicationsFolderIsTheApprovedChangesNotTheReleases(t *testing.T) {
