@@ -46,6 +46,9 @@ const (
 	overrideFilePrefix = ".argocd-source-"
 )
 
+// maxCachedReports bounds a GitReader's cache.
+const maxCachedReports = 4096
+
 // ErrOverride is wrapped by the error of a revision that holds a file or
 // entry through which Argo CD would render something other than what the
 // Sluice plugin prints.
@@ -125,7 +128,8 @@ func (g *GitReader) Inspect(ctx context.Context, repo *sluicev1.Repository, revi
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.cache == nil {
+	if g.cache == nil || len(g.cache) >= maxCachedReports {
+		// Dropping all is simple and rare: reports are re-read from git.
 		g.cache = map[string]RevisionReport{}
 	}
 	g.cache[key] = r
