@@ -12,7 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -183,4 +185,23 @@ func TestGitReader_reportsWhatArgoCDWouldMergeAndRefusesItAnywhere(t *testing.T)
 		_, err := g.Inspect(ctx, repo(r.URL), strings.Repeat("ab", 20), "svc", nil)
 		require.ErrorContains(t, err, "commit abababab")
 	})
+}
+
+func TestReleaseOf_theReleaseIsTheChangesControllerNeverItsSpec(t *testing.T) {
+	owned := func(kind, name string, controller bool) *sluicev1.ChangeRequest {
+		return &sluicev1.ChangeRequest{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ctl", Name: "c", OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: sluicev1.GroupVersion.String(), Kind: kind, Name: name, UID: "u1", Controller: ptr.To(controller)}}},
+			Spec: sluicev1.ChangeRequestSpec{Release: "web-prod"},
+		}
+	}
+	rel, err := releaseOf(owned("Release", "web-prod", true))
+	require.NoError(t, err)
+	require.Equal(t, releaseRef{Namespace: "ctl", Name: "web-prod", UID: "u1"}, rel)
+	for _, cr := range []*sluicev1.ChangeRequest{
+		owned("Release", "other", true), owned("Repository", "web-prod", true), owned("Release", "web-prod", false), {Spec: sluicev1.ChangeRequestSpec{Release: "web-prod"}},
+	} {
+		_, err := releaseOf(cr)
+		appliertest.RequireFailure(t, err, sluicev1.ReasonInvalidSpec)
+	}
 }
