@@ -3,12 +3,12 @@ package drift
 import (
 	"context"
 	"fmt"
-	"path"
 	"reflect"
 	"sort"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -46,9 +46,11 @@ const (
 // (another revision, repository, path or renderer than the Sluice plugin,
 // another destination or project, ignoreDifferences that would hide
 // drift, an automated sync policy); Argo CD comparing or having synced a
-// revision other than the approved one; and every resource Argo CD
-// reports OutOfSync (missing: removed; to be pruned: added; otherwise
-// changed).
+// revision other than the approved one; Argo CD having rendered the
+// revision it synced with a plugin other than Sluice's (its status names
+// no plugin: git at that revision says which, as the Argo CD applier
+// checks after a sync); and every resource Argo CD reports OutOfSync
+// (missing: removed; to be pruned: added; otherwise changed).
 type ArgoCDChecker struct {
 	// Config is the operator's connection; only impersonated copies are
 	// used unless Direct.
@@ -59,6 +61,9 @@ type ArgoCDChecker struct {
 	// Direct uses Config as it is instead of impersonating the
 	// Repository's ServiceAccount (kubectl sluice audit, as its user).
 	Direct bool
+	// Git reads the rendered revision from the Repository's git; nil means
+	// one reading credentials with Config's identity (not impersonated).
+	Git *argoapplier.GitReader
 
 	mu      sync.Mutex
 	clients map[string]client.Reader
@@ -131,7 +136,12 @@ func (c *ArgoCDChecker) Inspect(ctx context.Context, rel *sluicev1.Release, repo
 	st.Found = true
 	readArgoStatus(app, &st)
 
-	fields := c.specDrift(app, rel, repo, applied)
+	fields := c.specDrift(app, repo, applied)
+	rendered, err := c.renderedBy(ctx, app, rel, repo)
+	if err != nil {
+		return st, err
+	}
+	fields = append(fields, rendered...)
 	if owner := metav1.GetControllerOf(app); owner == nil || owner.UID != rel.UID {
 		fields = append([]string{"metadata.ownerReferences: not controlled by this Release"}, fields...)
 		st.NoRevert = "the Application is not controlled by this Release, and the Argo CD applier leaves such an Application alone"
@@ -223,11 +233,16 @@ func readArgoStatus(app *unstructured.Unstructured, st *ArgoCDState) {
 
 // specDrift lists where the Application's spec is not what the Argo CD
 // applier sets for the applied change.
-func (c *ArgoCDChecker) specDrift(app *unstructured.Unstructured, rel *sluicev1.Release, repo *sluicev1.Repository, applied *sluicev1.ChangeRequest) []string {
+func (c *ArgoCDChecker) specDrift(app *unstructured.Unstructured, repo *sluicev1.Repository, applied *sluicev1.ChangeRequest) []string {
 	var fields []string
 	spec, _, _ := unstructured.NestedMap(app.Object, "spec")
 	src, _, _ := unstructured.NestedMap(spec, "source")
-	wantPath := path.Clean(string(rel.Spec.SourcePath))
+	// The applied change's folder, never the Release's, which a push
+	// rewrites.
+	wantPath, err := argoapplier.SourcePath(applied)
+	if err != nil {
+		fields = append(fields, "the applied change records no service folder, so the Application cannot be held to one")
+	}
 	for _, f := range []struct{ name, want string }{
 		{"targetRevision", applied.Spec.Revision},
 		{"repoURL", repo.Spec.URL},
@@ -264,6 +279,52 @@ func (c *ArgoCDChecker) specDrift(app *unstructured.Unstructured, rel *sluicev1.
 		fields = append(fields, "spec.syncPolicy.automated: set, so Argo CD would sync on its own")
 	}
 	return fields
+}
+
+// renderedBy lists, as drift, a revision Argo CD last synced or compares
+// that it rendered with a plugin other than Sluice's: Argo CD merges the
+// override files of the source path at that revision into the source, and
+// git says what they name. Nothing is listed before Argo CD synced or
+// compared any revision.
+func (c *ArgoCDChecker) renderedBy(ctx context.Context, app *unstructured.Unstructured, rel *sluicev1.Release, repo *sluicev1.Repository) ([]string, error) {
+	rev, p := argoapplier.RenderedAt(app)
+	if rev == "" || p == "" {
+		return nil, nil
+	}
+	g, err := c.gitReader()
+	if err != nil {
+		return nil, err
+	}
+	// Argo CD names the Application "<name>" in its own namespace and
+	// "<namespace>_<name>" elsewhere; both files are merged, to be safe.
+	rep, err := g.Inspect(ctx, repo, rev, p, []string{rel.Name, rel.Namespace + "_" + rel.Name})
+	if err != nil {
+		return nil, fmt.Errorf("read what Argo CD rendered: %w", err)
+	}
+	if err := rep.UsedErr(rev); err != nil {
+		return []string{"status: Argo CD did not render with the Sluice plugin: " + err.Error()}, nil
+	}
+	return nil, nil
+}
+
+// gitReader is c.Git, or one made at first use that reads the
+// Repository's credentials as Config's own identity.
+func (c *ArgoCDChecker) gitReader() (*argoapplier.GitReader, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.Git != nil {
+		return c.Git, nil
+	}
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cl, err := client.New(rest.CopyConfig(c.Config), client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("drift client: %w", err)
+	}
+	c.Git = &argoapplier.GitReader{Secrets: cl}
+	return c.Git, nil
 }
 
 // statusDrift lists what Argo CD compared or last synced other than the

@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
-	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	argoapplier "github.com/sluice-gitops/sluice/operator/internal/applier/argocd"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/argocd/argocdtest"
 )
 
 // benchArgoReleases creates n releases delivered by Argo CD, each with its
@@ -42,18 +42,22 @@ func benchArgoReleases(b *testing.B, n, objs int) []types.NamespacedName {
 	must(env.GrantRole(ctx, ctl, "argocd-apps", types.NamespacedName{Namespace: ctl, Name: "deployer"},
 		[]rbacv1.PolicyRule{{APIGroups: []string{"argoproj.io"}, Resources: []string{"applications"}, Verbs: []string{"get"}}},
 		authorizationv1.ResourceAttributes{Verb: "get", Group: "argoproj.io", Resource: "applications"}))
+	// A real repository: the checker reads what Argo CD rendered from git
+	// (once per commit).
+	git := argocdtest.NewGitRepo(b)
+	commit := git.Commit(map[string][]byte{"services/x/service.yaml": []byte("name: x\n")})
 	repo := &sluicev1.Repository{ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: ctl}, Spec: sluicev1.RepositorySpec{
-		URL: "https://git.example.com/infra.git", ServiceAccountName: "deployer", TargetNamespaces: []string{ctl + "-*"},
+		URL: git.URL, ServiceAccountName: "deployer", TargetNamespaces: []string{ctl + "-*"},
 		Drift: &sluicev1.DriftPolicy{Mode: sluicev1.DriftWarn}}}
 	must(c.Create(ctx, repo))
 	var keys []types.NamespacedName
 	for i := range n {
 		name := fmt.Sprintf("svc%d-prod", i)
 		target := fmt.Sprintf("%s-%d", ctl, i)
-		commit := appliertest.RandomSHA()
 		cr := &sluicev1.ChangeRequest{
 			ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(name, commit, 1), Namespace: ctl},
 			Spec: sluicev1.ChangeRequestSpec{Release: name, Revision: commit, Attempt: 1, TargetNamespace: target, Delivery: sluicev1.DeliveryArgoCD,
+				Source:         &sluicev1.ChangeSource{Service: fmt.Sprintf("svc%d", i), Environment: "prod", Path: "services/x", Chart: sluicev1.ChartSource{Path: "charts/x"}},
 				Artifact:       sluicev1.ArtifactReference{URL: "https://artifacts.example/x.tar.gz", SHA256: sluicev1.SHA256Digest([]byte(commit))},
 				ContentDigest:  sluicev1.SHA256Digest([]byte(commit)),
 				ManifestDigest: sluicev1.SHA256Digest([]byte("manifest " + commit)),

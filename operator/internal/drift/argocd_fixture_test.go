@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,7 +38,6 @@ import (
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
-	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	argoapplier "github.com/sluice-gitops/sluice/operator/internal/applier/argocd"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/argocd/argocdtest"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
@@ -83,11 +83,31 @@ func startArgoCD(t *testing.T, env *testenv.Env, server *artifacttest.Server) *a
 		Name:    argoapplier.PluginName,
 		Command: []string{self, argoapplier.CMPCommand, "generate", "--kubeconfig", kubeconfig, "--artifact-base-url", server.BaseURL()},
 		Env:     []string{cmpChild + "=1"},
-	}})
+	}, Plugins: []argocdtest.Plugin{{
+		// A second sidecar of the same repo-server, which prints a
+		// manifest of its own.
+		Name:    otherPlugin,
+		Command: []string{"sh", "-c", `printf '%s' "$1"`, "sh", otherManifest},
+	}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = argo.Stop() })
 	return argo
 }
+
+// otherPlugin is a second config management plugin of the repo-server; it
+// prints otherManifest.
+const otherPlugin = "other"
+
+const otherManifest = `apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-prod-config}
+data: {message: from the other plugin}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: planted-by-other}
+data: {}
+`
 
 var argoCounter atomic.Int32
 
@@ -249,10 +269,14 @@ func (f *argoFixture) change(commit string, attempt int32, files map[string][]by
 	url := f.server.Put(fmt.Sprintf("%s/%s-%d.tar.gz", f.ctl, commit, attempt), gz)
 	cr := &sluicev1.ChangeRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(f.release.Name, commit, attempt), Namespace: f.ctl,
-			Labels: map[string]string{sluicev1.LabelRelease: f.release.Name}},
+			Labels: map[string]string{sluicev1.LabelRelease: f.release.Name},
+			// The syncer makes the Release the change's controller.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: sluicev1.GroupVersion.String(), Kind: "Release",
+				Name: f.release.Name, UID: f.release.UID, Controller: ptr.To(true)}}},
 		Spec: sluicev1.ChangeRequestSpec{
 			Release: f.release.Name, Revision: commit, Attempt: attempt, TargetNamespace: f.target, Delivery: sluicev1.DeliveryArgoCD,
-			Source:         appliertest.SourceOf(f.release.Spec),
+			Source: &sluicev1.ChangeSource{Service: "web", Environment: "prod", Path: "services/web",
+				Chart: sluicev1.ChartSource{Path: "charts/web"}, Values: []sluicev1.RelativePath{"values-prod.yaml"}},
 			Artifact:       sluicev1.ArtifactReference{URL: url, SHA256: sluicev1.SHA256Digest(gz)},
 			ContentDigest:  sluicev1.SHA256Digest(tb),
 			ManifestDigest: f.manifestDigest(files),
@@ -276,7 +300,7 @@ func (f *argoFixture) applyFirst() (*sluicev1.ChangeRequest, map[string][]byte) 
 	cr := f.change(commit, 1, files)
 	require.NoError(f.t, f.env.Client.Create(context.Background(), &sluicev1.Approval{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: cr.Name + "-", Namespace: f.ctl},
-		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ChangeRequest: cr.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
+		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
 			Approver: "k8s:alice", Source: sluicev1.SourceKubernetes},
 	}))
 	got, err := f.env.WaitChangePhase(context.Background(), client.ObjectKeyFromObject(cr), sluicev1.PhaseApplied, 3*time.Minute)
@@ -287,6 +311,56 @@ func (f *argoFixture) applyFirst() (*sluicev1.ChangeRequest, map[string][]byte) 
 	rel.Status.LastSyncedCommit = commit
 	require.NoError(f.t, f.env.Client.Status().Patch(context.Background(), rel, client.MergeFrom(orig)))
 	return got, files
+}
+
+// recordApplied records cr as the gate and the Argo CD applier would have:
+// alice's approval, the change Applied under its rule, the Release's
+// applied status.
+func (f *argoFixture) recordApplied(cr *sluicev1.ChangeRequest) {
+	f.t.Helper()
+	ctx := context.Background()
+	require.NoError(f.t, f.env.Client.Create(ctx, &sluicev1.Approval{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: cr.Name + "-", Namespace: f.ctl},
+		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
+			Approver: "k8s:alice", Source: sluicev1.SourceKubernetes},
+	}))
+	now := metav1.Now()
+	cr.Status.Phase, cr.Status.EffectiveRule, cr.Status.ApprovedAt = sluicev1.PhaseApplied, cr.Spec.Rule.DeepCopy(), &now
+	require.NoError(f.t, f.env.Client.Status().Update(ctx, cr))
+	rel := &sluicev1.Release{}
+	require.NoError(f.t, f.env.Client.Get(ctx, client.ObjectKeyFromObject(f.release), rel))
+	rel.Status.AppliedChange, rel.Status.AppliedRevision, rel.Status.AppliedDigest = cr.Name, cr.Spec.Revision, cr.Spec.ApprovalDigest
+	require.NoError(f.t, f.env.Client.Status().Update(ctx, rel))
+	f.release = rel
+}
+
+// applicationAt creates the Repository's AppProject and the Application
+// as the Argo CD applier sets them for cr, with a sync of its commit.
+func (f *argoFixture) applicationAt(cr *sluicev1.ChangeRequest) {
+	f.t.Helper()
+	ctx := context.Background()
+	proj := &unstructured.Unstructured{}
+	proj.SetGroupVersionKind(argoapplier.AppProjectGVK)
+	proj.SetNamespace(f.argo.Namespace)
+	proj.SetName(argoapplier.ProjectName(f.repo))
+	proj.Object["spec"] = map[string]any{"sourceRepos": []any{f.repo.Spec.URL}, "sourceNamespaces": []any{f.ctl},
+		"destinations": []any{map[string]any{"server": argoapplier.InClusterServer, "namespace": f.target}}}
+	require.NoError(f.t, f.env.Client.Create(ctx, proj))
+	app := &unstructured.Unstructured{}
+	app.SetGroupVersionKind(argoapplier.ApplicationGVK)
+	app.SetNamespace(f.ctl)
+	app.SetName(f.release.Name)
+	app.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: sluicev1.GroupVersion.String(), Kind: "Release", Name: f.release.Name,
+		UID: f.release.UID, Controller: ptr.To(true)}})
+	app.Object["spec"] = map[string]any{
+		"project": argoapplier.ProjectName(f.repo),
+		"source": map[string]any{"repoURL": f.repo.Spec.URL, "targetRevision": cr.Spec.Revision, "path": "services/web",
+			"plugin": map[string]any{"name": argoapplier.PluginName}},
+		"destination": map[string]any{"server": argoapplier.InClusterServer, "namespace": f.target},
+	}
+	app.Object["operation"] = map[string]any{"initiatedBy": map[string]any{"username": "sluice:" + f.ctl + "/" + cr.Name},
+		"sync": map[string]any{"revision": cr.Spec.Revision}}
+	require.NoError(f.t, f.env.Client.Create(ctx, app))
 }
 
 // waitDrifted waits for the Release's Drifted condition to have status

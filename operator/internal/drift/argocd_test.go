@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	argoapplier "github.com/sluice-gitops/sluice/operator/internal/applier/argocd"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/argocd/argocdtest"
 	"github.com/sluice-gitops/sluice/operator/internal/drift"
 	"github.com/sluice-gitops/sluice/operator/internal/plugin"
@@ -36,6 +37,9 @@ func TestDriftArgoCD(t *testing.T) {
 	})
 	t.Run("revert prunes an object planted under the Application's tracking label", func(t *testing.T) {
 		revertPrunesAPlantedObject(t, argo)
+	})
+	t.Run("a sync Argo CD rendered with another plugin is drift and never proven", func(t *testing.T) {
+		anotherPluginIsDriftNotProven(t, argo)
 	})
 }
 
@@ -265,4 +269,40 @@ func revertPrunesAPlantedObject(t *testing.T, argo *argocdtest.ArgoCD) {
 	require.Nil(t, f.configMap("web-prod-planted"), "Argo CD pruned the planted ConfigMap")
 	require.Equal(t, "approved", f.configMap("web-prod-config").Data["message"], "the approved objects stay")
 	f.waitDrifted(metav1.ConditionFalse, sluicev1.ReasonNoDrift)
+}
+
+// anotherPluginIsDriftNotProven: an applied change whose commit carries a
+// .argocd-source.yaml naming the repo-server's other plugin (the Argo CD
+// applier refuses such a commit; the state is written by hand, as if an
+// earlier version had applied it). Argo CD's status says sourceType
+// Plugin and the Application's source names Sluice's plugin; only git
+// says which plugin rendered.
+func anotherPluginIsDriftNotProven(t *testing.T, argo *argocdtest.ArgoCD) {
+	ctx := context.Background()
+	f := newArgoFixture(t, argo, sluicev1.DriftWarn)
+	files := f.tree(argoValues, map[string]string{"services/web/.argocd-source.yaml": "plugin:\n  name: " + otherPlugin + "\n"})
+	commit := f.push(files)
+	cr := f.change(commit, 1, files)
+	f.recordApplied(cr)
+	f.applicationAt(cr)
+	require.Eventually(t, func() bool {
+		app := f.application()
+		rev, _, _ := unstructured.NestedString(app.Object, "status", "sync", "revision")
+		status, _, _ := unstructured.NestedString(app.Object, "status", "sync", "status")
+		health, _, _ := unstructured.NestedString(app.Object, "status", "health", "status")
+		return rev == commit && status == "Synced" && health == "Healthy" && f.configMap("planted-by-other") != nil
+	}, 2*time.Minute, 200*time.Millisecond, "Argo CD never synced through the other plugin: %s", argo.Logs())
+
+	at, err := auditArgo(t, f)
+	require.Error(t, err, "not proven: a non-zero exit")
+	require.Equal(t, plugin.AuditDrifted, at.Result, at.Evidence)
+	require.Contains(t, strings.Join(at.Evidence, "; "), `Argo CD did not render with the Sluice plugin`)
+	require.Contains(t, strings.Join(at.Evidence, "; "), `plugin "`+otherPlugin+`"`)
+
+	rel := &sluicev1.Release{}
+	require.NoError(t, f.env.Client.Get(ctx, client.ObjectKeyFromObject(f.release), rel))
+	rep, err := (&drift.ArgoCDChecker{Config: f.env.Config, Server: argoapplier.InClusterServer}).Check(ctx, rel, f.repo, cr)
+	require.NoError(t, err)
+	require.True(t, rep.Drifted())
+	require.Contains(t, strings.Join(rep.Objects[0].Fields, "; "), "Argo CD did not render with the Sluice plugin")
 }

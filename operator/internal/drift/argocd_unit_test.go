@@ -20,8 +20,10 @@ const (
 // applied change, as Argo CD reports it once that change is delivered.
 func sluiceApp() (*unstructured.Unstructured, *sluicev1.Release, *sluicev1.Repository, *sluicev1.ChangeRequest) {
 	repo := &sluicev1.Repository{ObjectMeta: metav1.ObjectMeta{Namespace: "ctl", Name: "infra"}, Spec: sluicev1.RepositorySpec{URL: "https://git.example.com/infra.git"}}
-	rel := &sluicev1.Release{ObjectMeta: metav1.ObjectMeta{Namespace: "ctl", Name: "web-prod"}, Spec: sluicev1.ReleaseSpec{SourcePath: "services/web"}}
-	cr := &sluicev1.ChangeRequest{Spec: sluicev1.ChangeRequestSpec{Revision: approvedRev, TargetNamespace: "web-prod"}}
+	// A later push moved the Release's folder: the applied change's counts.
+	rel := &sluicev1.Release{ObjectMeta: metav1.ObjectMeta{Namespace: "ctl", Name: "web-prod"}, Spec: sluicev1.ReleaseSpec{SourcePath: "services/moved"}}
+	cr := &sluicev1.ChangeRequest{Spec: sluicev1.ChangeRequestSpec{Revision: approvedRev, TargetNamespace: "web-prod",
+		Source: &sluicev1.ChangeSource{Service: "web", Environment: "prod", Path: "services/web"}}}
 	src := map[string]any{"repoURL": repo.Spec.URL, "targetRevision": approvedRev, "path": "services/web", "plugin": map[string]any{"name": argoapplier.PluginName}}
 	app := &unstructured.Unstructured{Object: map[string]any{
 		"spec": map[string]any{
@@ -53,6 +55,9 @@ func TestArgoCDSpecDrift_onlyEditsOfWhatTheApplierSetsAreDrift(t *testing.T) {
 		field string
 	}{
 		{"the Application as the applier set it", func(map[string]any) {}, ""},
+		{"another folder", func(a map[string]any) {
+			a["spec"].(map[string]any)["source"].(map[string]any)["path"] = "services/moved"
+		}, "spec.source.path"},
 		{"pinned to another commit", func(a map[string]any) {
 			a["spec"].(map[string]any)["source"].(map[string]any)["targetRevision"] = otherRev
 		}, "spec.source.targetRevision"},
@@ -79,9 +84,9 @@ func TestArgoCDSpecDrift_onlyEditsOfWhatTheApplierSetsAreDrift(t *testing.T) {
 		}, "spec.syncPolicy.automated"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			app, rel, repo, cr := sluiceApp()
+			app, _, repo, cr := sluiceApp()
 			tc.edit(app.Object)
-			fields := c.specDrift(app, rel, repo, cr)
+			fields := c.specDrift(app, repo, cr)
 			if tc.field == "" {
 				require.Empty(t, fields)
 				return

@@ -15,8 +15,11 @@ import (
 // plugin's user, who needs get on argoproj.io applications in the control
 // namespace): proven when the Application is still the one the Argo CD
 // applier set for the change (pinned to its commit, rendered by the Sluice
-// plugin, which delivers only a manifest hashing to manifestDigest) and
-// Argo CD reports that commit Synced and Healthy; drifted when Argo CD
+// plugin, which delivers only a manifest hashing to manifestDigest), git at
+// the commit Argo CD synced says Argo CD rendered it with that plugin (its
+// status says only "Plugin"; an override file in the repository can name
+// another), and Argo CD reports that commit Synced and Healthy; drifted
+// when Argo CD renders with another plugin, when Argo CD
 // reports anything OutOfSync, compares or synced another revision, or the
 // Application's spec was changed (see drift.ArgoCDChecker); unknown when
 // there is no Application or Argo CD cannot say.
@@ -52,7 +55,7 @@ func (a *app) auditArgoCD(ctx context.Context, rel *sluicev1.Release, cr *sluice
 		say("not proven: Argo CD does not report revision %s Synced and Healthy", sluicev1.ShortSHA(cr.Spec.Revision))
 		return AuditUnknown, ev
 	}
-	say("rendered by the Sluice plugin at the approved commit, which delivers only a manifest hashing to manifestDigest %s", cr.Spec.ManifestDigest)
+	say("rendered by the Sluice plugin at the approved commit (git there names no other plugin), which delivers only a manifest hashing to manifestDigest %s", cr.Spec.ManifestDigest)
 	return AuditProven, ev
 }
 

@@ -9,9 +9,10 @@
 //
 // One Apply runs these steps, and stops at the first that fails:
 //
-//  1. the target namespace is one the Repository allows, and the
-//     Release's; no object of the verdict lies outside it; the change
-//     records a commit and a manifestDigest;
+//  1. the target namespace is one the Repository allows; no object of the
+//     verdict lies outside it; the change records a commit, a
+//     manifestDigest, its source (service folder) and its Release as
+//     controller;
 //  2. with the operator's own rights, create or update the Repository's
 //     AppProject in Argo CD's namespace (project.go): destinations are the
 //     Repository's target (and extra) namespaces, cluster-scoped kinds
@@ -22,18 +23,30 @@
 //     reports the approved revision synced, succeeded and healthy, the
 //     change is applied: return (a re-run after a restart repeats nothing);
 //  4. unless a sync of the approved revision is in flight or finished,
-//     download and verify the artifact and refuse a .argocd-source*.yaml in
-//     the service folder (Argo CD would merge it into the source, and could
-//     drop the plugin); then create or patch the Application, built from
-//     the approved change only (repository URL, commit, service folder,
-//     plugin, target namespace, project), and ask for a sync through its
-//     operation field, with prune: objects the Application tracks that
-//     the approved revision no longer renders are deleted;
+//     download and verify the artifact, and read git itself at the
+//     approved commit (gitcheck.go: the artifact holds only what the
+//     approved change packed, Argo CD checks out the whole commit): refuse
+//     the commit when any .argocd-source*.yaml lies anywhere in it or it
+//     has submodules (Argo CD merges such a file into the source and could
+//     rename the plugin, so that another config management plugin of the
+//     repo-server renders); then create or patch the Application, built
+//     from the approved change only (repository URL, commit, the change's
+//     service folder, plugin, target namespace, project), and ask for a
+//     sync through its operation field, with prune: objects the
+//     Application tracks that the approved revision no longer renders are
+//     deleted;
 //  5. watch the Application until Argo CD reports the outcome, for at most
 //     Options.Wait; a failed sync fails the change with Argo CD's message,
-//     a sync of anything but the source Sluice set fails it too, a sync
+//     a sync of anything but the source Sluice set fails it too, and so
+//     does a sync Argo CD rendered with a plugin other than Sluice's (the
+//     plugin name Argo CD used is not in its status: it is derived from
+//     git at the synced commit as the repo-server derives it); a sync
 //     still running returns applier.Waiting and is looked at again on a
 //     later call.
+//
+// Nothing is read from the Release's spec, which every push rewrites: the
+// Release's name is the change's, its UID the change's controller
+// reference (the syncer makes the Release the change's controller).
 //
 // The Argo CD Go types cannot be compiled next to controller-runtime v0.25,
 // so Applications and AppProjects are handled as unstructured objects; the
@@ -44,7 +57,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -53,16 +65,17 @@ import (
 
 	argoapp "github.com/argoproj/argo-cd/v2/pkg/apis/application"
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
@@ -116,6 +129,9 @@ type Options struct {
 	Wait time.Duration
 	// Log receives progress at V(1).
 	Log logr.Logger
+	// Git reads the approved commit from the Repository's git; nil means
+	// one reading credentials with Config's identity.
+	Git *GitReader
 }
 
 // Applier applies approved changes through Argo CD Applications.
@@ -149,9 +165,15 @@ func New(opts Options) (*Applier, error) {
 		opts.Wait = DefaultWait
 	}
 	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
 	own, err := client.New(opts.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("argocd applier: %w", err)
+	}
+	if opts.Git == nil {
+		opts.Git = &GitReader{Secrets: own}
 	}
 	return &Applier{opts: opts, scheme: scheme, own: own}, nil
 }
@@ -169,9 +191,9 @@ var ErrSyncing = errors.New("Argo CD has not finished syncing the approved revis
 
 // Apply implements applier.Applier.
 func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Result, error) {
-	cr, rel, repo := req.Change, req.Release, req.Repository
-	if cr == nil || rel == nil || repo == nil {
-		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the request has no change, release or repository")
+	cr, repo := req.Change, req.Repository
+	if cr == nil || repo == nil {
+		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the request has no change or repository")
 	}
 	if err := impersonate.CheckNamespace(repo, cr.Spec.TargetNamespace); err != nil {
 		return applier.Result{}, err
@@ -185,7 +207,11 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	if !sluicev1.ValidDigest(string(cr.Spec.ManifestDigest)) {
 		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change records no manifestDigest, so nothing can be checked against it")
 	}
-	if _, err := sourcePath(cr); err != nil {
+	if _, err := SourcePath(cr); err != nil {
+		return applier.Result{}, err
+	}
+	rel, err := releaseOf(cr)
+	if err != nil {
 		return applier.Result{}, err
 	}
 	project, err := a.ensureProject(ctx, repo)
@@ -205,7 +231,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 	}
 	pinned := app != nil && targetRevision(app) == cr.Spec.Revision
 	if !pinned || (!syncing(app, cr.Name) && !readStatus(app).doneFor(cr.Spec.Revision)) {
-		if err := a.checkNoOverrides(ctx, cr, rel); err != nil {
+		if err := a.checkNoOverrides(ctx, cr, repo, rel); err != nil {
 			return applier.Result{}, err
 		}
 		if app, err = a.requestSync(ctx, c, app, cr, rel, repo, project, who); err != nil {
@@ -219,7 +245,10 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		st := readStatus(app)
 		switch {
 		case st.doneFor(cr.Spec.Revision):
-			if err := syncedAsSet(app, a.desiredSource(cr, rel, repo), cr.Spec.TargetNamespace); err != nil {
+			if err := syncedAsSet(app, a.desiredSource(cr, repo), cr.Spec.TargetNamespace); err != nil {
+				return applier.Result{}, err
+			}
+			if err := a.checkRenderedBySluice(ctx, app, repo, rel); err != nil {
 				return applier.Result{}, err
 			}
 			return applier.Result{Message: fmt.Sprintf("Argo CD Application %s/%s synced revision %s and is Healthy", rel.Namespace, rel.Name, sluicev1.ShortSHA(cr.Spec.Revision))}, nil
@@ -260,7 +289,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 // update and delete on argoproj.io applications in the control namespace.
 
 // get reads the release's Application; nil when there is none.
-func (a *Applier) get(ctx context.Context, c client.Client, rel *applier.ReleaseRef, who string) (*unstructured.Unstructured, error) {
+func (a *Applier) get(ctx context.Context, c client.Client, rel releaseRef, who string) (*unstructured.Unstructured, error) {
 	app := newApplication()
 	err := c.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Name}, app)
 	switch {
@@ -274,7 +303,7 @@ func (a *Applier) get(ctx context.Context, c client.Client, rel *applier.Release
 
 // requestSync creates or updates the Application for the change and sets
 // its operation to a sync of the approved revision.
-func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstructured.Unstructured, cr *sluicev1.ChangeRequest, rel *applier.ReleaseRef, repo *sluicev1.Repository, project, who string) (*unstructured.Unstructured, error) {
+func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstructured.Unstructured, cr *sluicev1.ChangeRequest, rel releaseRef, repo *sluicev1.Repository, project, who string) (*unstructured.Unstructured, error) {
 	if cur != nil {
 		if owner := metav1.GetControllerOf(cur); owner == nil || owner.UID != rel.UID {
 			return nil, applier.Permanent(sluicev1.ReasonOwnershipConflict,
@@ -317,13 +346,12 @@ func (a *Applier) requestSync(ctx context.Context, c client.Client, cur *unstruc
 	return next, nil
 }
 
-// checkConfined refuses, with OutsideNamespace, a change whose Application
-// would not stay in the release's target namespace: a destination other than
-// the Release's, or a verdict that found objects outside it (the gate never
-// hands such a change over; this holds if it did). Argo CD renders the chart
-// itself, so objects the chart puts elsewhere are bounded at sync time only
-// by the Repository's AppProject, and Argo CD applies only the approved
-// manifest (cmp.go).
+// checkConfined refuses, with OutsideNamespace, a change whose verdict
+// found objects outside its target namespace (the gate never hands such a
+// change over; this holds if it did). Argo CD renders the chart itself, so
+// objects the chart puts elsewhere are bounded at sync time only by the
+// Repository's AppProject, and Argo CD applies only the approved manifest
+// (cmp.go).
 func checkConfined(cr *sluicev1.ChangeRequest) error {
 	for _, f := range cr.Spec.Verdict.Findings {
 		if f.Policy == "helm.namespace" && f.Severity == sluicev1.SeverityDeny {
@@ -333,13 +361,30 @@ func checkConfined(cr *sluicev1.ChangeRequest) error {
 	return nil
 }
 
+// releaseRef is the identity of a change's Release: its namespace and name
+// (the change's) and UID (the change's controller reference), all the
+// Application needs. The Release's spec is never read.
+type releaseRef struct {
+	Namespace, Name string
+	UID             types.UID
+}
+
+// releaseOf is the Release of cr from the change alone.
+func releaseOf(cr *sluicev1.ChangeRequest) (releaseRef, error) {
+	owner := metav1.GetControllerOf(cr)
+	if cr.Spec.Release == "" || owner == nil || owner.Kind != "Release" || owner.Name != cr.Spec.Release || owner.UID == "" ||
+		owner.APIVersion != sluicev1.GroupVersion.String() {
+		return releaseRef{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "the change is not controlled by its Release %q, so the Application cannot be tied to it", cr.Spec.Release)
+	}
+	return releaseRef{Namespace: cr.Namespace, Name: cr.Spec.Release, UID: owner.UID}, nil
+}
+
 // desired is the Application for the change, built from the approved
-// change only: the Repository's URL at the approved commit, the service
-// folder, the Sluice plugin (no parameters, no env), into the change's
-// target namespace, in the Repository's AppProject. The Release gives its
-// identity only (name, owner, service folder); the chart and values come
-// from the verified artifact, in the plugin.
-func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel *applier.ReleaseRef, repo *sluicev1.Repository, project string) *unstructured.Unstructured {
+// change only: the Repository's URL at the approved commit, the change's
+// service folder, the Sluice plugin (no parameters, no env), into the
+// change's target namespace, in the Repository's AppProject. The chart and
+// values come from the verified artifact, in the plugin.
+func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel releaseRef, repo *sluicev1.Repository, project string) *unstructured.Unstructured {
 	app := newApplication()
 	app.SetNamespace(rel.Namespace)
 	app.SetName(rel.Name)
@@ -354,7 +399,7 @@ func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel *applier.ReleaseRef, r
 	}})
 	app.Object["spec"] = map[string]any{
 		"project": project,
-		"source":  a.desiredSource(cr, rel, repo),
+		"source":  a.desiredSource(cr, repo),
 		"destination": map[string]any{
 			"server":    a.opts.Server,
 			"namespace": cr.Spec.TargetNamespace,
@@ -378,8 +423,8 @@ func (a *Applier) desired(cr *sluicev1.ChangeRequest, rel *applier.ReleaseRef, r
 }
 
 // desiredSource is the Application's source for the change.
-func (a *Applier) desiredSource(cr *sluicev1.ChangeRequest, rel *applier.ReleaseRef, repo *sluicev1.Repository) map[string]any {
-	p, _ := sourcePath(cr)
+func (a *Applier) desiredSource(cr *sluicev1.ChangeRequest, repo *sluicev1.Repository) map[string]any {
+	p, _ := SourcePath(cr)
 	return map[string]any{
 		"repoURL":        repo.Spec.URL,
 		"targetRevision": cr.Spec.Revision,
@@ -388,64 +433,99 @@ func (a *Applier) desiredSource(cr *sluicev1.ChangeRequest, rel *applier.Release
 	}
 }
 
-// sourcePath is the Application's source path: the service folder, whose
-// content the verified artifact holds (checkNoOverrides looks there).
-func sourcePath(cr *sluicev1.ChangeRequest) (string, error) {
-	src, err := applier.SourceOf(cr)
-	if err != nil {
-		return "", err
+// SourcePath is the Application's source path for a change: the service
+// folder the change records (its source), never the Release's, which a
+// later push rewrites before it is planned.
+func SourcePath(cr *sluicev1.ChangeRequest) (string, error) {
+	if cr.Spec.Source == nil {
+		return "", applier.Permanent(sluicev1.ReasonInvalidSpec, "the change records no source, so its service folder is unknown")
 	}
-	p := path.Clean(string(src.Path))
-	if src.Path == "" || p == "." || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
-		return "", applier.Permanent(sluicev1.ReasonInvalidSpec, "the change names no service folder inside the repository (source.path %q)", src.Path)
+	raw := string(cr.Spec.Source.Path)
+	p := path.Clean(raw)
+	if raw == "" || p == "." || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
+		return "", applier.Permanent(sluicev1.ReasonInvalidSpec, "the change names no service folder inside the repository (source path %q)", raw)
 	}
 	return p, nil
 }
 
-// checkNoOverrides downloads and verifies the change's artifact and
-// refuses, with ManifestMismatch, an Argo CD override file in the service
-// folder. Argo CD's repo-server merges .argocd-source.yaml and
-// .argocd-source-<app>.yaml from the source path into the source before it
-// renders; a pusher's file could set plugin parameters (the plugin
-// refuses those) or remove the plugin, so that Argo CD would apply the
-// folder's files unverified. The artifact holds the service folder as it
-// is at the approved commit, so what Argo CD checks out is what is looked
-// at here.
-func (a *Applier) checkNoOverrides(ctx context.Context, cr *sluicev1.ChangeRequest, rel *applier.ReleaseRef) error {
+// appNames are the names Argo CD may give the Application rel in override
+// file names: "<name>" when it lives in Argo CD's namespace,
+// "<namespace>_<name>" elsewhere (Application.InstanceName).
+func (a *Applier) appNames(rel releaseRef) []string {
+	if rel.Namespace == a.opts.Namespace {
+		return []string{rel.Name}
+	}
+	return []string{rel.Namespace + "_" + rel.Name}
+}
+
+// checkNoOverrides downloads and verifies the change's artifact, then
+// reads git itself at the approved commit and refuses it, with
+// ManifestMismatch, when Argo CD could render it with anything but the
+// Sluice plugin: an Argo CD override file anywhere in the repository or
+// a submodule (see gitcheck.go). The artifact cannot answer this: it holds
+// only what the approved change packed, and Argo CD checks out the whole
+// commit.
+func (a *Applier) checkNoOverrides(ctx context.Context, cr *sluicev1.ChangeRequest, repo *sluicev1.Repository, rel releaseRef) error {
 	content, err := a.opts.Fetcher.FetchChange(ctx, cr)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = content.Close() }()
-	p, err := sourcePath(cr)
+	_ = content.Close()
+	p, err := SourcePath(cr)
 	if err != nil {
 		return err
 	}
-	dir, err := manifest.ConfinedPath(content.Dir, p)
+	rep, err := a.opts.Git.Inspect(ctx, repo, cr.Spec.Revision, p, a.appNames(rel))
 	if err != nil {
-		return applier.Permanent(sluicev1.ReasonInvalidSpec, "the service folder %s: %v", p, err)
+		return err
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved content has no service folder %s", p)
-	}
-	for _, e := range entries {
-		if n := e.Name(); n == ".argocd-source.yaml" || (strings.HasPrefix(n, ".argocd-source-") && strings.HasSuffix(n, ".yaml")) {
-			return applier.Permanent(sluicev1.ReasonManifestMismatch,
-				"refused: %s/%s would make Argo CD override the source Sluice sets (Argo CD merges it before rendering); remove it from the repository", p, n)
-		}
+	if err := rep.Err(cr.Spec.Revision); err != nil {
+		return &applier.Failure{Reason: sluicev1.ReasonManifestMismatch, Message: "refused: " + err.Error(), Err: err}
 	}
 	return nil
+}
+
+// checkRenderedBySluice fails the change, with ManifestMismatch, when the
+// sync Argo CD reports was rendered by another plugin than Sluice's. Argo
+// CD's status says only "Plugin" and the source as the Application set it;
+// the plugin it used is that source merged with the override files of the
+// synced commit, so it is derived from git as the repo-server derives it.
+func (a *Applier) checkRenderedBySluice(ctx context.Context, app *unstructured.Unstructured, repo *sluicev1.Repository, rel releaseRef) error {
+	rev, p := RenderedAt(app)
+	rep, err := a.opts.Git.Inspect(ctx, repo, rev, p, a.appNames(rel))
+	if err != nil {
+		return err
+	}
+	if err := rep.UsedErr(rev); err != nil {
+		return &applier.Failure{Reason: sluicev1.ReasonManifestMismatch, Message: "Argo CD did not render the approved manifest: " + err.Error(), Err: err}
+	}
+	return nil
+}
+
+// RenderedAt is the commit and source path of what Argo CD last synced
+// (its operation state) or, without one, compares.
+func RenderedAt(app *unstructured.Unstructured) (revision, sourcePath string) {
+	get := func(f ...string) string { s, _, _ := unstructured.NestedString(app.Object, f...); return s }
+	revision = get("status", "operationState", "syncResult", "revision")
+	sourcePath = get("status", "operationState", "syncResult", "source", "path")
+	if revision == "" {
+		revision = get("status", "sync", "revision")
+		sourcePath = get("status", "sync", "comparedTo", "source", "path")
+	}
+	if sourcePath == "" {
+		sourcePath = get("spec", "source", "path")
+	}
+	return revision, sourcePath
 }
 
 // Cleanup implements applier.Cleaner: it deletes the Release's Application
 // (Argo CD's resources finalizer removes what it deployed first) and
 // reports done once it is gone.
 func (a *Applier) Cleanup(ctx context.Context, r applier.Removal, repo *sluicev1.Repository) (applier.Result, error) {
-	rel := r.Release
-	if rel == nil || repo == nil {
+	if r.Release == nil || repo == nil {
 		return applier.Result{Message: "no Release or Repository: no Argo CD Application to delete"}, nil
 	}
+	rel := releaseRef{Namespace: r.Release.Namespace, Name: r.Release.Name, UID: r.Release.UID}
 	c, err := impersonate.Client(a.opts.Config, repo, a.scheme)
 	if err != nil {
 		return applier.Result{}, err

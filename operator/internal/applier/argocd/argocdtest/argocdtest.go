@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,6 +58,9 @@ type Options struct {
 	Namespace string
 	// Plugin, when set, runs a cmp-server for it.
 	Plugin *Plugin
+	// Plugins run a cmp-server each, besides Plugin: a repo-server with
+	// several config management plugin sidecars.
+	Plugins []Plugin
 }
 
 // ArgoCD is a running Argo CD.
@@ -127,7 +131,7 @@ func Start(ctx context.Context, opts Options) (_ *ArgoCD, err error) {
 	if err := testenv.WriteKubeconfig(opts.Env.Config, kubeconfig, opts.Namespace); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{"tmp", "plugins", "cmp", "redis"} {
+	for _, d := range []string{"tmp", "plugins", "redis"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			return nil, err
 		}
@@ -154,23 +158,12 @@ func Start(ctx context.Context, opts Options) (_ *ArgoCD, err error) {
 	if err := waitPort(ctx, redisAddr, a.procs[len(a.procs)-1]); err != nil {
 		return nil, err
 	}
-	if p := opts.Plugin; p != nil {
-		cfg, err := yaml.Marshal(map[string]any{
-			"apiVersion": "argoproj.io/v1alpha1", "kind": "ConfigManagementPlugin",
-			"metadata": map[string]any{"name": p.Name},
-			"spec":     map[string]any{"generate": map[string]any{"command": p.Command}},
-		})
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(dir, "cmp", "plugin.yaml"), cfg, 0o600); err != nil {
-			return nil, err
-		}
-		if err := a.run("argocd-cmp-server", filepath.Join(bin, "argocd-cmp-server"), append(common, p.Env...),
-			"--config-dir-path", filepath.Join(dir, "cmp"), "--loglevel", "warn"); err != nil {
-			return nil, err
-		}
-		if err := waitFile(ctx, filepath.Join(dir, "plugins", p.Name+".sock"), a.procs[len(a.procs)-1]); err != nil {
+	plugins := opts.Plugins
+	if opts.Plugin != nil {
+		plugins = append([]Plugin{*opts.Plugin}, plugins...)
+	}
+	for _, p := range plugins {
+		if err := a.startPlugin(ctx, bin, p, common); err != nil {
 			return nil, err
 		}
 	}
@@ -194,6 +187,31 @@ func Start(ctx context.Context, opts Options) (_ *ArgoCD, err error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// startPlugin runs a cmp-server for p, with its own configuration folder,
+// and waits for its socket.
+func (a *ArgoCD) startPlugin(ctx context.Context, bin string, p Plugin, common []string) error {
+	cfg, err := yaml.Marshal(map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1", "kind": "ConfigManagementPlugin",
+		"metadata": map[string]any{"name": p.Name},
+		"spec":     map[string]any{"generate": map[string]any{"command": p.Command}},
+	})
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(a.dir, "cmp-"+p.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "plugin.yaml"), cfg, 0o600); err != nil {
+		return err
+	}
+	if err := a.run("argocd-cmp-server-"+p.Name, filepath.Join(bin, "argocd-cmp-server"), append(slices.Clone(common), p.Env...),
+		"--config-dir-path", dir, "--loglevel", "warn"); err != nil {
+		return err
+	}
+	return waitFile(ctx, filepath.Join(a.dir, "plugins", p.Name+".sock"), a.procs[len(a.procs)-1])
 }
 
 // install creates Argo CD's namespace, argocd-cm, argocd-rbac-cm and
