@@ -300,7 +300,7 @@ func (f *argoFixture) applyFirst() (*sluicev1.ChangeRequest, map[string][]byte) 
 	cr := f.change(commit, 1, files)
 	require.NoError(f.t, f.env.Client.Create(context.Background(), &sluicev1.Approval{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: cr.Name + "-", Namespace: f.ctl},
-		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
+		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ChangeRequest: cr.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
 			Approver: "k8s:alice", Source: sluicev1.SourceKubernetes},
 	}))
 	got, err := f.env.WaitChangePhase(context.Background(), client.ObjectKeyFromObject(cr), sluicev1.PhaseApplied, 3*time.Minute)
@@ -321,7 +321,7 @@ func (f *argoFixture) recordApplied(cr *sluicev1.ChangeRequest) {
 	ctx := context.Background()
 	require.NoError(f.t, f.env.Client.Create(ctx, &sluicev1.Approval{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: cr.Name + "-", Namespace: f.ctl},
-		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
+		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ChangeRequest: cr.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
 			Approver: "k8s:alice", Source: sluicev1.SourceKubernetes},
 	}))
 	now := metav1.Now()

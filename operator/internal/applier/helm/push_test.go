@@ -35,7 +35,7 @@ func (f *deleteFixture) approveAs(cr *sluicev1.ChangeRequest, approver sluicev1.
 	f.t.Helper()
 	require.NoError(f.t, env.Client.Create(context.Background(), &sluicev1.Approval{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "approval-", Namespace: f.ctl},
-		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
+		Spec: sluicev1.ApprovalSpec{Release: f.release.Name, ChangeRequest: cr.Name, ApprovalDigest: cr.Spec.ApprovalDigest, Decision: sluicev1.DecisionApprove,
 			Approver: approver, Groups: []string{group}, Source: sluicev1.SourceKubernetes},
 	}))
 }
