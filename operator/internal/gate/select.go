@@ -35,9 +35,31 @@ type Inputs struct {
 // change targets namespace (the Namespace object, nil when missing, gives
 // its labels): same control namespace, and either form of selection the
 // policy sets matches (see ApprovalPolicySpec); a policy with no selector
-// selects every Release. A selector that does not parse selects the
-// Release (the floor fails closed) and the error says why.
+// selects every Release. The release form matches the Release's own
+// environment, which is right only where a match can add a rule, never
+// remove one (the other releases of a namespace); a change is judged by
+// changeSelected. A selector that does not parse selects the Release (the
+// floor fails closed) and the error says why.
 func PolicySelects(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release, namespace string, nsObj *corev1.Namespace) (bool, error) {
+	return policySelects(p, rel, &rel.Spec.Environment, namespace, nsObj)
+}
+
+// changeSelected reports whether an ApprovalPolicy selects a change of
+// rel acting in namespace: as PolicySelects, except that the release form
+// matches the environment the change itself records (spec.source, for a
+// Delete what was applied), never the Release's spec, which a push
+// rewrites. A change that records no environment is selected by every
+// policy naming environments: the floor fails closed.
+func changeSelected(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release, cr *sluicev1.ChangeRequest, namespace string, nsObj *corev1.Namespace) (bool, error) {
+	var env *sluicev1.EnvironmentName
+	if src := cr.SourceOf(); src != nil {
+		env = &src.Environment
+	}
+	return policySelects(p, rel, env, namespace, nsObj)
+}
+
+// policySelects is PolicySelects for environment env (nil: unknown).
+func policySelects(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release, env *sluicev1.EnvironmentName, namespace string, nsObj *corev1.Namespace) (bool, error) {
 	if p.Namespace != rel.Namespace {
 		return false, nil
 	}
@@ -52,10 +74,10 @@ func PolicySelects(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release, namespace 
 			return true, err
 		}
 	}
-	if byRelease {
-		return releaseSelected(p, rel)
+	if !byRelease {
+		return false, nil
 	}
-	return false, nil
+	return releaseSelected(p, rel, env)
 }
 
 // namespaceSelected reports whether the namespace form of a policy matches
@@ -85,62 +107,19 @@ func namespaceSelected(p *sluicev1.ApprovalPolicy, namespace string, nsObj *core
 }
 
 // releaseSelected reports whether the release form of a policy matches a
-// Release: environment in spec.environments (empty: any) and labels
-// matching spec.releaseSelector (unset: any).
-func releaseSelected(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release) (bool, error) {
-	if len(p.Spec.Environments) > 0 && !slices.Contains(p.Spec.Environments, rel.Spec.Environment) {
-		return false, nil
-	}
-	if p.Spec.ReleaseSelector == nil {
-		return true, nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.ReleaseSelector)
-	if err != nil {
-		return true, fmt.Errorf("ApprovalPolicy %s: invalid releaseSelector, applied to every release: %w", p.Name, err)
-	}
-	return sel.Matches(labels.Set(rel.Labels)), nil
-}
-
-// changeSelected reports whether an ApprovalPolicy selects a change of
-// rel acting in namespace: as PolicySelects, except that the release form
-// matches the environment the change itself records (spec.source, for a
-// Delete what was applied), never the Release's spec, which a push
-// rewrites. A change that records no environment is selected by every
-// policy naming environments: the floor fails closed.
-func changeSelected(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release, cr *sluicev1.ChangeRequest, namespace string, nsObj *corev1.Namespace) (bool, error) {
-	if p.Namespace != rel.Namespace {
-		return false, nil
-	}
-	byNamespace := len(p.Spec.Namespaces) > 0 || p.Spec.NamespaceSelector != nil
-	byRelease := len(p.Spec.Environments) > 0 || p.Spec.ReleaseSelector != nil
-	if !byNamespace && !byRelease {
-		return true, nil
-	}
-	if byNamespace {
-		ok, err := namespaceSelected(p, namespace, nsObj)
-		if ok || err != nil {
-			return true, err
-		}
-	}
-	if !byRelease {
-		return false, nil
-	}
-	src := cr.SourceOf()
-	if src == nil {
-		if len(p.Spec.Environments) > 0 {
+// Release in environment env: env in spec.environments (empty: any; env
+// nil, unknown, is selected by a policy naming environments, failing
+// closed) and the Release's labels matching spec.releaseSelector (unset:
+// any).
+func releaseSelected(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release, env *sluicev1.EnvironmentName) (bool, error) {
+	if len(p.Spec.Environments) > 0 {
+		if env == nil {
 			return true, nil
 		}
-		return releaseLabelsSelected(p, rel)
+		if !slices.Contains(p.Spec.Environments, *env) {
+			return false, nil
+		}
 	}
-	if len(p.Spec.Environments) > 0 && !slices.Contains(p.Spec.Environments, src.Environment) {
-		return false, nil
-	}
-	return releaseLabelsSelected(p, rel)
-}
-
-// releaseLabelsSelected reports whether spec.releaseSelector (unset: any)
-// matches the Release's labels.
-func releaseLabelsSelected(p *sluicev1.ApprovalPolicy, rel *sluicev1.Release) (bool, error) {
 	if p.Spec.ReleaseSelector == nil {
 		return true, nil
 	}
@@ -212,7 +191,7 @@ func Sources(in Inputs, cr *sluicev1.ChangeRequest) ([]Source, []error) {
 					continue
 				}
 				// Errors were reported above for the same selector.
-				if ok, _ := releaseSelected(p, o); ok && p.Namespace == rel.Namespace {
+				if ok, _ := releaseSelected(p, o, &o.Spec.Environment); ok && p.Namespace == rel.Namespace {
 					picked[p.Name] = true
 					out = append(out, Source{Origin: fmt.Sprintf("ApprovalPolicy/%s (selects Release/%s in namespace %s; new to namespace)", p.Name, o.Name, target), Rule: p.Spec.Rule})
 				}
