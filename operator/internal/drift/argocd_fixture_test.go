@@ -83,31 +83,11 @@ func startArgoCD(t *testing.T, env *testenv.Env, server *artifacttest.Server) *a
 		Name:    argoapplier.PluginName,
 		Command: []string{self, argoapplier.CMPCommand, "generate", "--kubeconfig", kubeconfig, "--artifact-base-url", server.BaseURL()},
 		Env:     []string{cmpChild + "=1"},
-	}, Plugins: []argocdtest.Plugin{{
-		// A second sidecar of the same repo-server, which prints a
-		// manifest of its own.
-		Name:    otherPlugin,
-		Command: []string{"sh", "-c", `printf '%s' "$1"`, "sh", otherManifest},
-	}}})
+	}, Plugins: []argocdtest.Plugin{argocdtest.OtherPlugin()}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = argo.Stop() })
 	return argo
 }
-
-// otherPlugin is a second config management plugin of the repo-server; it
-// prints otherManifest.
-const otherPlugin = "other"
-
-const otherManifest = `apiVersion: v1
-kind: ConfigMap
-metadata: {name: web-prod-config}
-data: {message: from the other plugin}
----
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: planted-by-other}
-data: {}
-`
 
 var argoCounter atomic.Int32
 

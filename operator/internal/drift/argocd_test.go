@@ -280,7 +280,7 @@ func revertPrunesAPlantedObject(t *testing.T, argo *argocdtest.ArgoCD) {
 func anotherPluginIsDriftNotProven(t *testing.T, argo *argocdtest.ArgoCD) {
 	ctx := context.Background()
 	f := newArgoFixture(t, argo, sluicev1.DriftWarn)
-	files := f.tree(argoValues, map[string]string{"services/web/.argocd-source.yaml": "plugin:\n  name: " + otherPlugin + "\n"})
+	files := f.tree(argoValues, map[string]string{"services/web/.argocd-source.yaml": "plugin:\n  name: " + argocdtest.OtherPluginName + "\n"})
 	commit := f.push(files)
 	cr := f.change(commit, 1, files)
 	f.recordApplied(cr)
@@ -297,7 +297,7 @@ func anotherPluginIsDriftNotProven(t *testing.T, argo *argocdtest.ArgoCD) {
 	require.Error(t, err, "not proven: a non-zero exit")
 	require.Equal(t, plugin.AuditDrifted, at.Result, at.Evidence)
 	require.Contains(t, strings.Join(at.Evidence, "; "), `Argo CD did not render with the Sluice plugin`)
-	require.Contains(t, strings.Join(at.Evidence, "; "), `plugin "`+otherPlugin+`"`)
+	require.Contains(t, strings.Join(at.Evidence, "; "), `plugin "`+argocdtest.OtherPluginName+`"`)
 
 	rel := &sluicev1.Release{}
 	require.NoError(t, f.env.Client.Get(ctx, client.ObjectKeyFromObject(f.release), rel))

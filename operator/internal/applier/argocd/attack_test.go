@@ -2,7 +2,7 @@ package argocd
 
 // Attacks by someone who can push to the repository but approves nothing,
 // against a repo-server with two config management plugins: Sluice's and
-// another that prints a manifest of its own (otherPlugin).
+// another that prints a manifest of its own (argocdtest.OtherPluginName).
 
 import (
 	"context"
@@ -64,7 +64,7 @@ func TestArgoCD_anOverrideNamingAnotherPluginIsRefusedAndNothingOfItLands(t *tes
 			f := newFixture(t, true)
 			override := tc.folder + "/.argocd-source.yaml"
 			commit, files := f.push("message: approved\n", map[string]string{
-				override:                     "plugin:\n  name: " + otherPlugin + "\n",
+				override:                     "plugin:\n  name: " + argocdtest.OtherPluginName + "\n",
 				"services/evil/service.yaml": "not a service\n",
 			})
 			packed := without(without(files, "services/evil/"), override)
@@ -104,7 +104,7 @@ func TestArgoCD_aSyncRenderedByAnotherPluginIsNeverApplied(t *testing.T) {
 	f := newFixture(t, true)
 	ctx := context.Background()
 	cr := f.change("message: approved\n", map[string]string{
-		"services/web/.argocd-source.yaml": "plugin:\n  name: " + otherPlugin + "\n",
+		"services/web/.argocd-source.yaml": "plugin:\n  name: " + argocdtest.OtherPluginName + "\n",
 	})
 	rel, err := releaseOf(cr)
 	require.NoError(t, err)

@@ -47,22 +47,6 @@ var (
 	counter atomic.Int32
 )
 
-// otherPlugin is a second config management plugin of the repo-server,
-// which prints otherManifest: the chart's ConfigMap with another message,
-// and an object of its own.
-const otherPlugin = "other"
-
-const otherManifest = `apiVersion: v1
-kind: ConfigMap
-metadata: {name: web-prod-config}
-data: {message: from the other plugin}
----
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: planted-by-other}
-data: {}
-`
-
 // cmpChild makes this test binary act as the Sluice plugin when the
 // cmp-server runs it.
 const cmpChild = "SLUICE_TEST_AS_ARGOCD_CMP"
@@ -99,12 +83,7 @@ func setup(e *testenv.Env) error {
 		Name:    PluginName,
 		Command: []string{self, CMPCommand, "generate", "--kubeconfig", kubeconfig, "--artifact-base-url", server.BaseURL()},
 		Env:     []string{cmpChild + "=1"},
-	}, Plugins: []argocdtest.Plugin{{
-		// A second sidecar of the same repo-server, as a cluster may run
-		// for other teams: it prints whatever it likes.
-		Name:    otherPlugin,
-		Command: []string{"sh", "-c", `printf '%s' "$1"`, "sh", otherManifest},
-	}}})
+	}, Plugins: []argocdtest.Plugin{argocdtest.OtherPlugin()}})
 	if err != nil {
 		return err
 	}
