@@ -8,9 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate/tfstatetest"
 )
 
 // marker is a word no other process on the machine has in its command line.
@@ -27,28 +26,6 @@ func marker(t *testing.T) string {
 	_, err := rand.Read(b)
 	require.NoError(t, err)
 	return "sluice-attack-" + hex.EncodeToString(b)
-}
-
-// processesWith returns the ids of the processes whose command line holds
-// word; the test's cleanup kills them, so a failed test leaves none.
-func processesWith(t *testing.T, word string) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	require.NoError(t, err)
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(cmdline), word) {
-			continue
-		}
-		out = append(out, pid)
-		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	}
-	return out
 }
 
 // applyWithProvisioner plans and applies (local state) a terraform_data
@@ -89,7 +66,7 @@ func TestLocal_aProvisionersBackgroundProcessDiesWithTheRun(t *testing.T) {
 	err = applyWithProvisioner(t, local, fmt.Sprintf(
 		`setsid bash -c ': %s; touch started; while :; do sleep 1; done' </dev/null >/dev/null 2>&1 & while [ ! -f started ]; do sleep 0.05; done; echo background started`, word))
 	require.NoError(t, err)
-	require.Empty(t, processesWith(t, word), "a process the run started outlived it")
+	require.Empty(t, tfstatetest.ProcessesWith(t, word), "a process the run started outlived it")
 }
 
 // TestLocal_UDPFromARunFails: a provisioner sends its environment (the

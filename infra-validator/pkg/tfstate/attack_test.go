@@ -8,9 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
@@ -63,7 +60,7 @@ resource "terraform_data" "queue" {
 		t.Fatal(err)
 	}
 
-	if pids := processesWith(t, word); len(pids) > 0 {
+	if pids := tfstatetest.ProcessesWith(t, word); len(pids) > 0 {
 		t.Errorf("the provisioner's background process %v outlived the apply", pids)
 	}
 	for name, cred := range map[string]tfstate.Credential{"plan": planCred, "apply": applyCred} {
@@ -88,28 +85,4 @@ func randomHex(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-// processesWith returns the ids of the processes whose command line holds
-// word; the test's cleanup kills them, so a failed test leaves none.
-func processesWith(t *testing.T, word string) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(cmdline), word) {
-			continue
-		}
-		out = append(out, pid)
-		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	}
-	return out
 }
