@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -172,32 +173,46 @@ func TestMetrics_countPhasesAppliesAndApprovalWait(t *testing.T) {
 			cr := f.change(rel, autoApprove)
 			f.phase(cr, sluicev1.PhaseApplied)
 
-			families, err := reg.Gather()
-			require.NoError(t, err)
-			values := map[string]float64{}
-			for _, mf := range families {
-				for _, m := range mf.GetMetric() {
-					key := mf.GetName()
-					for _, l := range m.GetLabel() {
-						key += "," + l.GetName() + "=" + l.GetValue()
-					}
-					switch {
-					case m.Counter != nil:
-						values[key] = m.GetCounter().GetValue()
-					case m.Gauge != nil:
-						values[key] = m.GetGauge().GetValue()
-					case m.Histogram != nil:
-						values[key] = float64(m.GetHistogram().GetSampleCount())
-					}
-				}
-			}
-			require.Equal(t, 1.0, values["sluice_changes_applied_total,applier=test"], "%v", values)
-			require.Equal(t, 1.0, values["sluice_apply_duration_seconds,applier=test,result=applied"], "%v", values)
-			require.Equal(t, 1.0, values["sluice_approval_wait_seconds"], "%v", values)
-			require.Equal(t, 1.0, values["sluice_changerequest_transitions_total,phase=Applied"], "%v", values)
-			require.Equal(t, 1.0, values["sluice_changerequests,namespace="+f.ns+",phase=Applied"], "%v", values)
+			// The gauge counts from the operator's cache and the transition
+			// counter is bumped after the status write returns, so both may
+			// trail the API server's Applied by a moment: wait for them.
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				values := gather(c, reg)
+				assert.Equal(c, 1.0, values["sluice_changes_applied_total,applier=test"], "%v", values)
+				assert.Equal(c, 1.0, values["sluice_apply_duration_seconds,applier=test,result=applied"], "%v", values)
+				assert.Equal(c, 1.0, values["sluice_approval_wait_seconds"], "%v", values)
+				assert.Equal(c, 1.0, values["sluice_changerequest_transitions_total,phase=Applied"], "%v", values)
+				assert.Equal(c, 1.0, values["sluice_changerequests,namespace="+f.ns+",phase=Applied"], "%v", values)
+			}, waitFor, 50*time.Millisecond)
 		})
 	}
+}
+
+// gather reads every metric of reg into name[,label=value...] → value
+// (a histogram's sample count).
+func gather(c *assert.CollectT, reg *prometheus.Registry) map[string]float64 {
+	values := map[string]float64{}
+	families, err := reg.Gather()
+	if !assert.NoError(c, err) {
+		return values
+	}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				values[key] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				values[key] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				values[key] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return values
 }
 
 // TestTracing_theApplyContinuesTheTraceOfTheSyncThatMadeTheChange: the
