@@ -12,6 +12,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/sluice-gitops/sluice/infra-validator v0.0.0-00010101000000-000000000000
 	github.com/sluice-gitops/sluice/operator/api v0.0.0-00010101000000-000000000000
+	github.com/sluice-gitops/sluice/runtime v0.0.0-00010101000000-000000000000
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
@@ -200,3 +201,5 @@ require (
 replace github.com/sluice-gitops/sluice/infra-validator => ../infra-validator
 
 replace github.com/sluice-gitops/sluice/policies => ../policies
+
+replace github.com/sluice-gitops/sluice/runtime => ../runtime

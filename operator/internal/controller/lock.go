@@ -3,16 +3,23 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/gate/gateinput"
+	"github.com/sluice-gitops/sluice/runtime/reconcile"
 )
 
+// The release's apply lock, and the hand-off of an approved change to its
+// applier.
+//
 // The release's apply lock is Release.status.currentChange: the one change
 // of a release that may be handed to an applier. It is taken and handed on
 // with optimistic-concurrency patches of the Release's status.
@@ -24,10 +31,10 @@ import (
 //   - a change that holds the lock but no longer passes the gate hands it
 //     back itself, once its own status is written (only the holder may let
 //     a live lock go);
-//   - everything else is the Release reconciler's (reconcileLock in
-//     release_controller.go): it takes the lock from a holder that is
-//     terminal (recording an applied one) or gone, and gives a free lock to
-//     the first change in line, in the same write as its summary. The
+//   - everything else is the Release reconciler's (reconcileLock, below):
+//     it takes the lock from a holder that is terminal (recording an
+//     applied one) or gone, and gives a free lock to the first change in
+//     line, in the same write as its summary. The
 //     changes waiting in line never race for it and never poll: the lock
 //     moving wakes its new holder (lockHolder).
 //
@@ -35,10 +42,6 @@ import (
 // (terminal phases are final, so a cached terminal phase is never stale),
 // every write carries the resourceVersion it read, and the change re-checks
 // the gate on data read from the API server before Applying is written.
-
-// conflictRetry is how soon a pass that lost an optimistic-concurrency race
-// it cannot settle by re-reading runs again.
-const conflictRetry = 100 * time.Millisecond
 
 // mayTakeLock reports whether s.cr, which passed the gate, should ask the
 // API server for the apply lock itself: the cached Release shows it free
@@ -206,4 +209,137 @@ func nextHolder(changes []sluicev1.ChangeRequest) *sluicev1.ChangeRequest {
 		}
 	}
 	return first
+}
+
+// reconcileHandOff takes the release's apply lock (or waits for it),
+// re-checks the gate on fresh data and moves the change to Applying. The
+// applier is called only once Applying is stored (see pass).
+func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *changeScope) reconcile.Result {
+	if _, ok := r.Appliers.For(delivery(s.cr)); !ok {
+		return s.noApplier()
+	}
+	// Only a change first in line with the lock free asks the API server
+	// for it; the others wait without polling: the Release reconciler
+	// hands the lock on, and the lock moving wakes its new holder.
+	if !r.mayTakeLock(ctx, s) {
+		return s.waitForLock()
+	}
+	rel, held, _, err := r.acquireLock(ctx, s.cr, false)
+	if apierrors.IsConflict(err) || err == nil && !held {
+		// Another change or writer was first: wait in line.
+		return s.waitForLock()
+	}
+	if err != nil {
+		return reconcile.Failure(err)
+	}
+	if r.BeforeHandOff != nil {
+		r.BeforeHandOff(ctx, s.cr.DeepCopy())
+	}
+
+	// The re-check: nothing from the cache.
+	fresh := &sluicev1.ChangeRequest{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.cr), fresh); err != nil {
+		return reconcile.Failure(fmt.Errorf("re-read ChangeRequest at hand-off: %w", err))
+	}
+	if fresh.ResourceVersion != s.patch.Original().ResourceVersion {
+		// The cache is behind: decide again, at once, on what is
+		// current (nothing of this pass is written).
+		return reconcile.Restart(fresh)
+	}
+	in, err := gateinput.Load(ctx, r.APIReader, fresh, rel)
+	if err != nil {
+		return reconcile.Failure(fmt.Errorf("re-read the gate's inputs at hand-off: %w", err))
+	}
+	var all sluicev1.ApprovalList
+	if err := r.APIReader.List(ctx, &all, client.InNamespace(s.cr.Namespace)); err != nil {
+		return reconcile.Failure(fmt.Errorf("re-read Approvals at hand-off: %w", err))
+	}
+	var approvals []sluicev1.Approval
+	for _, a := range all.Items {
+		if a.Spec.ApprovalDigest == fresh.Spec.ApprovalDigest {
+			approvals = append(approvals, a)
+		}
+	}
+	s.release = rel
+	d := r.decide(s, in, approvals)
+	if !d.Passed {
+		reason, msg := sluicev1.ReasonGateFailedAtHandOff, "the gate no longer passed at the hand-off: "+d.Message
+		if d.Rejected() {
+			reason = d.Reason
+		}
+		s.cr.Status.ApprovedAt = nil
+		s.setCondition(sluicev1.ConditionApproved, metav1.ConditionFalse, reason, msg)
+		s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, reason, "not applied")
+		s.setPhase(d.Phase(), reason, msg)
+		s.handBackIfHeld(rel)
+		return reconcile.Done()
+	}
+	app, _ := r.Appliers.For(delivery(s.cr))
+	now := metav1.NewTime(r.now())
+	s.cr.Status.Apply = &sluicev1.ApplyResult{Applier: app.Name(), StartedAt: &now}
+	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, "handed to the "+app.Name()+" applier")
+	s.setPhase(sluicev1.PhaseApplying, sluicev1.ReasonApplying, "handed to the "+app.Name()+" applier")
+	return reconcile.Done()
+}
+
+// waitForLock ends the pass of an approved change waiting for its
+// release's apply lock. Nothing is requeued: the lock moving to it wakes it.
+func (s *changeScope) waitForLock() reconcile.Result {
+	// The message names no holder, so waiting changes are not rewritten
+	// each time the lock passes on.
+	msg := "waiting for the release's apply lock (Release.status.currentChange)"
+	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonWaitingForLock, msg)
+	s.ready(sluicev1.ReasonWaitingForLock, msg)
+	return reconcile.Done()
+}
+
+// handBackIfHeld marks the lock for hand-back when the change holds it
+// (per rel) and leaves a non-terminal phase; a terminal holder's lock is
+// taken by the Release reconciler.
+func (s *changeScope) handBackIfHeld(rel *sluicev1.Release) {
+	s.handBack = rel != nil && rel.Status.CurrentChange == s.cr.Name && !s.cr.Status.Phase.IsTerminal()
+}
+
+// reconcileLock hands the apply lock on: a holder that is terminal
+// (recorded as the applied change when applied) or gone lets it go, and a
+// free lock goes to the next holder in line (nextHolder), in the same
+// write as the summary. It is the one writer that moves a lock from one
+// change to the next, so the changes never race for it. A live holder
+// keeps it; one that is not a change of this release (a manual edit) is
+// looked at again after LockRetryInterval, as nothing else would wake
+// this release when it ends.
+func (r *ReleaseReconciler) reconcileLock(ctx context.Context, s *releaseScope) reconcile.Result {
+	if holder := s.rel.Status.CurrentChange; holder != "" {
+		i := slices.IndexFunc(s.changes, func(c sluicev1.ChangeRequest) bool { return c.Name == holder })
+		switch {
+		case i >= 0 && !s.changes[i].Status.Phase.IsTerminal():
+			return reconcile.Next()
+		case i >= 0:
+			releaseLock(s.rel, &s.changes[i])
+		default:
+			// Not in the cache: make sure it is really gone.
+			cr := &sluicev1.ChangeRequest{}
+			err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.rel.Namespace, Name: holder}, cr)
+			switch {
+			case apierrors.IsNotFound(err):
+				s.rel.Status.CurrentChange = ""
+			case err != nil:
+				return reconcile.Failure(fmt.Errorf("get lock holder %s: %w", holder, err))
+			case cr.Status.Phase.IsTerminal():
+				releaseLock(s.rel, cr)
+			case cr.Spec.Release == s.rel.Name:
+				// Newer than the cache: its own events bring the
+				// release back.
+				return reconcile.Next()
+			default:
+				s.requeue(lockRetry(r.LockRetryInterval))
+				return reconcile.Next()
+			}
+		}
+	}
+	if next := nextHolder(s.changes); next != nil {
+		s.rel.Status.CurrentChange = next.Name
+		log.FromContext(ctx).V(1).Info("Handed the apply lock on", "changeRequest", next.Name)
+	}
+	return reconcile.Next()
 }

@@ -34,6 +34,7 @@ import (
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
+	rt "github.com/sluice-gitops/sluice/runtime/reconcile"
 )
 
 // FieldOwner is the field manager of the drift controller's writes.
@@ -117,8 +118,29 @@ func (r *Reconciler) now() time.Time {
 	return time.Now()
 }
 
+// driftScope is the state of one drift check of one Release.
+type driftScope struct {
+	rel     *sluicev1.Release
+	repo    *sluicev1.Repository
+	applied *sluicev1.ChangeRequest
+	// every is the interval of the Repository's drift policy.
+	every time.Duration
+	// report: the pass decided what the drift status says: cond is the
+	// Drifted condition (nil removes it), drift the summary.
+	report bool
+	cond   *metav1.Condition
+	drift  *sluicev1.DriftStatus
+}
+
+// say records what the drift status says; it is written once, at the end
+// of the pass.
+func (s *driftScope) say(cond *metav1.Condition, drift *sluicev1.DriftStatus) {
+	s.report, s.cond, s.drift = true, cond, drift
+}
+
 // Reconcile checks one Release, when its Repository's drift policy is on,
-// and comes back after the policy's interval.
+// and comes back after the policy's interval: the steps in order, then
+// one status write, only when the drift status changed.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	rel := &sluicev1.Release{}
 	if err := r.Client.Get(ctx, req.NamespacedName, rel); err != nil {
@@ -130,38 +152,83 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !rel.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
+	s := &driftScope{rel: rel}
+	res := rt.RunSteps(ctx, s, []rt.Step[*driftScope]{
+		{Name: "repository", Run: r.loadRepository},
+		{Name: "policy", Run: r.reconcilePolicy},
+		{Name: "applied change", Run: r.loadApplied},
+		{Name: "check", Run: r.reconcileCheck},
+	})
+	if s.report {
+		if err := r.patchStatus(ctx, rel, s.cond, s.drift); err != nil {
+			return rt.Failure(err).Outcome()
+		}
+	}
+	return res.Outcome()
+}
+
+// loadRepository loads the release's Repository; without it there is no
+// drift policy, and nothing to do.
+func (r *Reconciler) loadRepository(ctx context.Context, s *driftScope) rt.Result {
 	repo := &sluicev1.Repository{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.rel.Namespace, Name: s.rel.Spec.Repository}, repo); err != nil {
+		return rt.Failure(client.IgnoreNotFound(err))
 	}
-	policy := repo.Spec.Drift
+	s.repo = repo
+	return rt.Next()
+}
+
+// reconcilePolicy ends the pass when drift detection is off (clearing
+// the drift status) or there is nothing to compare with: nothing applied
+// yet, or a change in flight.
+func (r *Reconciler) reconcilePolicy(_ context.Context, s *driftScope) rt.Result {
+	policy := s.repo.Spec.Drift
 	if policy.GetMode() == sluicev1.DriftOff {
-		r.Metrics.Forget(rel.Namespace, rel.Name)
-		return reconcile.Result{}, r.patchStatus(ctx, rel, nil, nil)
+		r.Metrics.Forget(s.rel.Namespace, s.rel.Name)
+		s.say(nil, nil)
+		return rt.Done()
 	}
-	every := policy.GetInterval()
-	// Nothing applied yet, or a change in flight: nothing to compare with.
-	if rel.Status.AppliedChange == "" || rel.Status.CurrentChange != "" {
-		r.Metrics.Check(rel.Namespace, rel.Name, metrics.DriftSkipped, 0)
-		return reconcile.Result{RequeueAfter: every}, nil
+	s.every = policy.GetInterval()
+	if s.rel.Status.AppliedChange == "" || s.rel.Status.CurrentChange != "" {
+		r.Metrics.Check(s.rel.Namespace, s.rel.Name, metrics.DriftSkipped, 0)
+		return rt.Requeue(s.every)
 	}
+	return rt.Next()
+}
+
+// loadApplied loads the release's applied ChangeRequest, what the live
+// state is compared with.
+func (r *Reconciler) loadApplied(ctx context.Context, s *driftScope) rt.Result {
+	rel := s.rel
 	applied := &sluicev1.ChangeRequest{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Status.AppliedChange}, applied); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, fmt.Errorf("get the applied ChangeRequest %s: %w", rel.Status.AppliedChange, err)
+			return rt.Failure(fmt.Errorf("get the applied ChangeRequest %s: %w", rel.Status.AppliedChange, err))
 		}
 		cond := condition(rel, metav1.ConditionUnknown, sluicev1.ReasonDriftCheckFailed, fmt.Sprintf("the applied ChangeRequest %s is gone, so there is nothing to compare with", rel.Status.AppliedChange))
-		return reconcile.Result{RequeueAfter: every}, r.patchStatus(ctx, rel, &cond, rel.Status.Drift)
+		s.say(&cond, rel.Status.Drift)
+		return rt.Requeue(s.every)
 	}
+	s.applied = applied
+	return rt.Next()
+}
 
+// reconcileCheck compares the live state with the applied change and
+// reports it: a failed check (Unknown), no drift (False, with an Event
+// when it drifted before), or drift (True, an Event when the drifted
+// objects changed, and in mode revert a re-plan of the applied
+// revision).
+func (r *Reconciler) reconcileCheck(ctx context.Context, s *driftScope) rt.Result {
+	rel, applied := s.rel, s.applied
 	start := r.now()
-	rep, noRevert, err := r.check(ctx, rel, repo, applied)
+	rep, noRevert, err := r.check(ctx, rel, s.repo, applied)
 	took := r.now().Sub(start)
 	if err != nil {
 		r.Metrics.Check(rel.Namespace, rel.Name, metrics.DriftError, took)
 		log.FromContext(ctx).Info("Drift check failed", "error", err.Error())
 		cond := condition(rel, metav1.ConditionUnknown, sluicev1.ReasonDriftCheckFailed, "the drift check failed: "+err.Error())
-		return reconcile.Result{RequeueAfter: every}, r.patchStatus(ctx, rel, &cond, rel.Status.Drift)
+		s.say(&cond, rel.Status.Drift)
+		return rt.Requeue(s.every)
 	}
 	if !rep.Drifted() {
 		r.Metrics.Check(rel.Namespace, rel.Name, metrics.DriftClean, took)
@@ -169,7 +236,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if was := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionDrifted); was != nil && was.Status == metav1.ConditionTrue && r.Recorder != nil {
 			r.Recorder.Eventf(rel, applied, "Normal", sluicev1.ReasonNoDrift, "DriftCheck", "the live state matches %s again", applied.Name)
 		}
-		return reconcile.Result{RequeueAfter: every}, r.patchStatus(ctx, rel, &cond, nil)
+		s.say(&cond, nil)
+		return rt.Requeue(s.every)
 	}
 	r.Metrics.Check(rel.Namespace, rel.Name, metrics.DriftFound, took)
 
@@ -179,13 +247,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	summary := Summary(applied.Name, rep.Objects)
 	reason := sluicev1.ReasonDriftDetected
-	if policy.GetMode() == sluicev1.DriftRevert && noRevert != "" {
+	mode := s.repo.Spec.Drift.GetMode()
+	if mode == sluicev1.DriftRevert && noRevert != "" {
 		summary += "; not reverted: " + noRevert
-	} else if policy.GetMode() == sluicev1.DriftRevert {
+	} else if mode == sluicev1.DriftRevert {
 		var why string
 		reason, why, err = r.requestRevert(ctx, rel, applied, st)
 		if err != nil {
-			return reconcile.Result{}, err
+			return rt.Failure(err)
 		}
 		summary += "; " + why
 	}
@@ -193,7 +262,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if was := rel.Status.Drift; r.Recorder != nil && (was == nil || !equality.Semantic.DeepEqual(was.Objects, st.Objects)) {
 		r.Recorder.Eventf(rel, applied, "Warning", reason, "DriftCheck", "%s", sluicev1.Truncate(summary, maxMessage))
 	}
-	return reconcile.Result{RequeueAfter: every}, r.patchStatus(ctx, rel, &cond, st)
+	s.say(&cond, st)
+	return rt.Requeue(s.every)
 }
 
 // check runs the checkers that apply to the release and merges their
@@ -251,9 +321,11 @@ func (r *Reconciler) requestRevert(ctx context.Context, rel *sluicev1.Release, a
 }
 
 // patchStatus sets the Drifted condition (nil removes it) and the drift
-// summary, and writes only when they changed.
+// summary, and writes only when they changed. The snapshot is taken here,
+// after a re-plan request patched the Release's metadata, so the write
+// carries the resourceVersion that request returned.
 func (r *Reconciler) patchStatus(ctx context.Context, rel *sluicev1.Release, cond *metav1.Condition, st *sluicev1.DriftStatus) error {
-	orig := rel.DeepCopy()
+	patch := rt.NewHelper(r.Client, rel, FieldOwner)
 	if cond == nil {
 		meta.RemoveStatusCondition(&rel.Status.Conditions, sluicev1.ConditionDrifted)
 	} else {
@@ -261,13 +333,8 @@ func (r *Reconciler) patchStatus(ctx context.Context, rel *sluicev1.Release, con
 		meta.SetStatusCondition(&rel.Status.Conditions, *cond)
 	}
 	rel.Status.Drift = st
-	if equality.Semantic.DeepEqual(orig.Status, rel.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
-		return fmt.Errorf("patch the drift status of Release %s: %w", rel.Name, err)
-	}
-	return nil
+	_, err := patch.Patch(ctx, rel)
+	return err
 }
 
 func condition(rel *sluicev1.Release, status metav1.ConditionStatus, reason, msg string) metav1.Condition {

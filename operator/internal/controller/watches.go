@@ -2,16 +2,59 @@ package controller
 
 import (
 	"context"
+	"slices"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
+
+// What wakes each reconciler: the watches, the predicates that filter
+// their events, and the functions that map an event to the objects to
+// reconcile.
+
+// SetupWithManager watches ChangeRequests, and maps Approvals (by digest),
+// Releases, ApprovalPolicies, target Namespaces (labels) and Persons to
+// the changes they decide.
+func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("changerequest").
+		For(&sluicev1.ChangeRequest{}, builder.WithPredicates(changeRequestChanged())).
+		Watches(&sluicev1.ChangeRequest{}, handler.EnqueueRequestsFromMapFunc(r.olderChangesOfRelease), builder.WithPredicates(createdOnly())).
+		Watches(&sluicev1.Approval{}, handler.EnqueueRequestsFromMapFunc(r.changesForApproval), builder.WithPredicates(approvalCreatedOrDeleted())).
+		Watches(&sluicev1.Release{}, handler.EnqueueRequestsFromMapFunc(r.changesForRelease), builder.WithPredicates(releaseGateInputsChanged())).
+		Watches(&sluicev1.Release{}, handler.EnqueueRequestsFromMapFunc(lockHolder), builder.WithPredicates(releaseLockMoved())).
+		Watches(&sluicev1.ApprovalPolicy{}, handler.EnqueueRequestsFromMapFunc(r.changesForPolicy)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.changesForNamespace), builder.WithPredicates(namespaceLabelsChanged())).
+		Watches(&sluicev1.Person{}, handler.EnqueueRequestsFromMapFunc(r.changesForPerson)).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// SetupWithManager watches Releases, the phase changes of their
+// ChangeRequests and new Approvals.
+func (r *ReleaseReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("release").
+		For(&sluicev1.Release{}, builder.WithPredicates(releaseChanged())).
+		Watches(&sluicev1.Release{}, summarizeLater(self, lockFreed), builder.WithPredicates(releaseLockChanged())).
+		Watches(&sluicev1.ChangeRequest{}, summarizeLater(releaseOf, r.lockMayMove), builder.WithPredicates(changePhaseChanged())).
+		Watches(&sluicev1.Approval{}, handler.EnqueueRequestsFromMapFunc(releaseOf), builder.WithPredicates(createdOnly())).
+		WithOptions(opts).
+		Complete(r)
+}
 
 // changeRequestChanged passes creations and the updates that can change a
 // ChangeRequest's outcome: a new phase (never hidden), a new generation, or
@@ -215,4 +258,139 @@ func (r *ChangeRequestReconciler) changesForNamespace(ctx context.Context, o cli
 // counting) to every open ChangeRequest the operator watches.
 func (r *ChangeRequestReconciler) changesForPerson(ctx context.Context, _ client.Object) []reconcile.Request {
 	return r.openChanges(ctx, "", nil, "")
+}
+
+// releaseOf maps a ChangeRequest or an Approval to its Release.
+func releaseOf(_ context.Context, o client.Object) []reconcile.Request {
+	var name string
+	switch x := o.(type) {
+	case *sluicev1.ChangeRequest:
+		name = x.Spec.Release
+	case *sluicev1.Approval:
+		name = x.Spec.Release
+	}
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// SummaryDelay is how long the Release reconciler lets the phase changes
+// of a release's ChangeRequests and its lock hand-overs gather before it
+// summarises them: a burst of changes is one status write, not one each.
+// Events that may move the apply lock (see lockMayMove and lockFreed) are
+// not delayed: the lock is handed on at once, and the summary is written
+// in the same write.
+const SummaryDelay = time.Second
+
+// summarizeLater enqueues the Releases fn maps an object to: at once when
+// urgent says the event may move the apply lock, else after SummaryDelay.
+// The queue keeps one entry per Release, at the earliest time asked for.
+func summarizeLater(fn handler.MapFunc, urgent func(ctx context.Context, o client.Object, deleted bool) bool) handler.EventHandler {
+	add := func(ctx context.Context, o client.Object, deleted bool, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if o == nil {
+			return
+		}
+		now := urgent(ctx, o, deleted)
+		for _, req := range fn(ctx, o) {
+			if now {
+				q.Add(req)
+			} else {
+				q.AddAfter(req, SummaryDelay)
+			}
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, false, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.ObjectNew, false, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, true, q)
+		},
+	}
+}
+
+// lockMayMove reports whether a ChangeRequest event may let its release's
+// apply lock move, per the cached Release: the change was approved while
+// the lock is free, or the holder ended or was deleted. Other phase
+// changes (and these, should the cache be behind) are summarised after
+// SummaryDelay, which hands the lock on too.
+func (r *ReleaseReconciler) lockMayMove(ctx context.Context, o client.Object, deleted bool) bool {
+	cr, ok := o.(*sluicev1.ChangeRequest)
+	if !ok {
+		return false
+	}
+	rel := &sluicev1.Release{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: cr.Spec.Release}, rel); err != nil {
+		return false
+	}
+	switch holder := rel.Status.CurrentChange; {
+	case holder == "":
+		return cr.Status.Phase == sluicev1.PhaseApproved
+	case holder == cr.Name:
+		return deleted || cr.Status.Phase.IsTerminal()
+	}
+	return false
+}
+
+// lockFreed reports whether a Release's apply lock is free: a change
+// waiting in line may take it.
+func lockFreed(_ context.Context, o client.Object, _ bool) bool {
+	rel, ok := o.(*sluicev1.Release)
+	return ok && rel.Status.CurrentChange == ""
+}
+
+// self maps a Release to itself.
+func self(_ context.Context, o client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
+}
+
+// releaseLockChanged passes updates of the lock and change fields of a
+// Release's status (summarised after SummaryDelay).
+func releaseLockChanged() predicate.Predicate {
+	return updates(false, func(o, n *sluicev1.Release) bool {
+		return o.Status.CurrentChange != n.Status.CurrentChange ||
+			o.Status.AppliedChange != n.Status.AppliedChange ||
+			o.Status.LatestChange != n.Status.LatestChange
+	})
+}
+
+// releaseChanged passes what needs the Release reconciler at once:
+// creation, a new generation, deletion and finalizers. The lock and change
+// fields of its status are summarised a moment later (releaseLockChanged);
+// the syncer's lastSyncedTree and condition-only writes are skipped.
+func releaseChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true },
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*sluicev1.Release)
+			n, ok2 := e.ObjectNew.(*sluicev1.Release)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return o.Generation != n.Generation ||
+				o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+				!slices.Equal(o.Finalizers, n.Finalizers)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// changePhaseChanged passes a ChangeRequest's creation, deletion and every
+// phase change (never hidden).
+func changePhaseChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true },
+		DeleteFunc: func(event.DeleteEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*sluicev1.ChangeRequest)
+			n, ok2 := e.ObjectNew.(*sluicev1.ChangeRequest)
+			return !ok1 || !ok2 || o.Status.Phase != n.Status.Phase
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
