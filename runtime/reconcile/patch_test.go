@@ -284,3 +284,28 @@ func TestHelper_anObjectWithoutStatusIsAnError(t *testing.T) {
 		t.Fatalf("Patch = %v, want ErrNoStatus", err)
 	}
 }
+
+func TestHelper_withoutOptimisticLockAConcurrentWriteOfOtherFieldsStands(t *testing.T) {
+	c := newClient(t)
+	other := newClient(t)
+	w := newWidget(t, c)
+	cur := get(t, c, w)
+	h := reconcile.NewHelper(c, cur, owner, reconcile.WithoutOptimisticLock())
+	cur.Status.Note = "mine"
+
+	theirs := get(t, other, w)
+	theirs.Status.Count = 7
+	if err := other.Status().Update(context.Background(), theirs); err != nil {
+		t.Fatal(err)
+	}
+	if wrote, err := h.Patch(context.Background(), cur); !wrote || err != nil {
+		t.Fatalf("Patch = %v, %v; want a write", wrote, err)
+	}
+	if got := get(t, c, w); got.Status.Count != 7 || got.Status.Note != "mine" {
+		t.Fatalf("status = %+v, want both writers' fields", got.Status)
+	}
+	// The snapshot is now the written object: nothing more to write.
+	if wrote, err := h.Patch(context.Background(), cur); wrote || err != nil {
+		t.Fatalf("second Patch = %v, %v; want no write", wrote, err)
+	}
+}
