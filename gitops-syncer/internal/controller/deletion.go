@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"sort"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
@@ -194,17 +192,7 @@ func (r *RepositoryReconciler) describeDelete(ctx context.Context, repo *sluicev
 	if basis == "" || !cache.HasCommit(basis) {
 		return nil, fmt.Errorf("the revision %q of release %s is not in the local git cache, so its removal cannot be described", sluicev1.ShortSHA(basis), rel.Name)
 	}
-	fsys, err := cache.FS(basis)
-	if err != nil {
-		return nil, err
-	}
-	scratch, err := os.MkdirTemp(r.ScratchDir, "delete-")
-	if err != nil {
-		return nil, fmt.Errorf("create scratch folder: %w", err)
-	}
-	defer os.RemoveAll(scratch)
-	servicesPath := repo.ServicesPath()
-	entries, err := catalog.Discover(fsys, servicesPath, scratch)
+	fsys, entries, err := r.servicesAt(cache, repo, basis, "delete-")
 	if err != nil {
 		return nil, fmt.Errorf("find services at %s: %w", sluicev1.ShortSHA(basis), err)
 	}

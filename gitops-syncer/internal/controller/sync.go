@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -211,17 +212,8 @@ func (p *syncPass) run(ctx context.Context) error {
 		}
 	}
 
-	fsys, err := p.cache.FS(p.head)
-	if err != nil {
-		return fmt.Errorf("read commit: %w", err)
-	}
-	scratch, err := os.MkdirTemp(p.r.ScratchDir, "catalog-")
-	if err != nil {
-		return fmt.Errorf("create scratch folder: %w", err)
-	}
-	defer os.RemoveAll(scratch)
 	servicesPath := p.repo.ServicesPath()
-	entries, err := catalog.Discover(fsys, servicesPath, scratch)
+	_, entries, err := p.r.servicesAt(p.cache, p.repo, p.head, "catalog-")
 	if errors.Is(err, catalog.ErrNoServicesPath) {
 		// Never prune on a missing folder: it is far likelier a mistake.
 		p.problem(sluicev1.ReasonInvalidSpec, fmt.Sprintf("services folder %q not found at %s", servicesPath, sluicev1.ShortSHA(p.head)))
@@ -424,4 +416,22 @@ func (s *repoScope) summarize(ok bool) {
 		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionReconciling)
 		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionStalled)
 	}
+}
+
+// servicesAt lists the services of repo at commit rev (catalog.Discover)
+// and returns the commit's tree with them, to build artifacts from. The
+// scratch skeleton Discover needs lives in a folder named prefix… under
+// ScratchDir only while it runs: the entries do not refer to it.
+func (r *RepositoryReconciler) servicesAt(cache *git.Repo, repo *sluicev1.Repository, rev, prefix string) (fs.FS, []catalog.Entry, error) {
+	fsys, err := cache.FS(rev)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read commit %s: %w", sluicev1.ShortSHA(rev), err)
+	}
+	scratch, err := os.MkdirTemp(r.ScratchDir, prefix)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create scratch folder: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	entries, err := catalog.Discover(fsys, repo.ServicesPath(), scratch)
+	return fsys, entries, err
 }
