@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -10,12 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
@@ -159,15 +156,6 @@ func (r *RepositoryReconciler) creator() changespec.Creator {
 	return c
 }
 
-// recordChange records a ChangeRequest on its Release: the spec from the
-// change (adoptSpec), then the syncer's status.
-func (r *RepositoryReconciler) recordChange(ctx context.Context, plan *changePlan, cr *sluicev1.ChangeRequest) error {
-	if err := r.adoptSpec(ctx, plan, cr); err != nil {
-		return err
-	}
-	return r.recordSynced(ctx, plan, cr)
-}
-
 // unchangedFromApplied returns the applied ChangeRequest of the release
 // when a change at plan's revision would change nothing: its inputs moved
 // but the rendered manifest, the Terraform plan (none, or one without any
@@ -201,28 +189,6 @@ func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *c
 		return nil, nil
 	}
 	return applied, nil
-}
-
-// recordUnchanged records on the Release that its inputs at plan's
-// revision render what is applied: the synced tree and commit move on,
-// Synced says "unchanged" with the applied change it was compared with,
-// and an Event says the same. latestChange stays the applied change.
-func (r *RepositoryReconciler) recordUnchanged(ctx context.Context, plan *changePlan, applied *sluicev1.ChangeRequest) error {
-	rel := plan.release
-	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision {
-		patch := statusPatch(map[string]*string{"lastSyncedTree": &plan.tree, "lastSyncedCommit": &plan.revision})
-		if err := r.Status().Patch(ctx, rel, patch, client.FieldOwner(ControllerName)); err != nil {
-			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
-		}
-	}
-	msg := fmt.Sprintf("unchanged: rendered manifest and plan at %s equal the applied revision %s (%s); no ChangeRequest, nothing to approve",
-		sluicev1.ShortSHA(plan.revision), sluicev1.ShortSHA(applied.Spec.Revision), applied.Name)
-	c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionSynced)
-	if c == nil || c.Reason != sluicev1.ReasonUnchanged || c.Message != msg {
-		r.event(rel, corev1.EventTypeNormal, sluicev1.ReasonUnchanged, msg)
-		log.FromContext(ctx).Info("Release unchanged at the new revision", "release", rel.Name, "revision", sluicev1.ShortSHA(plan.revision), "applied", applied.Name)
-	}
-	return r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonUnchanged, msg)
 }
 
 // resumePoint finds where to continue: the ChangeRequest already made for
@@ -366,54 +332,4 @@ func (r *RepositoryReconciler) planSecretsComplete(ctx context.Context, cr *slui
 		plan = append(plan, s.Data[sluicev1.PlanSecretKey]...)
 	}
 	return sluicev1.SHA256Digest(plan) == cr.Spec.PlanFileSHA256, nil
-}
-
-// recordSynced writes the syncer's fields of the Release status with a
-// merge patch of just those fields (the operator owns the rest), then marks
-// a re-plan request handled.
-func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePlan, cr *sluicev1.ChangeRequest) error {
-	rel := plan.release
-	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision || rel.Status.LatestChange != cr.Name {
-		patch := statusPatch(map[string]*string{"lastSyncedTree": &plan.tree, "lastSyncedCommit": &plan.revision, "latestChange": &cr.Name})
-		if err := r.Status().Patch(ctx, rel, patch, client.FieldOwner(ControllerName)); err != nil {
-			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
-		}
-	}
-	if err := r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonSucceeded,
-		fmt.Sprintf("%s holds the inputs at %s", cr.Name, sluicev1.ShortSHA(plan.revision))); err != nil {
-		return err
-	}
-	if plan.replan != "" && rel.Annotations[annotationReplanHandled] != plan.replan {
-		if err := r.Patch(ctx, rel, annotationPatch(annotationReplanHandled, plan.replan), client.FieldOwner(ControllerName)); err != nil {
-			return fmt.Errorf("mark re-plan of release %s handled: %w", rel.Name, err)
-		}
-	}
-	return nil
-}
-
-// setSynced sets the Release's Synced condition. The operator writes the
-// other conditions of the same list, so the write carries the
-// resourceVersion of rel (a conflict reads again); nothing is written when
-// rel already says the same.
-func (r *RepositoryReconciler) setSynced(ctx context.Context, rel *sluicev1.Release, status metav1.ConditionStatus, reason, msg string) error {
-	return r.setReleaseCondition(ctx, rel, sluicev1.ConditionSynced, status, reason, msg)
-}
-
-// statusPatch is a JSON merge patch of the named status fields (a nil value
-// removes the field), marshalled by encoding/json: %q would write Go escapes
-// such as \x01 or \v that are not JSON.
-func statusPatch(fields map[string]*string) client.Patch {
-	return mergePatch(map[string]any{"status": fields})
-}
-
-// annotationPatch is a JSON merge patch that sets one annotation; the value
-// comes from a user's annotation and may hold any character.
-func annotationPatch(key, value string) client.Patch {
-	return mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
-}
-
-func mergePatch(v map[string]any) client.Patch {
-	// Maps of strings and string pointers always marshal.
-	b, _ := json.Marshal(v)
-	return client.RawPatch(types.MergePatchType, b)
 }
