@@ -13,7 +13,7 @@ ENVTEST_DIR  := $(CURDIR)/bin/k8s/$(K8S_VERSION)-$(GOOS)-$(GOARCH)
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
 # Go modules of the workspace, in dependency order.
-MODULES := policies operator/api infra-validator operator gitops-syncer
+MODULES := policies operator/api runtime infra-validator operator gitops-syncer
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
