@@ -162,6 +162,7 @@ func annotationPatch(key, value string) client.Patch {
 	return mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
 }
 
+// mergePatch is the JSON merge patch of v.
 func mergePatch(v map[string]any) client.Patch {
 	// Maps of strings and string pointers always marshal.
 	b, _ := json.Marshal(v)
