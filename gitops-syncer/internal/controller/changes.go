@@ -227,43 +227,55 @@ func (r *RepositoryReconciler) resumePoint(ctx context.Context, plan *changePlan
 	return nil, attemptOf(newest) + 1, nil
 }
 
-// validate extracts the artifact and runs the validator on it, so what is
-// validated is exactly what will be applied; the Helm risk is rated against
-// the release at its previous revision (previousFor).
+// validate has the change's artifact validated as it will be applied
+// (changespec.Validate); the Helm risk is rated against the release at its
+// previous revision (previousFor). A rendered manifest is remembered as the
+// previous one of the release's next change.
 func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, plan *changePlan, art *artifact.Artifact) (*validation.Result, error) {
-	if r.Validator == nil {
-		return nil, errors.New("no validator configured")
-	}
-	ws, err := changespec.NewWorkspace(r.ScratchDir, "validate-", art.TarGz)
-	if err != nil {
-		return nil, err
-	}
-	defer ws.Remove()
-	current, previous := ws.Current, ws.Previous
-	start := time.Now()
-	res, err := r.Validator.Validate(ctx, validation.Request{
-		RepoRoot:         current,
+	req := validation.Request{
 		Service:          plan.service,
 		Environment:      plan.env,
 		ControlNamespace: repo.Namespace,
 		Release:          plan.release.Name,
-		Previous:         r.previousFor(ctx, cache, plan, previous),
 		Confine:          validation.ConfinementOf(repo),
+	}
+	res, err := changespec.Validate(ctx, r.timedValidator(), r.ScratchDir, "validate-", art, req, func(dir string) (*validation.Previous, error) {
+		return r.previousFor(ctx, cache, plan, dir), nil
 	})
-	outcome := "error"
-	if err == nil {
-		outcome = string(res.Verdict.Result)
-	}
-	if r.Metrics != nil {
-		r.Metrics.ValidationDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
-	}
 	if err != nil {
-		return nil, fmt.Errorf("validate %s: %w", plan.release.Name, err)
+		return nil, err
 	}
 	if res.Manifest != "" {
 		r.rememberManifest(types.NamespacedName{Namespace: plan.release.Namespace, Name: plan.release.Name}, plan.revision, res.Manifest)
 	}
 	return res, nil
+}
+
+// timedValidator is r's validator, observing each validation's duration by
+// verdict ("error" for one that failed) when metrics are on; nil without a
+// validator.
+func (r *RepositoryReconciler) timedValidator() validation.Validator {
+	if r.Validator == nil || r.Metrics == nil {
+		return r.Validator
+	}
+	return validatorFunc(func(ctx context.Context, req validation.Request) (*validation.Result, error) {
+		start := time.Now()
+		res, err := r.Validator.Validate(ctx, req)
+		outcome := "error"
+		if err == nil {
+			outcome = string(res.Verdict.Result)
+		}
+		r.Metrics.ValidationDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+		return res, err
+	})
+}
+
+// validatorFunc is a function that is a validation.Validator.
+type validatorFunc func(ctx context.Context, req validation.Request) (*validation.Result, error)
+
+// Validate implements validation.Validator.
+func (f validatorFunc) Validate(ctx context.Context, req validation.Request) (*validation.Result, error) {
+	return f(ctx, req)
 }
 
 // authorsBase is the revision a change's authors are counted from: the
