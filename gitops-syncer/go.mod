@@ -8,6 +8,8 @@ replace github.com/sluice-gitops/sluice/infra-validator => ../infra-validator
 
 replace github.com/sluice-gitops/sluice/policies => ../policies
 
+replace github.com/sluice-gitops/sluice/runtime => ../runtime
+
 require (
 	code.gitea.io/sdk/gitea v0.25.1
 	github.com/go-git/go-billy/v5 v5.9.2
@@ -19,6 +21,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/sluice-gitops/sluice/infra-validator v0.0.0-00010101000000-000000000000
 	github.com/sluice-gitops/sluice/operator/api v0.0.0-00010101000000-000000000000
+	github.com/sluice-gitops/sluice/runtime v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 	gitlab.com/gitlab-org/api/client-go v1.46.0
 	go.opentelemetry.io/otel v1.47.0
@@ -29,6 +32,7 @@ require (
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
+	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/controller-runtime v0.25.2
 )
 
@@ -200,7 +204,6 @@ require (
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/kubectl v0.37.2 // indirect
-	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
 	oras.land/oras-go/v2 v2.7.0 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect

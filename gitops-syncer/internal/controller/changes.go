@@ -2,21 +2,17 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
@@ -25,9 +21,6 @@ import (
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
-
-// maxAttempts bounds the "-rN" names one pass may try.
-const maxAttempts = 50
 
 // changePlan is one release at one revision to turn into a ChangeRequest.
 type changePlan struct {
@@ -154,186 +147,6 @@ func (r *RepositoryReconciler) deleteMergedPreviews(ctx context.Context, repo *s
 
 func asManifestError(err error, target **manifest.Error) bool { return errors.As(err, target) }
 
-// planChange builds the artifact, validates it and records the
-// ChangeRequest, its plan Secrets, the Release's spec (from the change)
-// and then the Release status. Names are deterministic, so a pass
-// interrupted anywhere resumes without creating anything twice. It returns
-// the name of a newly created ChangeRequest.
-func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, plan *changePlan) (string, error) {
-	run := &planRun{r: r, repo: repo, cache: cache, plan: plan}
-	if err := run.storeArtifact(); err != nil {
-		return "", err
-	}
-	existing, attempt, err := r.resumePoint(ctx, plan)
-	if err != nil {
-		return "", err
-	}
-	for ; attempt <= maxAttempts; attempt++ {
-		name := sluicev1.ChangeRequestName(plan.release.Name, plan.revision, int32(attempt))
-		if existing != nil && existing.Name == name {
-			done, err := run.resume(ctx, existing)
-			if err != nil || done {
-				return "", err
-			}
-			existing = nil // its content or plan differs: the next attempt
-			continue
-		}
-		cr, found, err := run.create(ctx, int32(attempt))
-		if err != nil {
-			return "", err
-		}
-		if found != nil {
-			existing = found
-			attempt-- // look at the same name again, as an existing one
-			continue
-		}
-		if cr == nil {
-			return "", nil // unchanged from what is applied
-		}
-		return cr.Name, nil
-	}
-	return "", fmt.Errorf("release %s: more than %d attempts at %s", plan.release.Name, maxAttempts, sluicev1.ShortSHA(plan.revision))
-}
-
-// planRun is one planChange: the artifact it built and the validation it
-// ran (once, on first need).
-type planRun struct {
-	r     *RepositoryReconciler
-	repo  *sluicev1.Repository
-	cache *git.Repo
-	plan  *changePlan
-	art   *artifact.Artifact
-	key   artifact.Key
-	// result is the validation, once run; nil for an invalid change.
-	result    *validation.Result
-	validated bool
-}
-
-// storeArtifact builds the release's artifact at the revision and stores
-// it. An artifact that cannot be built (a symlink leaving the repository)
-// becomes a deny finding and an artifact of the manifest alone.
-func (run *planRun) storeArtifact() error {
-	plan := run.plan
-	fsys, err := run.cache.FS(plan.revision)
-	if err != nil {
-		return err
-	}
-	art, err := artifact.Build(fsys, plan.inputs)
-	if err != nil {
-		plan.invalid = append(plan.invalid, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "artifact", Message: git.Redact(err.Error())})
-		art, err = artifact.Build(fsys, []string{string(plan.spec.SourcePath) + "/" + manifest.FileName})
-		if err != nil {
-			return fmt.Errorf("build artifact: %w", err)
-		}
-	}
-	run.art = art
-	run.key = artifact.Key{Namespace: run.repo.Namespace, Repository: run.repo.Name, Revision: plan.revision, Release: plan.release.Name}
-	return run.r.Store.Put(run.key, art.TarGz)
-}
-
-// validation runs the validator once (never for an invalid change) and
-// returns its result.
-func (run *planRun) validation(ctx context.Context) (*validation.Result, error) {
-	if run.validated || run.plan.invalid != nil {
-		return run.result, nil
-	}
-	res, err := run.r.validate(ctx, run.repo, run.cache, run.plan, run.art)
-	if err != nil {
-		return nil, err
-	}
-	run.result, run.validated = res, true
-	return res, nil
-}
-
-// resume finishes a ChangeRequest made for this revision before (a pass
-// interrupted after its create): its plan Secrets, the Release's spec and
-// status. It reports false when that change cannot be finished (its
-// content differs, or its plan is lost and a new plan differs): only a new
-// attempt can then carry the change.
-func (run *planRun) resume(ctx context.Context, existing *sluicev1.ChangeRequest) (bool, error) {
-	r, plan := run.r, run.plan
-	if existing.Spec.ContentDigest != sluicev1.Digest(run.art.ContentDigest) {
-		return false, nil
-	}
-	if h := r.Hooks.AfterChangeRequestCreated; h != nil {
-		if err := h(existing); err != nil {
-			return false, err
-		}
-	}
-	ok, err := r.planSecretsComplete(ctx, existing)
-	if err != nil {
-		return false, err
-	}
-	if !ok {
-		res, err := run.validation(ctx)
-		if err != nil {
-			return false, err
-		}
-		if res == nil || res.PlanFileSHA256 != existing.Spec.PlanFileSHA256 {
-			log.FromContext(ctx).Info("Plan of an existing ChangeRequest is lost; planning a new attempt", "release", plan.release.Name, "changeRequest", existing.Name)
-			return false, nil
-		}
-		if err := r.writePlanSecrets(ctx, existing, res.PlanFile); err != nil {
-			return false, err
-		}
-	}
-	return true, r.recordChange(ctx, plan, existing)
-}
-
-// create validates the change and records it as attempt: nothing (nil,
-// nil) when it renders what is applied, the ChangeRequest of that name
-// when one exists already (found), or the new ChangeRequest with its plan
-// Secrets, review and the Release's spec and status.
-func (run *planRun) create(ctx context.Context, attempt int32) (cr, found *sluicev1.ChangeRequest, err error) {
-	r, plan := run.r, run.plan
-	res, err := run.validation(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if plan.replan == "" {
-		applied, err := r.unchangedFromApplied(ctx, plan, res)
-		if err != nil {
-			return nil, nil, err
-		}
-		if applied != nil {
-			return nil, nil, r.recordUnchanged(ctx, plan, applied)
-		}
-	}
-	if cr, err = run.newChangeRequest(ctx, attempt); err != nil {
-		return nil, nil, err
-	}
-	stored, created, err := r.creator().Create(ctx, plan.release, cr)
-	if err != nil || !created {
-		return nil, stored, err
-	}
-	r.event(plan.release, corev1.EventTypeNormal, eventChangeRequestCreated,
-		fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, sluicev1.ShortSHA(plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
-	log.FromContext(ctx).Info("Created ChangeRequest", "release", plan.release.Name, "changeRequest", cr.Name, "verdict", cr.Spec.Verdict.Result)
-	if h := r.Hooks.AfterChangeRequestCreated; h != nil {
-		if err := h(cr); err != nil {
-			return nil, nil, err
-		}
-	}
-	if res != nil && len(res.PlanFile) > 0 {
-		if err := r.writePlanSecrets(ctx, cr, res.PlanFile); err != nil {
-			return nil, nil, err
-		}
-	}
-	if res != nil {
-		// What `kubectl sluice diff` shows before an approve: the plan
-		// and the manifest diff against the last applied revision.
-		if err := changespec.StoreReview(ctx, r.Client, ControllerName, cr, changespec.ReviewInput(res, previousRevision(plan.release))); err != nil {
-			// diff then shows less; the change stands.
-			log.FromContext(ctx).Error(err, "Storing the review of a ChangeRequest failed", "changeRequest", cr.Name)
-		}
-		// A withheld plan error's full text, for approvers only.
-		if err := changespec.StorePlanError(ctx, r.Client, ControllerName, cr, res); err != nil {
-			return nil, nil, err
-		}
-	}
-	return cr, nil, r.recordChange(ctx, plan, cr)
-}
-
 // creator is the syncer's one path for storing a ChangeRequest.
 func (r *RepositoryReconciler) creator() changespec.Creator {
 	c := changespec.Creator{Client: r.Client, Reader: r.APIReader, FieldOwner: ControllerName}
@@ -341,15 +154,6 @@ func (r *RepositoryReconciler) creator() changespec.Creator {
 		c.Created = r.Metrics.ChangeRequestsCreated
 	}
 	return c
-}
-
-// recordChange records a ChangeRequest on its Release: the spec from the
-// change (adoptSpec), then the syncer's status.
-func (r *RepositoryReconciler) recordChange(ctx context.Context, plan *changePlan, cr *sluicev1.ChangeRequest) error {
-	if err := r.adoptSpec(ctx, plan, cr); err != nil {
-		return err
-	}
-	return r.recordSynced(ctx, plan, cr)
 }
 
 // unchangedFromApplied returns the applied ChangeRequest of the release
@@ -385,28 +189,6 @@ func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *c
 		return nil, nil
 	}
 	return applied, nil
-}
-
-// recordUnchanged records on the Release that its inputs at plan's
-// revision render what is applied: the synced tree and commit move on,
-// Synced says "unchanged" with the applied change it was compared with,
-// and an Event says the same. latestChange stays the applied change.
-func (r *RepositoryReconciler) recordUnchanged(ctx context.Context, plan *changePlan, applied *sluicev1.ChangeRequest) error {
-	rel := plan.release
-	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision {
-		patch := statusPatch(map[string]*string{"lastSyncedTree": &plan.tree, "lastSyncedCommit": &plan.revision})
-		if err := r.Status().Patch(ctx, rel, patch, client.FieldOwner(ControllerName)); err != nil {
-			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
-		}
-	}
-	msg := fmt.Sprintf("unchanged: rendered manifest and plan at %s equal the applied revision %s (%s); no ChangeRequest, nothing to approve",
-		sluicev1.ShortSHA(plan.revision), sluicev1.ShortSHA(applied.Spec.Revision), applied.Name)
-	c := meta.FindStatusCondition(rel.Status.Conditions, sluicev1.ConditionSynced)
-	if c == nil || c.Reason != sluicev1.ReasonUnchanged || c.Message != msg {
-		r.event(rel, corev1.EventTypeNormal, sluicev1.ReasonUnchanged, msg)
-		log.FromContext(ctx).Info("Release unchanged at the new revision", "release", rel.Name, "revision", sluicev1.ShortSHA(plan.revision), "applied", applied.Name)
-	}
-	return r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonUnchanged, msg)
 }
 
 // resumePoint finds where to continue: the ChangeRequest already made for
@@ -445,43 +227,55 @@ func (r *RepositoryReconciler) resumePoint(ctx context.Context, plan *changePlan
 	return nil, attemptOf(newest) + 1, nil
 }
 
-// validate extracts the artifact and runs the validator on it, so what is
-// validated is exactly what will be applied; the Helm risk is rated against
-// the release at its previous revision (previousFor).
+// validate has the change's artifact validated as it will be applied
+// (changespec.Validate); the Helm risk is rated against the release at its
+// previous revision (previousFor). A rendered manifest is remembered as the
+// previous one of the release's next change.
 func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, plan *changePlan, art *artifact.Artifact) (*validation.Result, error) {
-	if r.Validator == nil {
-		return nil, errors.New("no validator configured")
-	}
-	ws, err := changespec.NewWorkspace(r.ScratchDir, "validate-", art.TarGz)
-	if err != nil {
-		return nil, err
-	}
-	defer ws.Remove()
-	current, previous := ws.Current, ws.Previous
-	start := time.Now()
-	res, err := r.Validator.Validate(ctx, validation.Request{
-		RepoRoot:         current,
+	req := validation.Request{
 		Service:          plan.service,
 		Environment:      plan.env,
 		ControlNamespace: repo.Namespace,
 		Release:          plan.release.Name,
-		Previous:         r.previousFor(ctx, cache, plan, previous),
 		Confine:          validation.ConfinementOf(repo),
+	}
+	res, err := changespec.Validate(ctx, r.timedValidator(), r.ScratchDir, "validate-", art, req, func(dir string) (*validation.Previous, error) {
+		return r.previousFor(ctx, cache, plan, dir), nil
 	})
-	outcome := "error"
-	if err == nil {
-		outcome = string(res.Verdict.Result)
-	}
-	if r.Metrics != nil {
-		r.Metrics.ValidationDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
-	}
 	if err != nil {
-		return nil, fmt.Errorf("validate %s: %w", plan.release.Name, err)
+		return nil, err
 	}
 	if res.Manifest != "" {
 		r.rememberManifest(types.NamespacedName{Namespace: plan.release.Namespace, Name: plan.release.Name}, plan.revision, res.Manifest)
 	}
 	return res, nil
+}
+
+// timedValidator is r's validator, observing each validation's duration by
+// verdict ("error" for one that failed) when metrics are on; nil without a
+// validator.
+func (r *RepositoryReconciler) timedValidator() validation.Validator {
+	if r.Validator == nil || r.Metrics == nil {
+		return r.Validator
+	}
+	return validatorFunc(func(ctx context.Context, req validation.Request) (*validation.Result, error) {
+		start := time.Now()
+		res, err := r.Validator.Validate(ctx, req)
+		outcome := "error"
+		if err == nil {
+			outcome = string(res.Verdict.Result)
+		}
+		r.Metrics.ValidationDuration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+		return res, err
+	})
+}
+
+// validatorFunc is a function that is a validation.Validator.
+type validatorFunc func(ctx context.Context, req validation.Request) (*validation.Result, error)
+
+// Validate implements validation.Validator.
+func (f validatorFunc) Validate(ctx context.Context, req validation.Request) (*validation.Result, error) {
+	return f(ctx, req)
 }
 
 // authorsBase is the revision a change's authors are counted from: the
@@ -491,82 +285,6 @@ func authorsBase(rel *sluicev1.Release, cache *git.Repo) string {
 		return rel.Status.AppliedRevision
 	}
 	return rel.Status.LastSyncedCommit
-}
-
-// newChangeRequest assembles the immutable record of the change: its
-// people (commit e-mails since the applied revision, the merged pull
-// requests' author and pushers, the provider identities that pushed) and
-// what the manifest at the revision says (plan.spec, plan.source).
-func (run *planRun) newChangeRequest(ctx context.Context, attempt int32) (*sluicev1.ChangeRequest, error) {
-	r, plan, cache := run.r, run.plan, run.cache
-	rel := plan.release
-	commit, err := cache.Commit(plan.revision)
-	if err != nil {
-		return nil, err
-	}
-	base := authorsBase(rel, cache)
-	if plan.pullRequests == nil {
-		if plan.pullRequests, err = r.mergedPullRequests(ctx, run.repo, cache, plan.revision, base); err != nil {
-			return nil, err
-		}
-	}
-	emails, err := cache.Authors(plan.revision, base, 1000)
-	if err != nil {
-		emails = []string{commit.AuthorEmail, commit.CommitterEmail}
-	}
-	previous := ""
-	if prev := rel.Status.LastSyncedCommit; prev != plan.revision && len(prev) >= 40 {
-		previous = prev
-	}
-	authors := changespec.EmailIdentities(emails)
-	var prAuthor sluicev1.Identity
-	// Whoever pushed the commits since the applied revision (all recorded
-	// pushes when nothing was applied), as the provider authenticated
-	// them: they are authors for the gate.
-	pushers := pushersBetween(plan.pushes, cache, plan.revision, rel.Status.AppliedRevision)
-	var merged []int64
-	if prs := plan.pullRequests; len(prs) > 0 {
-		for _, pr := range prs {
-			merged = append(merged, pr.number)
-			if pr.author != "" && !slices.Contains(authors, pr.author) {
-				authors = append(authors, pr.author)
-			}
-			for _, id := range pr.pushers {
-				pushers = changespec.AddIdentity(pushers, id)
-			}
-		}
-		if len(prs) == 1 {
-			prAuthor = prs[0].author
-		}
-	}
-	spec := plan.spec
-	return changespec.Build(changespec.Change{
-		PullRequestAuthor: prAuthor,
-		Pushers:           pushers,
-		Repository:        run.repo,
-		Release:           rel.Name,
-		Service:           spec.Service,
-		Environment:       string(spec.Environment),
-		ServiceDir:        string(spec.SourcePath),
-		Source:            plan.source,
-		Name:              sluicev1.ChangeRequestName(rel.Name, plan.revision, attempt),
-		Revision:          plan.revision,
-		Attempt:           attempt,
-		PreviousRevision:  previous,
-		Authors:           authors,
-		CommitMessage:     commit.Message,
-		TargetNamespace:   spec.TargetNamespace,
-		Delivery:          spec.Delivery,
-		Rule:              spec.Rule,
-		Artifact:          run.art,
-		ArtifactURL:       run.key.URL(r.ArtifactBaseURL),
-		Result:            run.result,
-		Findings:          plan.invalid,
-		InputsErr:         plan.inputsErr,
-		Replan:            plan.replan,
-
-		MergedPullRequests: merged,
-	}), nil
 }
 
 // writePlanSecrets stores the plan file in "<cr>-plan", then "-plan-1"…,
@@ -626,54 +344,4 @@ func (r *RepositoryReconciler) planSecretsComplete(ctx context.Context, cr *slui
 		plan = append(plan, s.Data[sluicev1.PlanSecretKey]...)
 	}
 	return sluicev1.SHA256Digest(plan) == cr.Spec.PlanFileSHA256, nil
-}
-
-// recordSynced writes the syncer's fields of the Release status with a
-// merge patch of just those fields (the operator owns the rest), then marks
-// a re-plan request handled.
-func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePlan, cr *sluicev1.ChangeRequest) error {
-	rel := plan.release
-	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision || rel.Status.LatestChange != cr.Name {
-		patch := statusPatch(map[string]*string{"lastSyncedTree": &plan.tree, "lastSyncedCommit": &plan.revision, "latestChange": &cr.Name})
-		if err := r.Status().Patch(ctx, rel, patch, client.FieldOwner(ControllerName)); err != nil {
-			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
-		}
-	}
-	if err := r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonSucceeded,
-		fmt.Sprintf("%s holds the inputs at %s", cr.Name, sluicev1.ShortSHA(plan.revision))); err != nil {
-		return err
-	}
-	if plan.replan != "" && rel.Annotations[annotationReplanHandled] != plan.replan {
-		if err := r.Patch(ctx, rel, annotationPatch(annotationReplanHandled, plan.replan), client.FieldOwner(ControllerName)); err != nil {
-			return fmt.Errorf("mark re-plan of release %s handled: %w", rel.Name, err)
-		}
-	}
-	return nil
-}
-
-// setSynced sets the Release's Synced condition. The operator writes the
-// other conditions of the same list, so the write carries the
-// resourceVersion of rel (a conflict reads again); nothing is written when
-// rel already says the same.
-func (r *RepositoryReconciler) setSynced(ctx context.Context, rel *sluicev1.Release, status metav1.ConditionStatus, reason, msg string) error {
-	return r.setReleaseCondition(ctx, rel, sluicev1.ConditionSynced, status, reason, msg)
-}
-
-// statusPatch is a JSON merge patch of the named status fields (a nil value
-// removes the field), marshalled by encoding/json: %q would write Go escapes
-// such as \x01 or \v that are not JSON.
-func statusPatch(fields map[string]*string) client.Patch {
-	return mergePatch(map[string]any{"status": fields})
-}
-
-// annotationPatch is a JSON merge patch that sets one annotation; the value
-// comes from a user's annotation and may hold any character.
-func annotationPatch(key, value string) client.Patch {
-	return mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
-}
-
-func mergePatch(v map[string]any) client.Patch {
-	// Maps of strings and string pointers always marshal.
-	b, _ := json.Marshal(v)
-	return client.RawPatch(types.MergePatchType, b)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"sort"
 	"strings"
@@ -12,12 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
@@ -194,17 +191,7 @@ func (r *RepositoryReconciler) describeDelete(ctx context.Context, repo *sluicev
 	if basis == "" || !cache.HasCommit(basis) {
 		return nil, fmt.Errorf("the revision %q of release %s is not in the local git cache, so its removal cannot be described", sluicev1.ShortSHA(basis), rel.Name)
 	}
-	fsys, err := cache.FS(basis)
-	if err != nil {
-		return nil, err
-	}
-	scratch, err := os.MkdirTemp(r.ScratchDir, "delete-")
-	if err != nil {
-		return nil, fmt.Errorf("create scratch folder: %w", err)
-	}
-	defer os.RemoveAll(scratch)
-	servicesPath := repo.ServicesPath()
-	entries, err := catalog.Discover(fsys, servicesPath, scratch)
+	fsys, entries, err := r.servicesAt(cache, repo, basis, "delete-")
 	if err != nil {
 		return nil, fmt.Errorf("find services at %s: %w", sluicev1.ShortSHA(basis), err)
 	}
@@ -383,40 +370,4 @@ func attemptOf(cr *sluicev1.ChangeRequest) int32 {
 		return 1
 	}
 	return cr.Spec.Attempt
-}
-
-// setReleaseCondition sets one of the syncer's conditions (Synced,
-// Orphaned) on a Release. The operator writes the other conditions of the
-// same list, so the write carries the resourceVersion of rel (a conflict
-// reads again); nothing is written when rel already says the same.
-func (r *RepositoryReconciler) setReleaseCondition(ctx context.Context, rel *sluicev1.Release, typ string, status metav1.ConditionStatus, reason, msg string) error {
-	want := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: sluicev1.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
-	if c := meta.FindStatusCondition(rel.Status.Conditions, typ); c != nil &&
-		c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration {
-		return nil
-	}
-	fresh := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := rel.DeepCopy()
-		if fresh {
-			cur = &sluicev1.Release{}
-			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(rel), cur); err != nil {
-				return err
-			}
-			if cur.UID != rel.UID {
-				return nil
-			}
-		}
-		fresh = true
-		orig := cur.DeepCopy()
-		if !meta.SetStatusCondition(&cur.Status.Conditions, want) {
-			return nil
-		}
-		return r.Status().Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(ControllerName))
-	})
-	if client.IgnoreNotFound(err) != nil {
-		// A Release deleted mid-pass has no condition to set.
-		return fmt.Errorf("set %s of release %s: %w", typ, rel.Name, err)
-	}
-	return nil
 }

@@ -2,18 +2,12 @@ package controller
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
-	"io/fs"
-	"path"
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
-	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -40,7 +34,7 @@ func previousRevision(rel *sluicev1.Release) string {
 // previousFor describes the release of plan at its last applied revision
 // for the validator: the manifest remembered from validating that revision, or
 // its service and chart folders extracted from the local git cache into
-// dir (an empty folder). The folder and environment are the applied
+// dir (an empty folder; changespec.ExtractRelease). The folder and environment are the applied
 // change's (its spec.source), not the Release's spec, which holds the newest
 // recorded change: rating against a folder an unapplied push moved to would
 // rate against the wrong thing. It never fails: a previous revision that
@@ -65,54 +59,13 @@ func (r *RepositoryReconciler) previousFor(ctx context.Context, cache *git.Repo,
 		src := applied.Spec.Source
 		svcDir, service, env = string(src.Path), src.Service, string(src.Environment)
 	}
-	svc, err := extractRevision(cache, svcDir, service, env, rev, dir)
+	svc, err := changespec.ExtractRelease(cache, rev, svcDir, service, env, dir)
 	if err != nil {
 		prev.Err = err
 		return prev
 	}
 	prev.RepoRoot, prev.Service = dir, svc
 	return prev
-}
-
-// extractRevision writes the service folder svcDir (holding service with
-// environment env), its chart folder and Terraform folder at revision rev
-// into dir, through the artifact builder and extractor (so symlinks and
-// paths stay confined), and returns the parsed manifest.
-func extractRevision(cache *git.Repo, svcDir, service, env, rev, dir string) (*manifest.Service, error) {
-	if !cache.HasCommit(rev) {
-		return nil, fmt.Errorf("commit %s is not in the local git cache", sluicev1.ShortSHA(rev))
-	}
-	fsys, err := cache.FS(rev)
-	if err != nil {
-		return nil, err
-	}
-	file := path.Join(svcDir, manifest.FileName)
-	data, err := fs.ReadFile(fsys, file)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s does not exist at %s", file, sluicev1.ShortSHA(rev))
-		}
-		return nil, fmt.Errorf("read %s at %s: %w", file, sluicev1.ShortSHA(rev), err)
-	}
-	svc, err := manifest.Parse(data, file)
-	if err != nil {
-		return nil, fmt.Errorf("at %s: %w", sluicev1.ShortSHA(rev), err)
-	}
-	svc.Dir = svcDir
-	if svc.Name != service {
-		return nil, fmt.Errorf("%s at %s names service %q, not %q", file, sluicev1.ShortSHA(rev), svc.Name, service)
-	}
-	if _, ok := svc.Environment(env); !ok {
-		return nil, fmt.Errorf("%s at %s has no environment %q", file, sluicev1.ShortSHA(rev), env)
-	}
-	art, err := artifact.Build(fsys, changespec.Folders(svc))
-	if err != nil {
-		return nil, fmt.Errorf("collect inputs at %s: %w", sluicev1.ShortSHA(rev), err)
-	}
-	if err := artifact.Extract(art.TarGz, dir); err != nil {
-		return nil, fmt.Errorf("extract inputs at %s: %w", sluicev1.ShortSHA(rev), err)
-	}
-	return svc, nil
 }
 
 // rememberedManifest returns the manifest the release rendered at rev, if

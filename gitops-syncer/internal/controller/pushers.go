@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
@@ -48,38 +47,4 @@ func (r *RepositoryReconciler) freshPushes(ctx context.Context, repo *sluicev1.R
 		return nil, fmt.Errorf("read pushes of %s: %w", repo.Name, err)
 	}
 	return cur.Status.Pushes, nil
-}
-
-// sameSource reports whether two recorded sources are the same; a change
-// recorded without one (an older syncer) is never the same.
-func sameSource(a, b *sluicev1.ChangeSource) bool {
-	return a != nil && b != nil && equality.Semantic.DeepEqual(a, b)
-}
-
-// adoptSpec writes the Release's spec from a recorded change: its source,
-// target namespace, delivery and rule. The Release's spec is a summary of
-// the newest recorded change, written only after the ChangeRequest exists,
-// so a push that cannot be planned changes nothing; no applier acts on it
-// (they read the approved ChangeRequest). A change without a source (a
-// manifest that does not parse) leaves the spec as it is.
-func (r *RepositoryReconciler) adoptSpec(ctx context.Context, plan *changePlan, cr *sluicev1.ChangeRequest) error {
-	src := cr.Spec.Source
-	if src == nil || plan.spec == nil {
-		return nil
-	}
-	rel := plan.release
-	want := *plan.spec.DeepCopy()
-	want.Service, want.Environment, want.SourcePath = src.Service, src.Environment, src.Path
-	want.Chart, want.Values, want.Terraform = src.Chart, src.Values, src.Terraform.DeepCopy()
-	want.TargetNamespace, want.Delivery, want.Rule = cr.Spec.TargetNamespace, cr.Spec.Delivery, *cr.Spec.Rule.DeepCopy()
-	if equality.Semantic.DeepEqual(rel.Spec, want) {
-		return nil
-	}
-	patched := rel.DeepCopy()
-	patched.Spec = want
-	if err := r.Patch(ctx, patched, client.MergeFrom(rel), client.FieldOwner(ControllerName)); err != nil {
-		return fmt.Errorf("update release %s from %s: %w", rel.Name, cr.Name, err)
-	}
-	rel.Spec, rel.ResourceVersion = patched.Spec, patched.ResourceVersion
-	return nil
 }

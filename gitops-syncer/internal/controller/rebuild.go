@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"os"
 	"path"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -65,17 +63,7 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 	if err != nil {
 		return nil, err
 	}
-	fsys, err := cache.FS(k.Revision)
-	if err != nil {
-		return nil, err
-	}
-	scratch, err := os.MkdirTemp(r.ScratchDir, "rebuild-")
-	if err != nil {
-		return nil, fmt.Errorf("create scratch folder: %w", err)
-	}
-	defer os.RemoveAll(scratch)
-	servicesPath := repo.ServicesPath()
-	entries, err := catalog.Discover(fsys, servicesPath, scratch)
+	fsys, entries, err := r.servicesAt(cache, repo, k.Revision, "rebuild-")
 	if err != nil {
 		return nil, err
 	}

@@ -180,20 +180,7 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 		source:    src,
 		pushes:    p.pushes,
 	}
-	cr, err := p.r.planChange(ctx, p.repo, p.cache, plan)
-	if err != nil {
-		// Say so on the Release too; the error itself goes back for a retry.
-		if serr := p.r.setSynced(ctx, rel, metav1.ConditionFalse, sluicev1.ReasonSyncFailed,
-			fmt.Sprintf("no ChangeRequest for %s yet (retried): %s", sluicev1.ShortSHA(p.head), git.Redact(err.Error()))); serr != nil {
-			log.FromContext(ctx).Error(serr, "Recording the failed sync on the Release failed", "release", rel.Name)
-		}
-		return err
-	}
-	p.trees[want.Name] = tree
-	if cr != "" {
-		p.created = append(p.created, cr)
-	}
-	return nil
+	return p.plan(ctx, plan)
 }
 
 // syncInvalid answers a manifest that no longer parses with a rejected
@@ -213,16 +200,24 @@ func (p *syncPass) syncInvalid(ctx context.Context, e *catalog.Entry, rel *sluic
 	}
 	plan := &changePlan{release: rel, revision: p.head, inputs: inputs, tree: tree, env: string(rel.Spec.Environment), replan: replanRequested(rel),
 		spec: rel.Spec.DeepCopy(), pushes: p.pushes, invalid: manifestFindings(e.Err, path.Join(e.Dir, manifest.FileName))}
+	return p.plan(ctx, plan)
+}
+
+// plan turns plan into a ChangeRequest (planChange) and records it in the
+// pass: the release's synced tree and the name of a created ChangeRequest.
+// A failure is said on the Release too (Synced=False) and returned for a
+// retry.
+func (p *syncPass) plan(ctx context.Context, plan *changePlan) error {
+	rel := plan.release
 	cr, err := p.r.planChange(ctx, p.repo, p.cache, plan)
 	if err != nil {
-		// Say so on the Release too; the error itself goes back for a retry.
 		if serr := p.r.setSynced(ctx, rel, metav1.ConditionFalse, sluicev1.ReasonSyncFailed,
 			fmt.Sprintf("no ChangeRequest for %s yet (retried): %s", sluicev1.ShortSHA(p.head), git.Redact(err.Error()))); serr != nil {
 			log.FromContext(ctx).Error(serr, "Recording the failed sync on the Release failed", "release", rel.Name)
 		}
 		return err
 	}
-	p.trees[rel.Name] = tree
+	p.trees[rel.Name] = plan.tree
 	if cr != "" {
 		p.created = append(p.created, cr)
 	}

@@ -6,11 +6,9 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -29,6 +27,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/runtime/reconcile"
 )
 
 // ControllerName is the field owner and event reporter of the syncer.
@@ -129,10 +128,10 @@ func (r *RepositoryReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // Reconcile syncs one Repository: ls-remote, and only when something moved,
-// fetch, detect changed releases and create their ChangeRequests. It writes
-// the Repository status once, at the end.
-func (r *RepositoryReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
-	logger := log.FromContext(ctx)
+// fetch, detect changed releases and create their ChangeRequests. A
+// deleted Repository takes its Releases along through their owner
+// references; nothing is written on it.
+func (r *RepositoryReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	repo := &sluicev1.Repository{}
 	if err := r.Get(ctx, req.NamespacedName, repo); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -141,37 +140,56 @@ func (r *RepositoryReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !repo.DeletionTimestamp.IsZero() {
-		// Releases go with the Repository through their owner references.
 		r.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
+	return reconcile.Loop(ctx, repo, r.pass)
+}
 
-	before := repo.DeepCopy()
+// pass runs the steps of one sync of repo in order, summarises what they
+// concluded and writes the status once, only when it changed. The write
+// carries no resourceVersion: the webhook receiver writes status.pushes
+// meanwhile, and the steps acted outside the Repository (ChangeRequests,
+// Releases), so the pass must not run again on a lost race.
+func (r *RepositoryReconciler) pass(ctx context.Context, repo *sluicev1.Repository) reconcile.Result {
 	s := &repoScope{repo: repo}
-	defer func() {
-		// Only a pass that ended without an error processed the
-		// generation (a stalled one did: it returns none).
-		s.summarize(retErr == nil)
-		if equality.Semantic.DeepEqual(before.Status, repo.Status) {
-			return
-		}
-		if err := r.Status().Patch(ctx, repo, client.MergeFrom(before), client.FieldOwner(ControllerName)); err != nil && !apierrors.IsNotFound(err) {
-			logger.Error(err, "Patching the Repository status failed")
-			if retErr == nil {
-				retErr = fmt.Errorf("patch status: %w", err)
-			}
-		}
-	}()
+	patch := reconcile.NewHelper(r.Client, repo, ControllerName, reconcile.WithoutOptimisticLock())
+	res := reconcile.RunSteps(ctx, s, []reconcile.Step[*repoScope]{
+		{Name: "suspend", Run: r.reconcileSuspend},
+		{Name: "sync", Run: r.reconcileSync},
+		{Name: "poll", Run: r.reconcilePoll},
+	})
+	// Only a pass that ended without a failure processed the generation
+	// (a stalled one did: it returns none).
+	s.summarize(!res.Is(reconcile.KindFailure))
+	_, err := patch.Patch(ctx, repo)
+	if apierrors.IsNotFound(err) {
+		err = nil // deleted meanwhile: nothing left to write on
+	}
+	if err != nil {
+		log.FromContext(ctx).Error(err, "Patching the Repository status failed")
+	}
+	return reconcile.Settle(ctx, r.APIReader, repo, res, err)
+}
 
-	if repo.Spec.Suspend {
-		s.conclude(suspended())
-		return ctrl.Result{}, nil
+// reconcileSuspend ends the pass of a suspended Repository: no poll, no
+// sync, until spec.suspend is cleared.
+func (r *RepositoryReconciler) reconcileSuspend(_ context.Context, s *repoScope) reconcile.Result {
+	if !s.repo.Spec.Suspend {
+		return reconcile.Next()
 	}
-	res, err := r.reconcileSync(ctx, s)
-	if v := repo.Annotations[sluicev1.AnnotationReconcileRequestedAt]; v != "" && err == nil {
-		repo.Status.LastHandledReconcileAt = v
+	s.conclude(suspended())
+	return reconcile.Done()
+}
+
+// reconcilePoll ends a pass that ran its sync (or found nothing to do, or
+// reported a git problem): a requested reconcile is handled, and the next
+// poll comes after the interval.
+func (r *RepositoryReconciler) reconcilePoll(_ context.Context, s *repoScope) reconcile.Result {
+	if v := s.repo.Annotations[sluicev1.AnnotationReconcileRequestedAt]; v != "" {
+		s.repo.Status.LastHandledReconcileAt = v
 	}
-	return res, err
+	return reconcile.Requeue(interval(s.repo))
 }
 
 // interval is the poll interval of repo.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -16,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/operator/api/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/runtime/reconcile"
 )
 
 // RemoteFor reads the Repository's credentials Secret and returns its git
@@ -51,8 +52,9 @@ func (r *RepositoryReconciler) RemoteFor(ctx context.Context, repo *sluicev1.Rep
 
 // gitFailure concludes the pass from a git error: problems only a human
 // can fix stall the Repository (no backoff loop, the poll retries); others
-// are retried at the poll interval.
-func gitFailure(s *repoScope, err error) (ctrl.Result, error) {
+// are retried at the poll interval. Only an error that is not git's (an API
+// read failed) fails the pass, for a retry with backoff.
+func gitFailure(s *repoScope, err error) reconcile.Result {
 	reason, stalled := sluicev1.ReasonGitOperationFailed, false
 	switch git.ReasonOf(err) {
 	case git.ReasonAuth:
@@ -68,19 +70,20 @@ func gitFailure(s *repoScope, err error) (ctrl.Result, error) {
 	case "":
 		// Not a git error (an API read failed): back off.
 		s.conclude(retrying(reason, git.Redact(err.Error())))
-		return ctrl.Result{}, err
+		return reconcile.Failure(err)
 	}
 	if stalled {
 		s.conclude(stalledBy(reason, err.Error()))
 	} else {
 		s.conclude(retrying(reason, err.Error()))
 	}
-	return ctrl.Result{RequeueAfter: interval(s.repo)}, nil
+	return reconcile.Next()
 }
 
 // reconcileSync checks the remote head and, when anything needs doing,
-// runs a sync pass over the commit.
-func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) (ctrl.Result, error) {
+// runs a sync pass over the commit. It goes on to the poll unless the pass
+// failed (retried with backoff).
+func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) reconcile.Result {
 	repo := s.repo
 	key := client.ObjectKeyFromObject(repo)
 	remote, err := r.RemoteFor(ctx, repo)
@@ -95,14 +98,14 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) 
 
 	var owned sluicev1.ReleaseList
 	if err := r.List(ctx, &owned, client.InNamespace(repo.Namespace), client.MatchingLabels{sluicev1.LabelRepository: repo.Name}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list releases: %w", err)
+		return reconcile.Failure(fmt.Errorf("list releases: %w", err))
 	}
 	requested := repo.Annotations[sluicev1.AnnotationReconcileRequestedAt]
 	if r.idle(key, repo, head, owned.Items) && requested == repo.Status.LastHandledReconcileAt {
 		if !meta.IsStatusConditionTrue(repo.Status.Conditions, sluicev1.ConditionReady) {
 			s.conclude(ready(sluicev1.ReasonSucceeded, "up to date at "+sluicev1.ShortSHA(head)))
 		}
-		return ctrl.Result{RequeueAfter: interval(repo)}, nil
+		return reconcile.Next()
 	}
 
 	// A sync with work to do is one span, continuing the trace of the
@@ -119,10 +122,10 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) 
 	pass := &syncPass{repoScope: s, r: r, cache: cache, head: head, owned: owned.Items}
 	if err := pass.run(ctx); err != nil {
 		span.SetStatus(codes.Error, "sync failed")
-		return ctrl.Result{}, err
+		return reconcile.Failure(err)
 	}
-	res, err := pass.finish(ctx)
-	if err != nil {
+	res := pass.finish()
+	if res.Is(reconcile.KindFailure) {
 		span.SetStatus(codes.Error, "some releases failed")
 	} else if derr := r.deleteMergedPreviews(ctx, repo, cache, head); derr != nil {
 		// Their people are recorded; a leftover preview is only clutter,
@@ -130,7 +133,7 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) 
 		log.FromContext(ctx).Error(derr, "Deleting previews of merged pull requests failed")
 	}
 	span.SetAttributes(attribute.Int("sluice.changerequests.created", len(pass.created)))
-	return res, err
+	return res
 }
 
 var tracer = tracing.Tracer("gitops-syncer")
@@ -211,17 +214,8 @@ func (p *syncPass) run(ctx context.Context) error {
 		}
 	}
 
-	fsys, err := p.cache.FS(p.head)
-	if err != nil {
-		return fmt.Errorf("read commit: %w", err)
-	}
-	scratch, err := os.MkdirTemp(p.r.ScratchDir, "catalog-")
-	if err != nil {
-		return fmt.Errorf("create scratch folder: %w", err)
-	}
-	defer os.RemoveAll(scratch)
 	servicesPath := p.repo.ServicesPath()
-	entries, err := catalog.Discover(fsys, servicesPath, scratch)
+	_, entries, err := p.r.servicesAt(p.cache, p.repo, p.head, "catalog-")
 	if errors.Is(err, catalog.ErrNoServicesPath) {
 		// Never prune on a missing folder: it is far likelier a mistake.
 		p.problem(sluicev1.ReasonInvalidSpec, fmt.Sprintf("services folder %q not found at %s", servicesPath, sluicev1.ShortSHA(p.head)))
@@ -301,13 +295,13 @@ func (p *syncPass) prune(ctx context.Context, wanted map[string]bool) error {
 }
 
 // finish records the commit as synced when every release is done, and
-// concludes the pass.
-func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
+// concludes the pass: a Failure when some release is to be retried.
+func (p *syncPass) finish() reconcile.Result {
 	repo := p.repo
 	if len(p.retry) > 0 {
 		msg := "some releases failed and are retried: " + strings.Join(p.retry, "; ")
 		p.conclude(retrying(sluicev1.ReasonGitOperationFailed, sluicev1.Truncate(msg, 1024)))
-		return ctrl.Result{}, fmt.Errorf("sync %s: %d release(s) failed", sluicev1.ShortSHA(p.head), len(p.retry))
+		return reconcile.Failure(fmt.Errorf("sync %s: %d release(s) failed", sluicev1.ShortSHA(p.head), len(p.retry)))
 	}
 	// Everything that can be done at this commit is done.
 	repo.Status.LastSyncedCommit = p.head
@@ -332,7 +326,7 @@ func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 			// Bad manifests and conflicts wait for a new commit: a human's.
 			p.conclude(stalledBy(reasons[0], msg))
 		}
-		return ctrl.Result{RequeueAfter: interval(repo)}, nil
+		return reconcile.Next()
 	}
 	msg := fmt.Sprintf("synced %s", sluicev1.ShortSHA(p.head))
 	if len(p.created) > 0 {
@@ -344,7 +338,7 @@ func (p *syncPass) finish(ctx context.Context) (ctrl.Result, error) {
 		msg += "; " + strings.Join(p.notes, "; ")
 	}
 	p.conclude(ready(reason, sluicev1.Truncate(msg, 2048)))
-	return ctrl.Result{RequeueAfter: interval(repo)}, nil
+	return reconcile.Next()
 }
 
 // repoScope is one reconcile of one Repository. Its steps record what
@@ -424,4 +418,22 @@ func (s *repoScope) summarize(ok bool) {
 		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionReconciling)
 		meta.RemoveStatusCondition(&repo.Status.Conditions, sluicev1.ConditionStalled)
 	}
+}
+
+// servicesAt lists the services of repo at commit rev (catalog.Discover)
+// and returns the commit's tree with them, to build artifacts from. The
+// scratch skeleton Discover needs lives in a folder named prefix… under
+// ScratchDir only while it runs: the entries do not refer to it.
+func (r *RepositoryReconciler) servicesAt(cache *git.Repo, repo *sluicev1.Repository, rev, prefix string) (fs.FS, []catalog.Entry, error) {
+	fsys, err := cache.FS(rev)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read commit %s: %w", sluicev1.ShortSHA(rev), err)
+	}
+	scratch, err := os.MkdirTemp(r.ScratchDir, prefix)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create scratch folder: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	entries, err := catalog.Discover(fsys, repo.ServicesPath(), scratch)
+	return fsys, entries, err
 }

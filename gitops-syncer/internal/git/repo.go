@@ -46,6 +46,20 @@ func (r *Repo) commit(sha string) (*object.Commit, error) {
 	return c, nil
 }
 
+// rootTree returns commit sha and its root tree, the start of every read
+// of a commit's files. The caller holds the cache's lock.
+func (r *Repo) rootTree(sha string) (*object.Commit, *object.Tree, error) {
+	c, err := r.commit(sha)
+	if err != nil {
+		return nil, nil, err
+	}
+	tree, err := c.Tree()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read tree of %s: %w", sluicev1.ShortSHA(sha), err)
+	}
+	return c, tree, nil
+}
+
 // CommitInfo is what a ChangeRequest records of a commit.
 type CommitInfo struct {
 	Hash           string
@@ -160,13 +174,9 @@ func dedupe(in []string) []string {
 func (r *Repo) InputsHash(sha string, paths []string) (string, error) {
 	r.c.mu.RLock()
 	defer r.c.mu.RUnlock()
-	c, err := r.commit(sha)
+	_, tree, err := r.rootTree(sha)
 	if err != nil {
 		return "", err
-	}
-	tree, err := c.Tree()
-	if err != nil {
-		return "", fmt.Errorf("read tree of %s: %w", sluicev1.ShortSHA(sha), err)
 	}
 	clean := make([]string, 0, len(paths))
 	seen := map[string]bool{}
@@ -199,13 +209,9 @@ func (r *Repo) InputsHash(sha string, paths []string) (string, error) {
 func (r *Repo) SubDirs(sha, dir string) ([]string, error) {
 	r.c.mu.RLock()
 	defer r.c.mu.RUnlock()
-	c, err := r.commit(sha)
+	_, tree, err := r.rootTree(sha)
 	if err != nil {
 		return nil, err
-	}
-	tree, err := c.Tree()
-	if err != nil {
-		return nil, fmt.Errorf("read tree of %s: %w", sluicev1.ShortSHA(sha), err)
 	}
 	if d := cleanRel(dir); d != "." {
 		tree, err = tree.Tree(d)
@@ -230,13 +236,9 @@ func (r *Repo) SubDirs(sha, dir string) ([]string, error) {
 func (r *Repo) FS(sha string) (fs.FS, error) {
 	r.c.mu.RLock()
 	defer r.c.mu.RUnlock()
-	c, err := r.commit(sha)
+	c, tree, err := r.rootTree(sha)
 	if err != nil {
 		return nil, err
-	}
-	tree, err := c.Tree()
-	if err != nil {
-		return nil, fmt.Errorf("read tree of %s: %w", sluicev1.ShortSHA(sha), err)
 	}
 	return &treeFS{root: tree, store: r.c.repo.Storer, lock: &r.c.mu, when: c.Committer.When}, nil
 }

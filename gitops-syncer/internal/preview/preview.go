@@ -482,31 +482,20 @@ func (h *Handler) creator() changespec.Creator {
 // does for a change of the tracked branch, rating the risk against the
 // release at its last applied revision.
 func (h *Handler) validate(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, e *catalog.Entry, env, release string, art *artifact.Artifact) (*validation.Result, error) {
-	if h.Validator == nil {
-		return nil, errors.New("no validator configured")
-	}
-	ws, err := changespec.NewWorkspace(h.ScratchDir, "preview-validate-", art.TarGz)
-	if err != nil {
-		return nil, err
-	}
-	defer ws.Remove()
-	current, previous := ws.Current, ws.Previous
-	// Rated like the branch's change will be: against the release's last
-	// applied revision; nothing applied means every object is new.
-	var prev *validation.Previous
-	rel := &sluicev1.Release{}
-	if err := h.reader().Get(ctx, types.NamespacedName{Namespace: repo.Namespace, Name: release}, rel); err == nil && metav1.IsControlledBy(rel, repo) &&
-		rel.Status.AppliedRevision != "" {
-		prev = previousAt(cache, rel.Status.AppliedRevision, e.Dir, e.Service.Name, env, previous)
-	} else if err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("read release %s: %w", release, err)
-	}
-	res, err := h.Validator.Validate(ctx, validation.Request{RepoRoot: current, Service: e.Service, Environment: env, ControlNamespace: repo.Namespace, Release: release,
-		Previous: prev, Confine: validation.ConfinementOf(repo)})
-	if err != nil {
-		return nil, fmt.Errorf("validate %s: %w", release, err)
-	}
-	return res, nil
+	req := validation.Request{Service: e.Service, Environment: env, ControlNamespace: repo.Namespace, Release: release, Confine: validation.ConfinementOf(repo)}
+	return changespec.Validate(ctx, h.Validator, h.ScratchDir, "preview-validate-", art, req, func(dir string) (*validation.Previous, error) {
+		// Rated like the branch's change will be: against the release's
+		// last applied revision; nothing applied means every object is new.
+		rel := &sluicev1.Release{}
+		err := h.reader().Get(ctx, types.NamespacedName{Namespace: repo.Namespace, Name: release}, rel)
+		switch {
+		case err == nil && metav1.IsControlledBy(rel, repo) && rel.Status.AppliedRevision != "":
+			return previousAt(cache, rel.Status.AppliedRevision, e.Dir, e.Service.Name, env, dir), nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("read release %s: %w", release, err)
+		}
+		return nil, nil
+	})
 }
 
 // deletePreviews deletes every preview ChangeRequest of pull request n.
