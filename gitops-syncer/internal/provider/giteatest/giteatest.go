@@ -29,6 +29,7 @@ import (
 	"code.gitea.io/sdk/gitea"
 	gogit "github.com/go-git/go-git/v5"
 	gitconfig "github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 )
 
@@ -118,7 +119,7 @@ func Start(t testing.TB) *Forge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &Forge{dir: dir, done: make(chan struct{}), log: filepath.Join(dir, "gitea.log")}
+	f := &Forge{dir: dir, done: make(chan struct{}), log: filepath.Join(dir, "stdout.log")}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("Gitea's log:\n%s", f.Logs())
@@ -133,16 +134,16 @@ func Start(t testing.TB) *Forge {
 	if err := f.writeConfig(static, port); err != nil {
 		t.Fatal(err)
 	}
-	// The admin exists before the server starts: the CLI creates the
-	// database, and the server reuses it.
+	if err := f.start(bin); err != nil {
+		t.Fatalf("%v\n%s", err, f.Logs())
+	}
+	// The server created the database; the CLI writes to it beside the
+	// server (SQLite in WAL mode). The first admin has no other way in.
 	f.Admin = User{Name: "siteadmin", Password: "siteadmin-pw"}
 	out, err := f.cli(bin, "admin", "user", "create", "--admin", "--username", f.Admin.Name, "--password", f.Admin.Password,
 		"--email", "siteadmin@example.com", "--must-change-password=false")
 	if err != nil {
 		t.Fatalf("create Gitea's admin: %v\n%s", err, out)
-	}
-	if err := f.start(bin); err != nil {
-		t.Fatalf("%v\n%s", err, f.Logs())
 	}
 	if err := f.populate(); err != nil {
 		t.Fatalf("set Gitea up: %v\n%s", err, f.Logs())
@@ -394,9 +395,39 @@ func (f *Forge) Push(t testing.TB, gitDir string, u User, refspecs ...string) {
 		specs = append(specs, gitconfig.RefSpec(s))
 	}
 	remote := gogit.NewRemote(r.Storer, &gitconfig.RemoteConfig{Name: "gitea", URLs: []string{f.CloneURL()}})
-	err = remote.PushContext(context.Background(), &gogit.PushOptions{RefSpecs: specs, Auth: &githttp.BasicAuth{Username: u.Name, Password: u.Password}})
+	err = remote.PushContext(context.Background(), &gogit.PushOptions{RemoteName: "gitea", RefSpecs: specs, Auth: &githttp.BasicAuth{Username: u.Name, Password: u.Password}})
 	if err != nil && !errors.Is(err, gogit.NoErrAlreadyUpToDate) {
 		t.Fatalf("push %v to Gitea as %s: %v", refspecs, u.Name, err)
+	}
+	// Gitea records pushed branches in the background: wait until its API
+	// shows each at the pushed commit, so a pull request can be opened.
+	for _, s := range specs {
+		dst := s.Dst(plumbing.ReferenceName(s.Src()))
+		if !dst.IsBranch() {
+			continue
+		}
+		ref, err := r.Reference(plumbing.ReferenceName(s.Src()), true)
+		if err != nil {
+			t.Fatalf("resolve %s: %v", s.Src(), err)
+		}
+		f.waitBranch(t, dst.Short(), ref.Hash().String())
+	}
+}
+
+// waitBranch waits until Gitea's API shows branch at sha.
+func (f *Forge) waitBranch(t testing.TB, branch, sha string) {
+	t.Helper()
+	c := f.Client(t, f.Admin)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		b, _, err := c.GetRepoBranch(Org, Repo, branch)
+		if err == nil && b.Commit != nil && b.Commit.ID == sha {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Gitea never showed branch %s at %s (last error: %v)", branch, sha, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling Gitea's background branch sync
 	}
 }
 
