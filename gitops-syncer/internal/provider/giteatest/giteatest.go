@@ -134,9 +134,11 @@ func Start(t testing.TB) *Forge {
 	if err := f.writeConfig(static, port); err != nil {
 		t.Fatal(err)
 	}
+	t0 := time.Now()
 	if err := f.start(bin); err != nil {
 		t.Fatalf("%v\n%s", err, f.Logs())
 	}
+	t.Logf("Gitea %s answers on %s after %s", Version, f.URL, time.Since(t0).Round(time.Millisecond))
 	// The server created the database; the CLI writes to it beside the
 	// server (SQLite in WAL mode). The first admin has no other way in.
 	f.Admin = User{Name: "siteadmin", Password: "siteadmin-pw"}
