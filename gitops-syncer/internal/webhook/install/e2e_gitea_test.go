@@ -213,7 +213,8 @@ func TestGitea_pushPullRequestReviewAndMergeThroughARealForge(t *testing.T) {
 	// (A refused delivery is counted before its event is known.)
 	unauthorized := w.requests(t, "unknown", "unauthorized")
 	c1 := w.commit(t, "main", w.base, map[string]string{prodValues: "replicaCount: 7\n"})
-	w.changeRequest(t, sluicev1.ChangeRequestName("cart-prod", c1, 1))
+	pushed := w.changeRequest(t, sluicev1.ChangeRequestName("cart-prod", c1, 1))
+	assert.Contains(t, pushed.Spec.Pushers, sluicev1.Identity("gitea:author"), "the pusher Gitea authenticated")
 	require.Eventually(t, func() bool { return w.requests(t, "unknown", "unauthorized") >= unauthorized+1 },
 		2*time.Minute, 20*time.Millisecond, "the delivery signed with the wrong secret was refused")
 
@@ -249,6 +250,8 @@ func TestGitea_pushPullRequestReviewAndMergeThroughARealForge(t *testing.T) {
 	h2 := w.commit(t, "feature", h1, map[string]string{prodValues: "replicaCount: 4\n"})
 	p2 := w.changeRequest(t, sluicev1.PreviewChangeRequestName("cart-prod", pr.Index, h2))
 	require.NotEqual(t, p1.Spec.ApprovalDigest, p2.Spec.ApprovalDigest)
+	assert.Equal(t, sluicev1.Identity("gitea:author"), p2.Spec.PullRequestAuthor)
+	assert.Contains(t, p2.Spec.Pushers, sluicev1.Identity("gitea:author"))
 	w.status(t, h2, "sluice/cart-prod")
 	require.Eventually(t, func() bool {
 		list := w.comments(t, pr.Index)
@@ -289,6 +292,8 @@ func TestGitea_pushPullRequestReviewAndMergeThroughARealForge(t *testing.T) {
 	m := f.Merge(t, pr.Index)
 	merged := w.changeRequest(t, sluicev1.ChangeRequestName("cart-prod", m, 1))
 	assert.Nil(t, merged.Spec.PullRequest)
+	assert.Equal(t, sluicev1.Identity("gitea:author"), merged.Spec.PullRequestAuthor, "merged through the previewed pull request")
+	assert.Contains(t, merged.Spec.MergedPullRequests, pr.Index)
 	assert.Equal(t, p2.Spec.ApprovalDigest, merged.Spec.ApprovalDigest, "the merge commit carries exactly the reviewed content")
 	assert.Len(t, w.approvals(t, merged.Spec.ApprovalDigest), 1)
 }
