@@ -9,6 +9,7 @@ GOARCH := $(shell go env GOARCH)
 K8S_VERSION  ?= 1.37.2
 ETCD_VERSION ?= 3.6.6
 ARGOCD_VERSION ?= v2.14.21
+GITEA_VERSION ?= v1.27.3
 ENVTEST_DIR  := $(CURDIR)/bin/k8s/$(K8S_VERSION)-$(GOOS)-$(GOARCH)
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
@@ -56,6 +57,10 @@ envtest: ## Build kube-apiserver and etcd for tests (once; cached in bin/k8s).
 argocd: ## Build Argo CD's controller, repo-server and plugin server for tests (once; cached in bin/argocd).
 	@ARGOCD_VERSION=$(ARGOCD_VERSION) operator/hack/argocd/build.sh
 
+.PHONY: gitea
+gitea: ## Build Gitea for the real-forge tests (once; cached in bin/gitea).
+	@GITEA_VERSION=$(GITEA_VERSION) hack/gitea/build.sh
+
 .PHONY: redis
 redis: ## Install redis-server (Debian package) for the Argo CD tests when it is missing.
 	@if command -v redis-server >/dev/null; then echo "redis: $$(redis-server --version | cut -d' ' -f1-3)"; \
@@ -83,6 +88,7 @@ step = t0=$$(date +%s); $(MAKE) --no-print-directory $(1); echo "== step $(1): $
 test: ## Lint, check generated files, run every module's tests against a real control plane (each step timed).
 	@$(call step,envtest)
 	@$(call step,argocd)
+	@$(call step,gitea)
 	@$(call step,redis)
 	@$(call step,verify-generate)
 	@$(call step,lint)

@@ -379,22 +379,27 @@ func (g *giteaComments) list(_ context.Context, t Thread) ([]comment, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []comment
-	for page := 1; page <= 50; page++ {
-		list, _, err := g.c.ListIssueComments(owner, name, t.Number, gitea.ListIssueCommentOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
-		if err != nil {
-			return nil, err
+	// Gitea's list of an issue's comments has no pages: it returns every
+	// comment whatever page is asked for (unlike its other lists), so it is
+	// read once. Paging through it read each comment once per full page,
+	// and SyncComments then deleted Sluice's own comment as a duplicate of
+	// itself. Ids are still de-duplicated, should a later Gitea page it.
+	list, _, err := g.c.ListIssueComments(owner, name, t.Number, gitea.ListIssueCommentOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]comment, 0, len(list))
+	seen := make(map[int64]bool, len(list))
+	for _, cm := range list {
+		if cm == nil || seen[cm.ID] {
+			continue
 		}
-		for _, cm := range list {
-			author := ""
-			if cm.Poster != nil {
-				author = cm.Poster.UserName
-			}
-			out = append(out, comment{id: cm.ID, body: cm.Body, author: author})
+		seen[cm.ID] = true
+		author := ""
+		if cm.Poster != nil {
+			author = cm.Poster.UserName
 		}
-		if len(list) < 50 {
-			break
-		}
+		out = append(out, comment{id: cm.ID, body: cm.Body, author: author})
 	}
 	return out, nil
 }
