@@ -17,8 +17,8 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook/install"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
-	"github.com/sluice-gitops/sluice/operator/api/version"
+	"github.com/sluice-gitops/sluice/kit/tracing"
+	"github.com/sluice-gitops/sluice/kit/version"
 )
 
 func main() {

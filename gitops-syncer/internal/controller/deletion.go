@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/kit/text"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -321,8 +322,8 @@ func deletionObjects(in []sluicev1.ObjectReference) []sluicev1.ObjectReference {
 		if len(out) == maxDeletionObjects {
 			break
 		}
-		o.APIVersion, o.Kind = sluicev1.Truncate(o.APIVersion, 250), sluicev1.Truncate(o.Kind, 60)
-		o.Namespace, o.Name = sluicev1.Truncate(o.Namespace, 63), sluicev1.Truncate(o.Name, 250)
+		o.APIVersion, o.Kind = text.Truncate(o.APIVersion, 250), text.Truncate(o.Kind, 60)
+		o.Namespace, o.Name = text.Truncate(o.Namespace, 63), text.Truncate(o.Name, 250)
 		out = append(out, o)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -390,7 +391,7 @@ func attemptOf(cr *sluicev1.ChangeRequest) int32 {
 // same list, so the write carries the resourceVersion of rel (a conflict
 // reads again); nothing is written when rel already says the same.
 func (r *RepositoryReconciler) setReleaseCondition(ctx context.Context, rel *sluicev1.Release, typ string, status metav1.ConditionStatus, reason, msg string) error {
-	want := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: sluicev1.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
+	want := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: text.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
 	if c := meta.FindStatusCondition(rel.Status.Conditions, typ); c != nil &&
 		c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration {
 		return nil

@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
+	"github.com/sluice-gitops/sluice/kit/tracing"
+	"github.com/sluice-gitops/sluice/kit/version"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
-	"github.com/sluice-gitops/sluice/operator/api/version"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	argoapplier "github.com/sluice-gitops/sluice/operator/internal/applier/argocd"
 	helmapplier "github.com/sluice-gitops/sluice/operator/internal/applier/helm"

@@ -23,7 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
+	"github.com/sluice-gitops/sluice/kit/text"
+	"github.com/sluice-gitops/sluice/kit/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/gate"
@@ -691,7 +692,7 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 }
 
 // truncate bounds a status message to maxMessage bytes on a rune boundary.
-func truncate(s string) string { return sluicev1.Truncate(s, maxMessage-len("…")) }
+func truncate(s string) string { return text.Truncate(s, maxMessage-len("…")) }
 
 var tracer = tracing.Tracer("operator")
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider/providertest"
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
+	"github.com/sluice-gitops/sluice/kit/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
