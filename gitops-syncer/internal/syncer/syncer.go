@@ -147,7 +147,11 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	m := metrics.New(nil)
+	m, err := metrics.New(nil)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	gitClient, err := git.NewGoGit(dirs["git"], git.URLPolicy{AllowFile: opts.AllowFileURLs}, m)
 	if err != nil {
 		ln.Close()
