@@ -29,7 +29,7 @@ func main() {
 	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (\"0\" turns it off).")
 	flag.StringVar(&opts.ProbeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
 	flag.StringVar(&opts.ArtifactAddr, "artifact-bind-address", ":9090", "Address of the artifact server.")
-	flag.StringVar(&opts.ArtifactBaseURL, "artifact-base-url", "", "Base URL of the artifact server written into ChangeRequests (default http://<artifact-bind-address>).")
+	flag.StringVar(&opts.ArtifactBaseURL, "artifact-base-url", "", "Base URL of the artifact server written into ChangeRequests (default http://127.0.0.1:<port of --artifact-bind-address>).")
 	var artifactTokenFile string
 	flag.StringVar(&artifactTokenFile, "artifact-token-file", "", "File holding the bearer token the artifact server requires of every request (the operator's --artifact-token-file); re-read at each request. Required.")
 	flag.StringVar(&opts.DataDir, "data-dir", "/var/lib/gitops-syncer", "Folder for the git cache, artifacts and scratch space.")
