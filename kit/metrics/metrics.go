@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Register registers each collector with reg. A collector already
@@ -15,8 +16,12 @@ import (
 // the same test binary) is replaced, so the registry always reports the
 // running instance and never counts an old one's work as its own. A clash
 // of another kind (the same name with other labels or help) is an error
-// naming the collector; the collectors stay usable either way.
+// naming the collector; the collectors stay usable either way. A nil reg
+// is controller-runtime's registry, which the manager serves on /metrics.
 func Register(reg prometheus.Registerer, collectors ...prometheus.Collector) error {
+	if reg == nil {
+		reg = crmetrics.Registry
+	}
 	for _, c := range collectors {
 		err := reg.Register(c)
 		var already prometheus.AlreadyRegisteredError

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	kitmetrics "github.com/sluice-gitops/sluice/kit/metrics"
 )
@@ -24,9 +23,6 @@ type Metrics struct {
 // replacing those of an earlier syncer (kit/metrics.Register). The metrics
 // are usable even when registering fails.
 func New(reg prometheus.Registerer) (*Metrics, error) {
-	if reg == nil {
-		reg = crmetrics.Registry
-	}
 	m := &Metrics{
 		GitFetchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_git_fetch_duration_seconds",

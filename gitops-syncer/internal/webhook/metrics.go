@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	kitmetrics "github.com/sluice-gitops/sluice/kit/metrics"
 )
@@ -21,9 +20,6 @@ type Metrics struct {
 // replacing those of an earlier receiver (kit/metrics.Register). The
 // metrics are usable even when registering fails.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	if reg == nil {
-		reg = crmetrics.Registry
-	}
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_webhook_requests_total",
