@@ -14,12 +14,12 @@ ENVTEST_DIR  := $(CURDIR)/bin/k8s/$(K8S_VERSION)-$(GOOS)-$(GOARCH)
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
 # Go modules of the workspace, in dependency order.
-MODULES := policies operator/api runtime infra-validator operator gitops-syncer
+MODULES := policies operator/api kit runtime infra-validator operator gitops-syncer
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 DATE    ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
-VERSION_PKG := github.com/sluice-gitops/sluice/operator/api/version
+VERSION_PKG := github.com/sluice-gitops/sluice/kit/version
 LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT) -X $(VERSION_PKG).Date=$(DATE)
 
 CONTROLLER_GEN := $(CURDIR)/bin/controller-gen-v0.23.0
@@ -77,9 +77,20 @@ build: ## Build every module and the binaries into bin/.
 	  if [ -d $$cmd ]; then echo "go build -o bin/$$(basename $$cmd) ./$$cmd"; go build -ldflags "$(LDFLAGS)" -o bin/$$(basename $$cmd) ./$$cmd; fi; done
 
 .PHONY: lint
-lint: ## gofmt and go vet over every module.
+lint: check-deps ## gofmt and go vet over every module, and the module graph check.
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do echo "go vet ./$$m/..."; go vet ./$$m/...; done
+
+# Only the operator (and its tests) may depend on Argo CD: every other module
+# (the API module, kit, the validator library, the syncer) stays light.
+LIGHT_MODULES := policies operator/api kit infra-validator gitops-syncer
+
+.PHONY: check-deps
+check-deps: ## Fail when a light module's dependency graph names Argo CD.
+	@for m in $(LIGHT_MODULES); do \
+	  if (cd $$m && GOWORK=off go mod graph) | grep -q 'github.com/argoproj/argo-cd'; then \
+	    echo "$$m depends on Argo CD (GOWORK=off go mod graph | grep argo-cd in $$m); only the operator may"; exit 1; fi; \
+	  echo "$$m: no Argo CD in its module graph"; done
 
 # step runs one make target and prints how long it took (CI reads these lines).
 step = t0=$$(date +%s); $(MAKE) --no-print-directory $(1); echo "== step $(1): $$(( $$(date +%s) - t0 )) s"

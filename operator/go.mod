@@ -4,13 +4,17 @@ go 1.26.8
 
 replace github.com/sluice-gitops/sluice/operator/api => ./api
 
+replace github.com/sluice-gitops/sluice/kit => ../kit
+
 require (
 	github.com/argoproj/argo-cd/v2 v2.14.21
 	github.com/evanphx/json-patch v5.9.11+incompatible
 	github.com/go-git/go-git/v5 v5.19.3
 	github.com/go-logr/logr v1.4.4
+	github.com/hashicorp/terraform-json v0.28.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/sluice-gitops/sluice/infra-validator v0.0.0-00010101000000-000000000000
+	github.com/sluice-gitops/sluice/kit v0.0.0-00010101000000-000000000000
 	github.com/sluice-gitops/sluice/operator/api v0.0.0-00010101000000-000000000000
 	github.com/sluice-gitops/sluice/runtime v0.0.0-00010101000000-000000000000
 	github.com/spf13/cobra v1.10.2
@@ -97,7 +101,6 @@ require (
 	github.com/hashicorp/go-version v1.9.0 // indirect
 	github.com/hashicorp/hcl/v2 v2.25.0 // indirect
 	github.com/hashicorp/terraform-exec v0.25.2 // indirect
-	github.com/hashicorp/terraform-json v0.28.0 // indirect
 	github.com/huandu/xstrings v1.5.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jbenet/go-context v0.0.0-20150711004518-d14ea06fba99 // indirect

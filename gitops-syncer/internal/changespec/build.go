@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/kit/text"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -90,7 +91,7 @@ func Build(c Change) *sluicev1.ChangeRequest {
 		Authors:           c.Authors,
 		PullRequestAuthor: c.PullRequestAuthor,
 		Pushers:           c.Pushers,
-		CommitMessage:     sluicev1.Truncate(c.CommitMessage, 4000),
+		CommitMessage:     text.Truncate(c.CommitMessage, 4000),
 		PullRequest:       c.PullRequest,
 		TargetNamespace:   c.TargetNamespace,
 		Delivery:          delivery,

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/kit/text"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -65,14 +66,14 @@ func CleanFindings(in []sluicev1.Finding, truncated int32) ([]sluicev1.Finding, 
 			truncated++
 			continue
 		}
-		f.Message = sluicev1.Truncate(git.Redact(f.Message), 2000)
+		f.Message = text.Truncate(git.Redact(f.Message), 2000)
 		if f.Message == "" {
 			f.Message = "(no message)"
 		}
-		f.Source = sluicev1.Truncate(f.Source, 60)
-		f.Policy = sluicev1.Truncate(f.Policy, 250)
-		f.Resource = sluicev1.Truncate(git.Redact(f.Resource), 500)
-		f.File = sluicev1.Truncate(f.File, 500)
+		f.Source = text.Truncate(f.Source, 60)
+		f.Policy = text.Truncate(f.Policy, 250)
+		f.Resource = text.Truncate(git.Redact(f.Resource), 500)
+		f.File = text.Truncate(f.File, 500)
 		switch f.Severity {
 		case sluicev1.SeverityDeny, sluicev1.SeverityWarn, sluicev1.SeverityUnverifiable, sluicev1.SeverityInfo:
 		default:

@@ -14,7 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
+	"github.com/sluice-gitops/sluice/kit/text"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -83,8 +84,8 @@ func TestIdentities_keepOnlyValidEmails(t *testing.T) {
 }
 
 func TestTruncate_keepsValidUTF8(t *testing.T) {
-	assert.Equal(t, "abc", sluicev1.Truncate("abc", 10))
-	assert.Equal(t, "ab…", sluicev1.Truncate("abcdef", 2))
-	assert.Equal(t, "a…", sluicev1.Truncate("aé", 2), "never cuts inside a rune")
-	assert.Equal(t, "a\uFFFDb", sluicev1.Truncate("a\xffb", 10))
+	assert.Equal(t, "abc", text.Truncate("abc", 10))
+	assert.Equal(t, "ab…", text.Truncate("abcdef", 2))
+	assert.Equal(t, "a…", text.Truncate("aé", 2), "never cuts inside a rune")
+	assert.Equal(t, "a\uFFFDb", text.Truncate("a\xffb", 10))
 }

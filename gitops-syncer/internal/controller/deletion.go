@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/kit/text"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -308,8 +309,8 @@ func deletionObjects(in []sluicev1.ObjectReference) []sluicev1.ObjectReference {
 		if len(out) == maxDeletionObjects {
 			break
 		}
-		o.APIVersion, o.Kind = sluicev1.Truncate(o.APIVersion, 250), sluicev1.Truncate(o.Kind, 60)
-		o.Namespace, o.Name = sluicev1.Truncate(o.Namespace, 63), sluicev1.Truncate(o.Name, 250)
+		o.APIVersion, o.Kind = text.Truncate(o.APIVersion, 250), text.Truncate(o.Kind, 60)
+		o.Namespace, o.Name = text.Truncate(o.Namespace, 63), text.Truncate(o.Name, 250)
 		out = append(out, o)
 	}
 	sort.SliceStable(out, func(i, j int) bool {

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/kit/text"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -242,5 +243,5 @@ func (r *RepositoryReconciler) event(obj runtime.Object, eventType, reason, msg 
 	if r.Recorder == nil {
 		return
 	}
-	r.Recorder.Eventf(obj, nil, eventType, reason, "Sync", "%s", sluicev1.Truncate(msg, 1024))
+	r.Recorder.Eventf(obj, nil, eventType, reason, "Sync", "%s", text.Truncate(msg, 1024))
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/sluice-gitops/sluice/kit/text"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -118,7 +119,7 @@ func (r *RepositoryReconciler) setSynced(ctx context.Context, rel *sluicev1.Rele
 // same list, so the write carries the resourceVersion of rel (a conflict
 // reads again); nothing is written when rel already says the same.
 func (r *RepositoryReconciler) setReleaseCondition(ctx context.Context, rel *sluicev1.Release, typ string, status metav1.ConditionStatus, reason, msg string) error {
-	want := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: sluicev1.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
+	want := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: text.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
 	if c := meta.FindStatusCondition(rel.Status.Conditions, typ); c != nil &&
 		c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration {
 		return nil

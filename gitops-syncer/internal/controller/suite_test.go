@@ -26,7 +26,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 

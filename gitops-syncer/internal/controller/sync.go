@@ -22,7 +22,8 @@ import (
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
+	"github.com/sluice-gitops/sluice/kit/text"
+	"github.com/sluice-gitops/sluice/kit/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/runtime/reconcile"
 )
@@ -300,7 +301,7 @@ func (p *syncPass) finish() reconcile.Result {
 	repo := p.repo
 	if len(p.retry) > 0 {
 		msg := "some releases failed and are retried: " + strings.Join(p.retry, "; ")
-		p.conclude(retrying(sluicev1.ReasonGitOperationFailed, sluicev1.Truncate(msg, 1024)))
+		p.conclude(retrying(sluicev1.ReasonGitOperationFailed, text.Truncate(msg, 1024)))
 		return reconcile.Failure(fmt.Errorf("sync %s: %d release(s) failed", sluicev1.ShortSHA(p.head), len(p.retry)))
 	}
 	// Everything that can be done at this commit is done.
@@ -318,7 +319,7 @@ func (p *syncPass) finish() reconcile.Result {
 		}
 		parts = append(parts, p.notes...)
 		msg := fmt.Sprintf("synced %s with problems: %s", sluicev1.ShortSHA(p.head), strings.Join(parts, "; "))
-		msg = sluicev1.Truncate(msg, 2048)
+		msg = text.Truncate(msg, 2048)
 		if len(reasons) == 1 && reasons[0] == sluicev1.ReasonServiceRemoved {
 			// ServiceRemoved alone is information, not a failure.
 			p.conclude(ready(reasons[0], msg))
@@ -337,7 +338,7 @@ func (p *syncPass) finish() reconcile.Result {
 		reason = sluicev1.ReasonHistoryRewritten
 		msg += "; " + strings.Join(p.notes, "; ")
 	}
-	p.conclude(ready(reason, sluicev1.Truncate(msg, 2048)))
+	p.conclude(ready(reason, text.Truncate(msg, 2048)))
 	return reconcile.Next()
 }
 

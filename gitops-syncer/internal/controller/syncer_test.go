@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 )
 
 func freeAddr(t *testing.T) string {

@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	kitmetrics "github.com/sluice-gitops/sluice/kit/metrics"
 )
 
 // Metrics are the syncer's metrics.
@@ -18,11 +19,10 @@ type Metrics struct {
 }
 
 // New creates the metrics and registers them with reg (nil: controller-
-// runtime's global registry, served on the manager's metrics endpoint).
-func New(reg prometheus.Registerer) *Metrics {
-	if reg == nil {
-		reg = crmetrics.Registry
-	}
+// runtime's global registry, served on the manager's metrics endpoint),
+// replacing those of an earlier syncer (kit/metrics.Register). The metrics
+// are usable even when registering fails.
+func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		GitFetchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_git_fetch_duration_seconds",
@@ -44,25 +44,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}, []string{"result"}),
 	}
-	m.GitFetchDuration = register(reg, m.GitFetchDuration)
-	m.GitLsRemoteDuration = register(reg, m.GitLsRemoteDuration)
-	m.ChangeRequestsCreated = register(reg, m.ChangeRequestsCreated)
-	m.ValidationDuration = register(reg, m.ValidationDuration)
-	return m
-}
-
-// register registers c, or returns the collector already registered under
-// its name (several managers in one test process share them).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
+	return m, kitmetrics.Register(reg, m.GitFetchDuration, m.GitLsRemoteDuration, m.ChangeRequestsCreated, m.ValidationDuration)
 }
 
 // ObserveGit implements git.Observer.

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
+	"github.com/sluice-gitops/sluice/kit/text"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -116,7 +117,7 @@ func (h *Handler) Review(ctx context.Context, repo *sluicev1.Repository, ev *pro
 				Decision:       decision,
 				Approver:       sluicev1.Identity(rev.Reviewer),
 				Source:         sluicev1.SourcePullRequest,
-				Comment:        sluicev1.Truncate(rev.Body, 1000),
+				Comment:        text.Truncate(rev.Body, 1000),
 				PullRequest:    rev.PullRequest.Number,
 				ReviewID:       rev.ID,
 			},

@@ -3,7 +3,7 @@ package provider
 import (
 	"encoding/json"
 
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/kit/text"
 )
 
 // genericPush is the body of the generic form's push event:
@@ -20,7 +20,7 @@ type genericPush struct {
 // ignored), X-Sluice-Delivery an id, X-Sluice-Signature-256 "sha256=" + the
 // hex HMAC-SHA256 of the body.
 func ParseGeneric(eventType, delivery string, body []byte) (*Event, error) {
-	ev := &Event{Provider: Generic, Type: sluicev1.Truncate(eventType, 64), DeliveryID: deliveryID(delivery), Kind: KindIgnored}
+	ev := &Event{Provider: Generic, Type: text.Truncate(eventType, 64), DeliveryID: deliveryID(delivery), Kind: KindIgnored}
 	switch eventType {
 	case "ping":
 		ev.Kind = KindPing

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/kit/text"
 )
 
 type giteaReview struct {
@@ -26,7 +26,7 @@ type giteaPayload struct {
 // Gitea gives one), and Access is unknown, so the caller must ask Gitea's
 // API whether the reviewer may write.
 func ParseGitea(eventType, delivery string, body []byte) (*Event, error) {
-	ev := &Event{Provider: Gitea, Type: sluicev1.Truncate(eventType, 64), DeliveryID: deliveryID(delivery), Kind: KindIgnored}
+	ev := &Event{Provider: Gitea, Type: text.Truncate(eventType, 64), DeliveryID: deliveryID(delivery), Kind: KindIgnored}
 	var state ReviewState
 	switch eventType {
 	case "push", "pull_request":
@@ -89,7 +89,7 @@ func ParseGitea(eventType, delivery string, body []byte) (*Event, error) {
 		rev := &Review{PullRequest: *pr, ID: derivedID("gitea", ev.Repo, ev.DeliveryID), State: state, CommitSHA: commit,
 			Reviewer: reviewer, Login: login, Access: AccessUnknown}
 		if p.Review != nil {
-			rev.Body = sluicev1.Truncate(strings.TrimSpace(p.Review.Content), 1000)
+			rev.Body = text.Truncate(strings.TrimSpace(p.Review.Content), 1000)
 		}
 		ev.Kind, ev.Review = KindReview, rev
 	}

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/kit/text"
 )
 
 // ghUser is a GitHub or Gitea user.
@@ -67,7 +67,7 @@ var writeAssociations = map[string]bool{"OWNER": true, "MEMBER": true, "COLLABOR
 
 // ParseGitHub parses a GitHub delivery of the given X-GitHub-Event type.
 func ParseGitHub(eventType, delivery string, body []byte) (*Event, error) {
-	ev := &Event{Provider: GitHub, Type: sluicev1.Truncate(eventType, 64), DeliveryID: deliveryID(delivery), Kind: KindIgnored}
+	ev := &Event{Provider: GitHub, Type: text.Truncate(eventType, 64), DeliveryID: deliveryID(delivery), Kind: KindIgnored}
 	switch eventType {
 	case "ping":
 		ev.Kind = KindPing
@@ -113,14 +113,14 @@ func ParseGitHub(eventType, delivery string, body []byte) (*Event, error) {
 			return nil, payloadErr("pull_request_review: review id %d", r.ID)
 		}
 		if !validSHA(r.CommitID) {
-			return nil, payloadErr("pull_request_review: commit_id %q is not a commit", sluicev1.Truncate(r.CommitID, 80))
+			return nil, payloadErr("pull_request_review: commit_id %q is not a commit", text.Truncate(r.CommitID, 80))
 		}
 		reviewer, err := identity(GitHub, r.User.Login)
 		if err != nil {
 			return nil, err
 		}
 		rev := &Review{PullRequest: *pr, ID: r.ID, CommitSHA: r.CommitID, Reviewer: reviewer, Login: r.User.Login,
-			Access: AccessNone, Body: sluicev1.Truncate(strings.TrimSpace(r.Body), 1000)}
+			Access: AccessNone, Body: text.Truncate(strings.TrimSpace(r.Body), 1000)}
 		if writeAssociations[strings.ToUpper(r.AuthorAssociation)] {
 			rev.Access = AccessUnknown
 		}
@@ -139,7 +139,7 @@ func ParseGitHub(eventType, delivery string, body []byte) (*Event, error) {
 			case "commented":
 				rev.State = ReviewCommented
 			default:
-				return nil, payloadErr("pull_request_review: state %q", sluicev1.Truncate(r.State, 40))
+				return nil, payloadErr("pull_request_review: state %q", text.Truncate(r.State, 40))
 			}
 		}
 		ev.Kind, ev.Review = KindReview, rev
@@ -150,7 +150,7 @@ func ParseGitHub(eventType, delivery string, body []byte) (*Event, error) {
 // parsePush checks a push's ref and commits.
 func parsePush(ref, before, after string, deleted bool) (*Push, error) {
 	if !validRef(ref) {
-		return nil, payloadErr("push: ref %q is not a full ref name", sluicev1.Truncate(ref, 80))
+		return nil, payloadErr("push: ref %q is not a full ref name", text.Truncate(ref, 80))
 	}
 	push := &Push{Ref: ref, Before: before, After: after, Deleted: deleted || zeroSHA(after)}
 	if push.Deleted {
@@ -158,10 +158,10 @@ func parsePush(ref, before, after string, deleted bool) (*Push, error) {
 		return push, nil
 	}
 	if !validSHA(after) {
-		return nil, payloadErr("push: after %q is not a commit", sluicev1.Truncate(after, 80))
+		return nil, payloadErr("push: after %q is not a commit", text.Truncate(after, 80))
 	}
 	if before != "" && !validSHA(before) {
-		return nil, payloadErr("push: before %q is not a commit", sluicev1.Truncate(before, 80))
+		return nil, payloadErr("push: before %q is not a commit", text.Truncate(before, 80))
 	}
 	return push, nil
 }
@@ -211,11 +211,11 @@ func githubPR(p Name, pl *ghPayload, headRefPrefix string) (*PullRequest, error)
 		return nil, payloadErr("pull request number %d", number)
 	}
 	if !validSHA(pr.Head.SHA) {
-		return nil, payloadErr("pull request head %q is not a commit", sluicev1.Truncate(pr.Head.SHA, 80))
+		return nil, payloadErr("pull request head %q is not a commit", text.Truncate(pr.Head.SHA, 80))
 	}
 	baseRef := fullRef(pr.Base.Ref)
 	if !validRef(baseRef) {
-		return nil, payloadErr("pull request base %q is not a branch", sluicev1.Truncate(pr.Base.Ref, 80))
+		return nil, payloadErr("pull request base %q is not a branch", text.Truncate(pr.Base.Ref, 80))
 	}
 	out := &PullRequest{
 		Number:  number,

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/kit/text"
 )
 
 type glUser struct {
@@ -51,7 +51,7 @@ type glPayload struct {
 // which the sender chooses, so the event is only a claim: API.Confirm asks
 // GitLab's members and approvals APIs before it counts.
 func ParseGitLab(eventType, delivery string, body []byte) (*Event, error) {
-	ev := &Event{Provider: GitLab, Type: sluicev1.Truncate(eventType, 64), DeliveryID: deliveryID(delivery), Kind: KindIgnored}
+	ev := &Event{Provider: GitLab, Type: text.Truncate(eventType, 64), DeliveryID: deliveryID(delivery), Kind: KindIgnored}
 	switch eventType {
 	case "Push Hook", "Merge Request Hook":
 	default:
@@ -67,7 +67,7 @@ func ParseGitLab(eventType, delivery string, body []byte) (*Event, error) {
 	ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.Project.ID
 	if eventType == "Push Hook" {
 		if p.ObjectKind != "push" {
-			return nil, payloadErr("Push Hook: object_kind %q", sluicev1.Truncate(p.ObjectKind, 40))
+			return nil, payloadErr("Push Hook: object_kind %q", text.Truncate(p.ObjectKind, 40))
 		}
 		push, err := parsePush(p.Ref, p.Before, p.After, false)
 		if err != nil {
@@ -85,11 +85,11 @@ func ParseGitLab(eventType, delivery string, body []byte) (*Event, error) {
 		return nil, payloadErr("Merge Request Hook: iid %d", mr.IID)
 	}
 	if !validSHA(mr.LastCommit.ID) {
-		return nil, payloadErr("Merge Request Hook: last commit %q is not a commit", sluicev1.Truncate(mr.LastCommit.ID, 80))
+		return nil, payloadErr("Merge Request Hook: last commit %q is not a commit", text.Truncate(mr.LastCommit.ID, 80))
 	}
 	baseRef := fullRef(mr.TargetBranch)
 	if !validRef(baseRef) {
-		return nil, payloadErr("Merge Request Hook: target branch %q", sluicev1.Truncate(mr.TargetBranch, 80))
+		return nil, payloadErr("Merge Request Hook: target branch %q", text.Truncate(mr.TargetBranch, 80))
 	}
 	pr := PullRequest{
 		Number:  mr.IID,

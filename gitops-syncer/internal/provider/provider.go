@@ -17,7 +17,7 @@ import (
 	"regexp"
 	"strings"
 
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/kit/text"
 )
 
 // Name is a hosting provider.
@@ -308,7 +308,7 @@ func zeroSHA(s string) bool { return s != "" && strings.Trim(s, "0") == "" }
 // common sense) would refuse.
 func identity(p Name, login string) (string, error) {
 	if !loginPattern.MatchString(login) {
-		return "", fmt.Errorf("%w: user name %q is not valid", ErrPayload, sluicev1.Truncate(login, 64))
+		return "", fmt.Errorf("%w: user name %q is not valid", ErrPayload, text.Truncate(login, 64))
 	}
 	return p.identityPrefix() + strings.ToLower(login), nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	sluicescheme "github.com/sluice-gitops/sluice/operator/api/scheme"
 )
 
@@ -41,7 +42,8 @@ type Options struct {
 	// ArtifactAddr serves the artifacts.
 	ArtifactAddr string
 	// ArtifactBaseURL is written into ChangeRequests; the operator
-	// downloads only from it. Defaults to http://<ArtifactAddr>.
+	// downloads only from it. Defaults to http://127.0.0.1:<port of
+	// ArtifactAddr> (runner.BaseURL, as for the state server).
 	ArtifactBaseURL string
 	// ArtifactToken is the bearer token the artifact server requires of
 	// every request (the operator's). Required.
@@ -104,10 +106,7 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for artifacts on %s: %w", opts.ArtifactAddr, err)
 	}
-	base := opts.ArtifactBaseURL
-	if base == "" {
-		base = "http://" + ln.Addr().String()
-	}
+	base := runner.BaseURL(opts.ArtifactBaseURL, ln.Addr())
 	metricsAddr := opts.MetricsAddr
 	if metricsAddr == "" {
 		metricsAddr = "0"
@@ -147,7 +146,11 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	m := metrics.New(nil)
+	m, err := metrics.New(nil)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	gitClient, err := git.NewGoGit(dirs["git"], git.URLPolicy{AllowFile: opts.AllowFileURLs}, m)
 	if err != nil {
 		ln.Close()

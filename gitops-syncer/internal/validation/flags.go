@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -75,23 +74,10 @@ func (f *Flags) Library(ctx context.Context, cfg *rest.Config, kubeVersion strin
 // locking state with cfg; runners reach it at base ("" means
 // http://127.0.0.1:<port>).
 func ServeState(ctx context.Context, cfg *rest.Config, addr, base string, log logr.Logger) (*tfstate.Server, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if addr == "" {
-		addr = ":8092"
-	}
-	h := &runner.Handler{}
-	bound, err := runner.Serve(ctx, addr, h)
+	srv, bound, err := runner.ServeState(ctx, cfg, addr, base, tfstate.Options{Log: log.WithName("state")})
 	if err != nil {
 		return nil, fmt.Errorf("--state-bind-address: %w", err)
 	}
-	srv, err := tfstate.NewServer(cs, tfstate.Options{BaseURL: runner.BaseURL(base, bound), Log: log.WithName("state")})
-	if err != nil {
-		return nil, err
-	}
-	h.Set(srv.Handler())
 	log.Info("Serving Terraform state to plans", "address", bound.String())
 	return srv, nil
 }

@@ -2,7 +2,8 @@ package webhook
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	kitmetrics "github.com/sluice-gitops/sluice/kit/metrics"
 )
 
 // Metrics are the webhook receiver's sluice_* metrics (DESIGN.md §7).
@@ -15,12 +16,10 @@ type Metrics struct {
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil:
-// controller-runtime's registry, served on the manager's metrics endpoint).
-// Registering twice returns the collectors already registered.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	if reg == nil {
-		reg = crmetrics.Registry
-	}
+// controller-runtime's registry, served on the manager's metrics endpoint),
+// replacing those of an earlier receiver (kit/metrics.Register). The
+// metrics are usable even when registering fails.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_webhook_requests_total",
@@ -32,19 +31,5 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}),
 	}
-	m.Requests = register(reg, m.Requests)
-	m.PushToChangeRequest = register(reg, m.PushToChangeRequest)
-	return m
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
+	return m, kitmetrics.Register(reg, m.Requests, m.PushToChangeRequest)
 }

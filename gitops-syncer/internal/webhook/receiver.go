@@ -54,7 +54,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
+	"github.com/sluice-gitops/sluice/kit/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -155,7 +155,9 @@ func (r *Receiver) init() {
 			r.RetryWait = time.Second
 		}
 		if r.Metrics == nil {
-			r.Metrics = NewMetrics(nil)
+			// A clash is left to the caller who passes Metrics; these
+			// count whether or not the registry took them.
+			r.Metrics, _ = NewMetrics(nil)
 		}
 		r.seen = newDeliveries(10000, 24*time.Hour, r.Now)
 		r.queue = make(chan job, r.QueueSize)

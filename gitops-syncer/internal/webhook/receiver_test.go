@@ -26,7 +26,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider/providertest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook"
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -161,9 +161,17 @@ func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
 	return w
 }
 
+// newMetrics returns receiver metrics registered with a registry of their
+// own.
+func newMetrics(t *testing.T) *webhook.Metrics {
+	m, err := webhook.NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	return m
+}
+
 // startReceiver runs a receiver with one worker, so work is done in order.
 func startReceiver(t *testing.T, rec *recorder) (*webhook.Receiver, *webhook.Metrics) {
-	m := webhook.NewMetrics(prometheus.NewRegistry())
+	m := newMetrics(t)
 	r := &webhook.Receiver{Reader: env.Client, SecretReader: env.Client, Trigger: rec, PullRequests: rec, Metrics: m, Log: logr.Discard(), Workers: 1}
 	runReceiver(t, r)
 	return r, m
@@ -347,7 +355,7 @@ func TestReceiver_retriesFailedPullRequestWork(t *testing.T) {
 	a := newRepository(t, ns, "infra")
 	rec := newRecorder()
 	f := &flaky{recorder: rec, failures: 2}
-	r := &webhook.Receiver{Reader: env.Client, SecretReader: env.Client, Trigger: rec, PullRequests: f, Metrics: webhook.NewMetrics(prometheus.NewRegistry()),
+	r := &webhook.Receiver{Reader: env.Client, SecretReader: env.Client, Trigger: rec, PullRequests: f, Metrics: newMetrics(t),
 		Log: logr.Discard(), Workers: 1, RetryWait: time.Millisecond}
 	runReceiver(t, r)
 	opened := providertest.Edit(t, providertest.Payload(t, "github/pull_request.opened.payload.json"), func(m map[string]any) {

@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/validate"
-	"github.com/sluice-gitops/sluice/operator/api/version"
+	"github.com/sluice-gitops/sluice/kit/version"
 )
 
 // Exit codes.

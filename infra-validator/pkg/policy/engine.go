@@ -35,18 +35,31 @@
 // An Engine compiles everything once (New), prepares each query on its first
 // use, and is safe for concurrent use.
 //
-// Exported API:
+// Exported API (a test in kit/docs checks this list against the package):
 //
 //	type Options struct{ PolicyDirs, DataFiles, Namespaces []string; AllNamespaces, Combine, NoDefaults bool; Kinds []Kind }
 //	type Document struct{ Path string; Value any }
 //	type Kind string // KindTerraform, KindKubernetes
+//	const KindTerraform, KindKubernetes Kind
+//	const DefaultNamespace = "main"
+//	type Problem struct // one problem of a policy or data file, with its place
 //	type CompileError struct{ Problems []Problem } // a policy or data file that does not load
+//	func (*CompileError) Error() string
+//	type Engine struct // compiled policies, safe for concurrent use
 //	func New(ctx, Options) (*Engine, error)
-//	func Verify(ctx, Options) ([]TestResult, error)
 //	func (*Engine) Eval(ctx, Kind, []Document) ([]report.Finding, error)
+//	func (*Engine) EvalSecrets(ctx, Kind, []Document) ([]report.Finding, []string, error) // and the secrets it redacted
 //	func (*Engine) Namespaces() []string
 //	func (*Engine) Config(path ...string) any
+//	type TestResult struct{ File, Name string; Passed, Skipped bool; Error error }
+//	func Verify(ctx, Options) ([]TestResult, error)
+//	func BundleDigest(Options) (string, error)
+//	func ParseJSON([]byte) (ast.Value, bool)
+//	const Redacted = "[REDACTED]"
 //	func Redact(findings, inputs ...any) []report.Finding
+//	type Redactor struct // the secrets of some inputs, collected once
+//	func NewRedactor(extra []string, inputs ...any) *Redactor
+//	func (*Redactor) String(string) string
 package policy
 
 import (

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluice-gitops/sluice/kit/text"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -150,7 +151,7 @@ func (p *packer) text(t string, s *Section) {
 		return
 	}
 	if !p.fits(len(t)) {
-		t = sluicev1.Truncate(t, p.budget-p.cur.Len()-noteReserve)
+		t = text.Truncate(t, p.budget-p.cur.Len()-noteReserve)
 	}
 	p.cur.WriteString(t)
 }
@@ -179,7 +180,7 @@ func (p *packer) block(b *block, s *Section) {
 			p.cur.WriteString(b.cont)
 		}
 		if !p.fits(len(l) + 1 + len(b.close)) {
-			l = sluicev1.Truncate(l, p.budget-p.cur.Len()-noteReserve-len(b.close)-1)
+			l = text.Truncate(l, p.budget-p.cur.Len()-noteReserve-len(b.close)-1)
 		}
 		p.cur.WriteString(l)
 		p.cur.WriteByte('\n')
@@ -242,7 +243,7 @@ func sectionItems(s *Section) []item {
 				fmt.Fprintf(&b, "- … and %d more\n", len(s.RiskReasons)-i)
 				break
 			}
-			fmt.Fprintf(&b, "- %s\n", esc(sluicev1.Truncate(r, 300)))
+			fmt.Fprintf(&b, "- %s\n", esc(text.Truncate(r, 300)))
 		}
 		b.WriteString("\n")
 	}
@@ -272,7 +273,7 @@ func findingItems(s *Section) []item {
 	rows := make([]string, 0, len(s.Findings))
 	for _, f := range s.Findings {
 		rows = append(rows, fmt.Sprintf("| %s %s | %s | %s | %s | %s |", severityIcon[f.Severity], esc(f.Severity), codeOrEmpty(f.Policy), codeOrEmpty(f.Resource),
-			codeOrEmpty(f.Where()), esc(sluicev1.Truncate(f.Message, 600))))
+			codeOrEmpty(f.Where()), esc(text.Truncate(f.Message, 600))))
 	}
 	closing := "\n"
 	if s.Truncated > 0 {

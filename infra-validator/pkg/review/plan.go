@@ -13,7 +13,7 @@ import (
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/kit/text"
 )
 
 // Plan actions as shown.
@@ -426,7 +426,7 @@ func redactResources(rs []Resource, red *policy.Redactor) {
 				r.Address = red.String(r.Address)
 				for j := range r.Attrs {
 					a := &r.Attrs[j]
-					a.Path, a.Before, a.After = red.String(a.Path), sluicev1.Truncate(red.String(a.Before), maxValueLen), sluicev1.Truncate(red.String(a.After), maxValueLen)
+					a.Path, a.Before, a.After = red.String(a.Path), text.Truncate(red.String(a.Before), maxValueLen), text.Truncate(red.String(a.After), maxValueLen)
 				}
 			}
 			return
@@ -444,7 +444,7 @@ func redactResources(rs []Resource, red *policy.Redactor) {
 			if parts != nil {
 				a.Path, a.Before, a.After = parts[k], parts[k+1], parts[k+2]
 			}
-			a.Before, a.After = sluicev1.Truncate(a.Before, maxValueLen), sluicev1.Truncate(a.After, maxValueLen)
+			a.Before, a.After = text.Truncate(a.Before, maxValueLen), text.Truncate(a.After, maxValueLen)
 			k += 3
 		}
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/kit/text"
 )
 
 // Local runs each job in a sandboxed child process of this one (see the
@@ -445,7 +445,7 @@ func suffix(msg string) string {
 	if msg == "" {
 		return ""
 	}
-	return ": " + sluicev1.Truncate(msg, 300)
+	return ": " + text.Truncate(msg, 300)
 }
 
 // env is the child's whole environment: built from nothing.

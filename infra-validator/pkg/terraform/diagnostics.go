@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/kit/text"
 )
 
 // ErrorKind says who can fix a failed terraform run.
@@ -135,7 +135,7 @@ func (e *RunError) Error() string {
 	case e.err != nil:
 		b.WriteString(": " + firstLine(e.err.Error()))
 	}
-	return sluicev1.Truncate(b.String(), 1024)
+	return text.Truncate(b.String(), 1024)
 }
 
 // Unwrap returns the underlying failure (exit status, or the deadline).
@@ -165,15 +165,15 @@ func NewRunError(step string, kind ErrorKind, diags []Diagnostic, stderr, messag
 	full := make([]Diagnostic, 0, len(diags))
 	for _, d := range diags {
 		full = append(full, Diagnostic{
-			Summary: sluicev1.Truncate(redact(d.Summary, secrets), 500),
-			Detail:  sluicev1.Truncate(redact(d.Detail, secrets), 2000),
-			File:    sluicev1.Truncate(redact(d.File, secrets), 500),
+			Summary: text.Truncate(redact(d.Summary, secrets), 500),
+			Detail:  text.Truncate(redact(d.Detail, secrets), 2000),
+			File:    text.Truncate(redact(d.File, secrets), 500),
 			Line:    max(0, min(d.Line, 1<<24)),
 		})
 	}
-	e := &RunError{Step: sluicev1.Truncate(step, 40), Kind: kind, Diagnostics: shown(full), Details: full, Stderr: sluicev1.Truncate(hideValues(scrubSnippets(redact(stderr, secrets))), MaxStderr)}
+	e := &RunError{Step: text.Truncate(step, 40), Kind: kind, Diagnostics: shown(full), Details: full, Stderr: text.Truncate(hideValues(scrubSnippets(redact(stderr, secrets))), MaxStderr)}
 	if message != "" {
-		e.err = errors.New(sluicev1.Truncate(firstLine(redact(message, secrets)), 500))
+		e.err = errors.New(text.Truncate(firstLine(redact(message, secrets)), 500))
 	}
 	return e
 }
@@ -188,7 +188,7 @@ func stepError(ctx context.Context, step string, timeout time.Duration, err erro
 	diags := parseDiagnostics(stderr)
 	kind := classifyFailure(diags)
 	return &RunError{Step: step, Kind: kind, Diagnostics: shown(diags), Details: diags,
-		Stderr: sluicev1.Truncate(hideValues(scrubSnippets(stderr)), MaxStderr), err: exitOnly(err)}
+		Stderr: text.Truncate(hideValues(scrubSnippets(stderr)), MaxStderr), err: exitOnly(err)}
 }
 
 // exitOnly keeps the first line of terraform-exec's error ("exit status
@@ -259,7 +259,7 @@ func parseDiagnostics(stderr string) []Diagnostic {
 	inError, inSnippet := false, false
 	flush := func() {
 		if cur != nil {
-			cur.Detail = sluicev1.Truncate(strings.Join(detail, " "), 2000)
+			cur.Detail = text.Truncate(strings.Join(detail, " "), 2000)
 			if !strings.HasPrefix(cur.Summary, initPreamble) && len(out) < maxDiagnostics {
 				out = append(out, *cur)
 			}
@@ -272,7 +272,7 @@ func parseDiagnostics(stderr string) []Diagnostic {
 		switch {
 		case strings.HasPrefix(trimmed, "Error: "):
 			flush()
-			cur = &Diagnostic{Summary: sluicev1.Truncate(strings.TrimSpace(strings.TrimPrefix(trimmed, "Error: ")), 500)}
+			cur = &Diagnostic{Summary: text.Truncate(strings.TrimSpace(strings.TrimPrefix(trimmed, "Error: ")), 500)}
 			inError = true
 			continue
 		case strings.HasPrefix(trimmed, "Warning: "):
@@ -283,7 +283,7 @@ func parseDiagnostics(stderr string) []Diagnostic {
 			continue
 		}
 		if m := locationLine.FindStringSubmatch(line); m != nil && cur.File == "" && len(detail) == 0 {
-			cur.File = sluicev1.Truncate(m[1], 500)
+			cur.File = text.Truncate(m[1], 500)
 			cur.Line, _ = strconv.Atoi(m[2])
 			if cur.Line < 0 || cur.Line > 1<<24 {
 				cur.Line = 0
@@ -303,7 +303,7 @@ func parseDiagnostics(stderr string) []Diagnostic {
 		}
 		if len(detail) == 0 && cur.File == "" && !strings.HasSuffix(cur.Summary, ".") && startsLower(trimmed) {
 			// A summary wrapped onto the next line.
-			cur.Summary = sluicev1.Truncate(cur.Summary+" "+trimmed, 500)
+			cur.Summary = text.Truncate(cur.Summary+" "+trimmed, 500)
 			continue
 		}
 		detail = append(detail, trimmed)

@@ -25,7 +25,7 @@ import (
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/tfstate/tfstatetest"
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 )
 
 // The envtest control plane (started by the first test that needs it), a

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -13,12 +12,11 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
+	"github.com/sluice-gitops/sluice/kit/cli"
+	"github.com/sluice-gitops/sluice/kit/version"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
-	"github.com/sluice-gitops/sluice/operator/api/version"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	argoapplier "github.com/sluice-gitops/sluice/operator/internal/applier/argocd"
 	helmapplier "github.com/sluice-gitops/sluice/operator/internal/applier/helm"
@@ -38,9 +36,8 @@ func main() {
 	}
 	var (
 		o            controller.ManagerOptions
-		namespaces   string
+		common       = cli.Common{Binary: "operator"}
 		testAppliers string
-		showVersion  bool
 		helmFlags    helmapplier.Flags
 		tfFlags      tfapplier.Flags
 		argoFlags    argoapplier.Flags
@@ -50,7 +47,6 @@ func main() {
 	argoFlags.Bind(flag.CommandLine)
 	tfFlags.Bind(flag.CommandLine)
 	driftFlags.Bind(flag.CommandLine)
-	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics endpoint (\"0\" disables it).")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.StringVar(&o.PprofAddr, "pprof-bind-address", "127.0.0.1:6060", "Address of the pprof endpoint; loopback or private addresses only (\"0\" disables it).")
@@ -63,40 +59,32 @@ func main() {
 	flag.IntVar(&o.KeepChangeRequests, "keep-changerequests", 20, "ChangeRequests kept per Release; older terminal ones are deleted.")
 	flag.DurationVar(&o.ApprovalGracePeriod, "approval-grace-period", 0, "How long an Approval matching no ChangeRequest is kept (default 10m).")
 	flag.DurationVar(&o.LockRetryInterval, "lock-retry-interval", 0, "How often a lock that no watch frees is looked at again: a change in Applying whose lock a manual edit gave away, or a lock held by another release's change (default 30s). Changes waiting in line do not poll.")
-	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated control namespaces to watch (default: all).")
+	common.Bind(flag.CommandLine, "Comma-separated control namespaces to watch (default: all).")
 	flag.StringVar(&testAppliers, "test-applier", "", "FOR DEMOS AND TESTS ONLY: comma-separated deliveries (helm,argocd) handled by the record-only test applier, which installs nothing and only records changes in a ConfigMap.")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 
-	if showVersion {
-		fmt.Println(version.String("operator"))
+	log, done := common.Start(os.Stdout)
+	if done {
 		return
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	log := ctrl.Log.WithName("setup")
-	if namespaces != "" {
-		o.Namespaces = strings.Split(namespaces, ",")
-	}
-	if err := run(log, o, testAppliers, helmFlags, argoFlags, tfFlags, driftFlags); err != nil {
+	o.Namespaces = common.Namespaces()
+	if err := run(log, &common, o, testAppliers, helmFlags, argoFlags, tfFlags, driftFlags); err != nil {
 		log.Error(err, "Operator failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, o controller.ManagerOptions, testAppliers string, helmFlags helmapplier.Flags, argoFlags argoapplier.Flags, tfFlags tfapplier.Flags, driftFlags drift.Flags) error {
+func run(log logr.Logger, common *cli.Common, o controller.ManagerOptions, testAppliers string, helmFlags helmapplier.Flags, argoFlags argoapplier.Flags, tfFlags tfapplier.Flags, driftFlags drift.Flags) error {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	// Trace ids always; spans leave the process only when an OTLP endpoint
-	// is configured (OTEL_EXPORTER_OTLP_ENDPOINT).
-	stopTracing, err := tracing.Setup(ctx, "operator", version.Version)
+	stopTracing, err := common.Tracing(ctx)
 	if err != nil {
-		return fmt.Errorf("tracing: %w", err)
+		return err
 	}
-	defer func() { _ = stopTracing(context.WithoutCancel(ctx)) }()
+	defer stopTracing()
 
 	// The appliers, one per delivery mode (Applier and, optionally,
 	// Cleaner from internal/applier). Each applier package is registered

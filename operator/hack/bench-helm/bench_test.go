@@ -33,7 +33,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	helmapplier "github.com/sluice-gitops/sluice/operator/internal/applier/helm"

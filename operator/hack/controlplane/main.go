@@ -32,8 +32,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 	"github.com/sluice-gitops/sluice/operator/internal/admission"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/argocd/argocdtest"
 )
 
 func main() {
@@ -79,7 +80,12 @@ func run(args []string) error {
 // start runs the control plane and writes an admin kubeconfig for it, plus
 // one kubeconfig per extra user.
 func start(kubeconfig, users string) error {
-	env, err := testenv.Start(testenv.Options{})
+	// make demo-argocd runs Argo CD against this control plane.
+	crds, err := argocdtest.CRDPaths()
+	if err != nil {
+		return err
+	}
+	env, err := testenv.Start(testenv.Options{CRDDirectoryPaths: crds})
 	if err != nil {
 		return err
 	}

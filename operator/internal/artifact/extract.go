@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/kit/text"
 )
 
 // Limits bound what an artifact may hold. Zero fields take the defaults of
@@ -85,7 +85,7 @@ func (e *UnsafeArchiveError) Error() string {
 }
 
 func unsafeEntry(name, format string, args ...any) error {
-	return &UnsafeArchiveError{Entry: sluicev1.Truncate(name, 200), Problem: fmt.Sprintf(format, args...)}
+	return &UnsafeArchiveError{Entry: text.Truncate(name, 200), Problem: fmt.Sprintf(format, args...)}
 }
 
 // errTooBig is returned by limitedReader past its limit.

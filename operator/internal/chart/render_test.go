@@ -28,8 +28,8 @@ import (
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/validate"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 	"github.com/sluice-gitops/sluice/operator/api/crds"
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
 	"github.com/sluice-gitops/sluice/operator/config"
 	"github.com/sluice-gitops/sluice/operator/internal/admission"
 )

@@ -12,7 +12,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
+	"github.com/sluice-gitops/sluice/kit/text"
+	"github.com/sluice-gitops/sluice/kit/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
@@ -367,7 +368,7 @@ func isNewer(a, b *sluicev1.ChangeRequest) bool {
 func delivery(cr *sluicev1.ChangeRequest) sluicev1.Delivery { return cr.DeliveryOf() }
 
 // truncate bounds a status message to maxMessage bytes on a rune boundary.
-func truncate(s string) string { return sluicev1.Truncate(s, maxMessage-len("…")) }
+func truncate(s string) string { return text.Truncate(s, maxMessage-len("…")) }
 
 var tracer = tracing.Tracer("operator")
 

@@ -1,7 +1,7 @@
 package drift
 
 import (
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
 )
 

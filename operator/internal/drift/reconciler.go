@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/sluice-gitops/sluice/kit/text"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 	rt "github.com/sluice-gitops/sluice/runtime/reconcile"
@@ -260,7 +261,7 @@ func (r *Reconciler) reconcileCheck(ctx context.Context, s *driftScope) rt.Resul
 	}
 	cond := condition(rel, metav1.ConditionTrue, reason, summary)
 	if was := rel.Status.Drift; r.Recorder != nil && (was == nil || !equality.Semantic.DeepEqual(was.Objects, st.Objects)) {
-		r.Recorder.Eventf(rel, applied, "Warning", reason, "DriftCheck", "%s", sluicev1.Truncate(summary, maxMessage))
+		r.Recorder.Eventf(rel, applied, "Warning", reason, "DriftCheck", "%s", text.Truncate(summary, maxMessage))
 	}
 	s.say(&cond, st)
 	return rt.Requeue(s.every)
@@ -338,7 +339,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, rel *sluicev1.Release, con
 }
 
 func condition(rel *sluicev1.Release, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
-	return metav1.Condition{Type: sluicev1.ConditionDrifted, Status: status, Reason: reason, Message: sluicev1.Truncate(msg, maxMessage), ObservedGeneration: rel.Generation}
+	return metav1.Condition{Type: sluicev1.ConditionDrifted, Status: status, Reason: reason, Message: text.Truncate(msg, maxMessage), ObservedGeneration: rel.Generation}
 }
 
 // Summary is a one-line account of the drifted objects.

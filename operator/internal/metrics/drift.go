@@ -1,11 +1,11 @@
 package metrics
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	kitmetrics "github.com/sluice-gitops/sluice/kit/metrics"
 )
 
 // Result label values of sluice_drift_checks_total and
@@ -47,18 +47,7 @@ func NewDrift() *DriftRecorder {
 // Register registers the drift metrics with reg, replacing collectors of
 // the same name from an earlier recorder.
 func (r *DriftRecorder) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{r.drifted, r.duration, r.checks} {
-		err := reg.Register(c)
-		var already prometheus.AlreadyRegisteredError
-		if errors.As(err, &already) {
-			reg.Unregister(already.ExistingCollector)
-			err = reg.Register(c)
-		}
-		if err != nil {
-			return fmt.Errorf("register drift metrics: %w", err)
-		}
-	}
-	return nil
+	return kitmetrics.Register(reg, r.drifted, r.duration, r.checks)
 }
 
 // Check records one check's result and duration, and the release's

@@ -5,13 +5,12 @@ package metrics
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	kitmetrics "github.com/sluice-gitops/sluice/kit/metrics"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -77,18 +76,7 @@ func New(reader client.Reader) *Recorder {
 // earlier Recorder (a manager started again in the same process) is
 // replaced, so the metrics always describe the running manager.
 func (r *Recorder) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{r.transitions, r.approvalWait, r.applyDuration, r.leadTime, r.applied, r.failed, r.phases} {
-		err := reg.Register(c)
-		var already prometheus.AlreadyRegisteredError
-		if errors.As(err, &already) {
-			reg.Unregister(already.ExistingCollector)
-			err = reg.Register(c)
-		}
-		if err != nil {
-			return fmt.Errorf("register metrics: %w", err)
-		}
-	}
-	return nil
+	return kitmetrics.Register(reg, r.transitions, r.approvalWait, r.applyDuration, r.leadTime, r.applied, r.failed, r.phases)
 }
 
 // Transition counts a phase change.

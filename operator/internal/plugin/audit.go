@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	tf "github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
+	"github.com/sluice-gitops/sluice/kit/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	tfapplier "github.com/sluice-gitops/sluice/operator/internal/applier/terraform"
 	"github.com/sluice-gitops/sluice/operator/internal/drift"

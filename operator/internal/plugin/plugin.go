@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/kit/version"
 	sluicescheme "github.com/sluice-gitops/sluice/operator/api/scheme"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
-	"github.com/sluice-gitops/sluice/operator/api/version"
 )
 
 // Options configure the command.

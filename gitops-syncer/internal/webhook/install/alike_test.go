@@ -12,15 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider/providertest"
-	"github.com/sluice-gitops/sluice/operator/api/tracing"
+	"github.com/sluice-gitops/sluice/kit/tracing"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
-// createdTotal is the syncer's created-ChangeRequests counter, all verdicts.
-func createdTotal(t *testing.T) float64 {
-	m := metrics.New(nil) // the collector already registered
+// createdTotal is the world's syncer's created-ChangeRequests counter,
+// all verdicts.
+func (w *world) createdTotal() float64 {
+	m := w.syncer.Reconciler.Metrics
 	sum := 0.0
 	for _, v := range []string{"pass", "warn", "fail"} {
 		sum += testutil.ToFloat64(m.ChangeRequestsCreated.WithLabelValues(v))
@@ -56,7 +56,7 @@ func TestChangeRequests_everyKindIsMadeAlike(t *testing.T) {
 	}
 	const branchTrace, previewTrace, deleteTrace = "4bf92f3577b34da6a3ce929d0e0e4701", "4bf92f3577b34da6a3ce929d0e0e4702", "4bf92f3577b34da6a3ce929d0e0e4703"
 
-	before := createdTotal(t)
+	before := w.createdTotal()
 	c1 := w.merge(map[string]string{prodValues: "replicaCount: 3\n"})
 	require.Equal(t, http.StatusAccepted, w.sendWith("push", w.pushBody(c1), traced(branchTrace)))
 	branch := w.changeRequest(sluicev1.ChangeRequestName("cart-prod", c1, 1))
@@ -91,9 +91,9 @@ func TestChangeRequests_everyKindIsMadeAlike(t *testing.T) {
 	}
 	// Four or more were created: cart-prod's three, plus cart-staging's
 	// Delete (and nothing else changed staging before).
-	require.Eventually(t, func() bool { return createdTotal(t)-before >= 4 }, 2*time.Minute, 10*time.Millisecond, "every kind counts in sluice_changerequests_created_total")
+	require.Eventually(t, func() bool { return w.createdTotal()-before >= 4 }, 2*time.Minute, 10*time.Millisecond, "every kind counts in sluice_changerequests_created_total")
 	_ = w.changeRequest(sluicev1.DeleteChangeRequestName("cart-staging", gone, 1))
-	assert.Equal(t, 4.0, createdTotal(t)-before, "the branch change, the preview and two Deletes, each counted once")
+	assert.Equal(t, 4.0, w.createdTotal()-before, "the branch change, the preview and two Deletes, each counted once")
 }
 
 // TestPushWebhook_theAuthenticatedPusherIsAnAuthorWhateverTheCommitEmail:

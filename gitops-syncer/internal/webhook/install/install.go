@@ -66,7 +66,10 @@ func Install(s *syncer.Syncer, opts Options) (*Installed, error) {
 	}
 	mgr := s.Manager
 	rec := s.Reconciler
-	m := webhook.NewMetrics(nil)
+	m, err := webhook.NewMetrics(nil)
+	if err != nil {
+		return nil, err
+	}
 	h := &preview.Handler{
 		Client:          mgr.GetClient(),
 		APIReader:       mgr.GetAPIReader(),

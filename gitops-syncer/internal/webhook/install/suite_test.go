@@ -41,7 +41,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook/install"
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -89,6 +89,7 @@ type world struct {
 	base    string
 	in      *install.Installed
 	api     *githubAPI
+	syncer  *syncer.Syncer
 }
 
 // githubAPI is an httptest server answering the GitHub REST calls the
@@ -194,7 +195,7 @@ func newWorld(t testing.TB, services ...string) *world {
 		Interval: &metav1.Duration{Duration: time.Hour}, WebhookSecretRef: &sluicev1.LocalObjectReference{Name: "infra-webhook"},
 	}}
 	require.NoError(t, k8s.Create(ctx, repo))
-	w := &world{t: t, ns: ns, git: g, repo: repo, secret: secret, base: base, in: in, api: api}
+	w := &world{t: t, ns: ns, git: g, repo: repo, secret: secret, base: base, in: in, api: api, syncer: s}
 	require.Eventually(t, func() bool {
 		got := &sluicev1.Repository{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(repo), got); err != nil {

@@ -5,10 +5,8 @@ package tfstatetest
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
@@ -19,22 +17,8 @@ import (
 // only cfg's rights apply), listening on a loopback port until ctx ends.
 // opts.BaseURL is set to where it listens.
 func Serve(ctx context.Context, cfg *rest.Config, opts tfstate.Options) (*tfstate.Server, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("state server client: %w", err)
-	}
-	h := &runner.Handler{}
-	addr, err := runner.Serve(ctx, "127.0.0.1:0", h)
-	if err != nil {
-		return nil, fmt.Errorf("state server listener: %w", err)
-	}
-	opts.BaseURL = runner.BaseURL("", addr)
-	s, err := tfstate.NewServer(cs, opts)
-	if err != nil {
-		return nil, err
-	}
-	h.Set(s.Handler())
-	return s, nil
+	s, _, err := runner.ServeState(ctx, cfg, "127.0.0.1:0", "", opts)
+	return s, err
 }
 
 // New is Serve for one test: the server stops when tb ends, and an error

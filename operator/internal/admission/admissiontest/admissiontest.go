@@ -6,7 +6,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 	"github.com/sluice-gitops/sluice/operator/internal/admission"
 )
 

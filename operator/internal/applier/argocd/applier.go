@@ -76,6 +76,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/kit/text"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
@@ -262,14 +263,14 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 			continue
 		case st.failedFor(cr.Name):
 			return applier.Result{}, applier.Permanent(sluicev1.ReasonApplyFailed,
-				"Argo CD's sync of revision %s ended %s: %s", sluicev1.ShortSHA(cr.Spec.Revision), st.phase, sluicev1.Truncate(st.message, 1200))
+				"Argo CD's sync of revision %s ended %s: %s", sluicev1.ShortSHA(cr.Spec.Revision), st.phase, text.Truncate(st.message, 1200))
 		}
 		if time.Now().After(deadline) {
 			// Not a failure: the worker is handed back and the change
 			// is looked at again after as long.
 			return applier.Result{}, &applier.Waiting{Reason: sluicev1.ReasonWaitingForArgoCD, RetryAfter: a.opts.Wait, Err: ErrSyncing,
 				Message: fmt.Sprintf("waiting for Argo CD to sync revision %s: sync %s, operation %s, health %s %s", sluicev1.ShortSHA(cr.Spec.Revision),
-					orNone(st.syncStatus), orNone(st.phase), orNone(st.health), sluicev1.Truncate(st.healthMessage, 200))}
+					orNone(st.syncStatus), orNone(st.phase), orNone(st.health), text.Truncate(st.healthMessage, 200))}
 		}
 		select {
 		case <-ctx.Done():

@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/argocd/argocdtest"
@@ -55,7 +55,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv(cmpChild) == "1" && len(os.Args) > 1 && os.Args[1] == CMPCommand {
 		os.Exit(RunCMP(os.Args[2:], os.Stdout, os.Stderr))
 	}
-	testenv.Main(m, testenv.Options{}, setup)
+	crds, err := argocdtest.CRDPaths()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testenv.Main(m, testenv.Options{CRDDirectoryPaths: crds}, setup)
 }
 
 // setup starts the artifact server and a real Argo CD whose repo-server

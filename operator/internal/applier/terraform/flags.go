@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
@@ -113,25 +112,10 @@ func (f *Flags) Register(ctx context.Context, reg applier.Registry, cfg *rest.Co
 // serveState starts the state server with the operator's own client: runs
 // reach one release's state each, through the credential Apply grants.
 func (f *Flags) serveState(ctx context.Context, cfg *rest.Config, log logr.Logger) (*tfstate.Server, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	addr := f.StateAddr
-	if addr == "" {
-		addr = ":8092"
-	}
-	// Listen first: the base URL may name the port the system chose.
-	lazy := &runner.Handler{}
-	bound, err := runner.Serve(ctx, addr, lazy)
+	srv, bound, err := runner.ServeState(ctx, cfg, f.StateAddr, f.StateBaseURL, tfstate.Options{Log: log.WithName("state")})
 	if err != nil {
 		return nil, fmt.Errorf("--state-bind-address: %w", err)
 	}
-	srv, err := tfstate.NewServer(cs, tfstate.Options{BaseURL: runner.BaseURL(f.StateBaseURL, bound), Log: log.WithName("state")})
-	if err != nil {
-		return nil, err
-	}
-	lazy.Set(srv.Handler())
 	log.Info("Serving Terraform state to runs", "address", bound.String())
 	return srv, nil
 }

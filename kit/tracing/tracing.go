@@ -23,11 +23,13 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Annotation holds the W3C traceparent of the sync that made a
-// ChangeRequest.
-const Annotation = "gitops.sluice.dev/traceparent"
+// ChangeRequest (the API's constant: readers need no OpenTelemetry).
+const Annotation = sluicev1.AnnotationTraceParent
 
 var propagator = propagation.TraceContext{}
 

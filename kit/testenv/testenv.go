@@ -1,6 +1,7 @@
 // Package testenv starts a real kube-apiserver and etcd (controller-runtime's
-// envtest) with the Sluice and Argo CD CRDs installed, for the integration
-// tests of every module.
+// envtest) with the Sluice CRDs installed, for the integration tests of
+// every module. Other CRDs (Argo CD's) are the caller's to name in
+// Options.CRDDirectoryPaths, so this package depends on no other project.
 //
 // The binaries are built from the Go module proxy by `make envtest` into
 // bin/k8s/<version>-<os>-<arch>/ at the repository root. KUBEBUILDER_ASSETS
@@ -15,23 +16,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	argoapp "github.com/argoproj/argo-cd/v2/pkg/apis/application"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -46,12 +42,6 @@ import (
 
 // KubernetesVersion is the version of the control plane `make envtest` builds.
 const KubernetesVersion = "1.37.2"
-
-// ArgoCDModule is the Go module that ships the Argo CD CRD manifests.
-const ArgoCDModule = "github.com/argoproj/argo-cd/v2"
-
-// ArgoApplicationGVK is the Argo CD Application kind, for unstructured use.
-var ArgoApplicationGVK = schema.GroupVersionKind{Group: argoapp.Group, Version: "v1alpha1", Kind: argoapp.ApplicationKind}
 
 // Env is a running control plane.
 type Env struct {
@@ -70,8 +60,13 @@ type Env struct {
 
 // Options tune Start.
 type Options struct {
-	// ExtraCRDs are installed next to the Sluice and Argo CD CRDs.
+	// ExtraCRDs are installed next to the Sluice CRDs.
 	ExtraCRDs []*apiextensionsv1.CustomResourceDefinition
+	// CRDDirectoryPaths are CRD manifest files or folders installed next
+	// to the Sluice CRDs (Argo CD's, for the suites that run it: see
+	// argocdtest.CRDPaths in the operator). A path that does not exist
+	// fails Start.
+	CRDDirectoryPaths []string
 	// APIServerFlags are extra kube-apiserver flags (name without "--").
 	APIServerFlags map[string]string
 }
@@ -88,6 +83,13 @@ func Scheme() *kruntime.Scheme {
 // Start starts kube-apiserver and etcd with the CRDs installed. Call Stop
 // when done.
 func Start(opts Options) (*Env, error) {
+	// Checked first: envtest would find a missing path only after the
+	// control plane started.
+	for _, p := range opts.CRDDirectoryPaths {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("CRD path: %w", err)
+		}
+	}
 	assets, err := BinaryAssetsDir()
 	if err != nil {
 		return nil, err
@@ -96,21 +98,12 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load Sluice CRDs: %w", err)
 	}
-	argoDir, err := ArgoCDCRDDir()
-	if err != nil {
-		return nil, err
-	}
 	all := append(sluiceCRDs, opts.ExtraCRDs...)
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDs:                  all,
 		CRDInstallOptions: envtest.CRDInstallOptions{
-			// kustomization.yaml sits beside the Argo CD CRDs; only the
-			// CRD files are wanted.
-			Paths: []string{
-				filepath.Join(argoDir, "application-crd.yaml"),
-				filepath.Join(argoDir, "appproject-crd.yaml"),
-			},
+			Paths:              opts.CRDDirectoryPaths,
 			ErrorIfPathMissing: true,
 		},
 		ErrorIfCRDPathMissing: true,
@@ -121,6 +114,9 @@ func Start(opts Options) (*Env, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// envtest leaves the control plane running when a later step
+		// (installing the CRDs) fails.
+		_ = env.Stop()
 		return nil, fmt.Errorf("start envtest (binaries in %s): %w", assets, err)
 	}
 	scheme := Scheme()
@@ -317,46 +313,6 @@ func hasBinaries(dir string) bool {
 		}
 	}
 	return true
-}
-
-// ArgoCDCRDDir returns the manifests/crds folder of the Argo CD module in the
-// module cache, at the version this build depends on.
-func ArgoCDCRDDir() (string, error) {
-	version := ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == ArgoCDModule {
-				version = d.Version
-				if d.Replace != nil {
-					version = d.Replace.Version
-				}
-			}
-		}
-	}
-	var dir string
-	if version != "" {
-		out, err := exec.Command("go", "env", "GOMODCACHE").Output()
-		if err == nil {
-			dir = filepath.Join(strings.TrimSpace(string(out)), ArgoCDModule+"@"+version)
-		}
-	}
-	if dir == "" || !isDir(filepath.Join(dir, "manifests", "crds")) {
-		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", ArgoCDModule).Output()
-		if err != nil {
-			return "", fmt.Errorf("locate the %s module for its CRDs (go mod download %s): %w", ArgoCDModule, ArgoCDModule, err)
-		}
-		dir = strings.TrimSpace(string(out))
-	}
-	crdDir := filepath.Join(dir, "manifests", "crds")
-	if !isDir(crdDir) {
-		return "", fmt.Errorf("argo CD CRDs not found in %s", crdDir)
-	}
-	return crdDir, nil
-}
-
-func isDir(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
 }
 
 func goosArch() string { return runtime.GOOS + "-" + runtime.GOARCH }

@@ -1,6 +1,7 @@
-// Package test checks the generated CRDs against a real kube-apiserver: they
-// install, the samples are accepted, and every validation rule rejects what
-// it should with a readable message.
+// Package test checks testenv and the generated CRDs against a real
+// kube-apiserver: the Sluice CRDs and the ones a suite names install, the
+// samples are accepted, and every validation rule rejects what it should
+// with a readable message.
 package test
 
 import (
@@ -20,17 +21,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sluice-gitops/sluice/operator/api/testenv"
+	"github.com/sluice-gitops/sluice/kit/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Options{}, func(e *testenv.Env) error { env = e; return nil })
+	testenv.Main(m, testenv.Options{CRDDirectoryPaths: []string{"testdata/widgets-crd.yaml"}}, func(e *testenv.Env) error { env = e; return nil })
 }
 
-const samplesDir = "../../config/samples"
+const samplesDir = "../../operator/config/samples"
 
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -90,9 +91,12 @@ func TestCRDs_installAndAreEstablished(t *testing.T) {
 			t.Errorf("CRD %s not established", plural)
 		}
 	}
-	app := &apiextensionsv1.CustomResourceDefinition{}
-	if err := env.Client.Get(ctx(t), types.NamespacedName{Name: "applications.argoproj.io"}, app); err != nil {
-		t.Fatalf("Argo CD Application CRD missing: %v", err)
+}
+
+func TestCRDDirectoryPaths_theCRDsASuiteNamesAreInstalled(t *testing.T) {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(ctx(t), types.NamespacedName{Name: "widgets.example.test"}, crd); err != nil {
+		t.Fatalf("the CRD of testdata/widgets-crd.yaml: %v", err)
 	}
 }
 

@@ -50,13 +50,11 @@ func TestBinaryAssetsDir_findsTheBuiltFolderFromInsideAModule(t *testing.T) {
 	}
 }
 
-func TestArgoCDCRDDir_isTheModulesManifests(t *testing.T) {
-	dir, err := ArgoCDCRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "application-crd.yaml")); err != nil {
-		t.Fatal(err)
+func TestStart_aMissingCRDPathFailsBeforeAnythingStarts(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-crds")
+	_, err := Start(Options{CRDDirectoryPaths: []string{missing}})
+	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("Start err = %v, want one that names the missing path %s", err, missing)
 	}
 }
 
