@@ -302,6 +302,11 @@ func (f *fixture) setReleaseStatus(mutate func(*sluicev1.ReleaseStatus)) {
 }
 
 // apply takes the change and applies it; a success is recorded.
+// patience is how long a test waits for Argo CD to get somewhere: long,
+// because on a busy machine its controller may take a while to look, and
+// only a failing test waits it out.
+const patience = 3 * time.Minute
+
 func (f *fixture) apply(cr *sluicev1.ChangeRequest) (applier.Result, error) {
 	f.take(cr)
 	res, err := f.applier.Apply(context.Background(), applier.Request{Change: cr, Repository: f.repo})
