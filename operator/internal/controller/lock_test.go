@@ -58,7 +58,7 @@ func TestLock_changesApprovedTogetherApplyOneAtATimeInLineWithoutPolling(t *test
 	// Count the writes that were stored (a write that lost a race is no
 	// write): every update of a ChangeRequest or a Release here is the
 	// operator's.
-	var stored sync.Map
+	var stored, lastSeen sync.Map
 	for _, obj := range []client.Object{&sluicev1.ChangeRequest{}, &sluicev1.Release{}} {
 		inf, err := op.mgr.GetCache().GetInformer(ctx(t), obj)
 		require.NoError(t, err)
@@ -67,6 +67,7 @@ func TestLock_changesApprovedTogetherApplyOneAtATimeInLineWithoutPolling(t *test
 				c, _ := stored.LoadOrStore(fmt.Sprintf("%T", n), new(atomic.Int64))
 				c.(*atomic.Int64).Add(1)
 			}
+			lastSeen.Store(client.ObjectKeyFromObject(n.(client.Object)), n.(client.Object).GetResourceVersion())
 		}})
 		require.NoError(t, err)
 	}
@@ -78,11 +79,14 @@ func TestLock_changesApprovedTogetherApplyOneAtATimeInLineWithoutPolling(t *test
 		return c.(*atomic.Int64).Load()
 	}
 	rel := f.release("checkout", "staging", autoApprove, nil)
+	// The Release's own set-up is not counted: its writes are done, and
+	// the counting handler has been handed the last of them (it may trail
+	// the API server on a busy machine).
 	require.Eventually(t, func() bool {
 		r := f.getRelease(rel.Name)
-		return len(r.Finalizers) == 1 && r.Status.ObservedGeneration == r.Generation
+		rv, _ := lastSeen.Load(client.ObjectKeyFromObject(r))
+		return len(r.Finalizers) == 1 && r.Status.ObservedGeneration == r.Generation && rv == r.ResourceVersion
 	}, waitFor, 50*time.Millisecond)
-	time.Sleep(2 * SummaryDelay) // the Release's own set-up is not counted
 	changeWrites, releaseWrites := count(&sluicev1.ChangeRequest{}), count(&sluicev1.Release{})
 	requeues := reconcileCount(t, "changerequest", "requeue_after")
 
