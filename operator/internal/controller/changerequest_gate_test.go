@@ -101,7 +101,7 @@ func TestGate_anApprovalForAnotherDigestDoesNotCount(t *testing.T) {
 	f, ta, rel := gateFixture(t)
 	older := f.change(rel, twoOf)
 	f.phase(older, sluicev1.PhaseAwaitingApproval)
-	time.Sleep(time.Second) // creation times order changes by the second
+	f.nextSecondAfter(older.CreationTimestamp.Time) // creation times order changes by the second
 	cr := f.change(rel, twoOf)
 	f.phase(older, sluicev1.PhaseSuperseded)
 	f.decide(older, "k8s:bob", sluicev1.DecisionApprove) // the older content's digest
@@ -289,7 +289,7 @@ func TestGate_aNewerChangeSupersedesAnOlderWaitingOne(t *testing.T) {
 	older := f.change(rel, twoOf)
 	f.decide(older, "k8s:alice", sluicev1.DecisionApprove)
 	f.waitingWith(older, "k8s:alice")
-	time.Sleep(time.Second)
+	f.nextSecondAfter(older.CreationTimestamp.Time) // creation times order changes by the second
 	newer := f.change(rel, twoOf)
 	got := f.phase(older, sluicev1.PhaseSuperseded)
 	require.Contains(t, condition(got, sluicev1.ConditionReady).Message, newer.Name)

@@ -68,7 +68,7 @@ func TestRelease_summarisesTheAppliedChangeAndKeepsTheSyncersFields(t *testing.T
 	require.Equal(t, metav1.ConditionTrue, releaseCondition(r, sluicev1.ConditionSynced).Status)
 
 	// A waiting change makes the release Progressing and not Ready.
-	time.Sleep(time.Second)
+	f.nextSecondAfter(cr.CreationTimestamp.Time) // so it is the newest change
 	waiting := f.change(rel, rule)
 	f.waitingWith(waiting)
 	require.Eventually(t, func() bool {
@@ -101,8 +101,8 @@ func TestRelease_keepsTheNewestChangeRequestsAndDeletesOrphanedApprovals(t *test
 	rel := f.release("checkout", "staging", autoApprove, nil)
 	applied := f.change(rel, autoApprove)
 	f.phase(applied, sluicev1.PhaseApplied)
-	f.decide(applied, "k8s:alice", sluicev1.DecisionApprove)
-	time.Sleep(time.Second)
+	approval := f.decide(applied, "k8s:alice", sluicev1.DecisionApprove)
+	f.nextSecondAfter(approval.CreationTimestamp.Time) // the previews are newer
 	var previews []*sluicev1.ChangeRequest
 	for pr := int64(1); pr <= 3; pr++ {
 		p := f.change(rel, autoApprove, asPreview(pr))
@@ -280,14 +280,14 @@ func TestRelease_aFailedPassDoesNotMoveObservedGeneration(t *testing.T) {
 		return nil
 	}})
 	rel := f.release("checkout", "staging", autoApprove, nil)
-	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
+	first := f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
 	require.Eventually(t, func() bool {
 		r := f.getRelease(rel.Name)
 		return r.Status.ObservedGeneration == r.Generation && meta.IsStatusConditionTrue(r.Status.Conditions, sluicev1.ConditionReady)
 	}, waitFor, 50*time.Millisecond)
 
 	failing.Store(true)
-	time.Sleep(time.Second) // a second apart, so the next change is newer
+	f.nextSecondAfter(first.CreationTimestamp.Time) // a second apart, so the next change is newer
 	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
 	require.Eventually(t, func() bool { return failed.Load() > 0 }, waitFor, 50*time.Millisecond, "pruning the first change fails")
 	var updated *sluicev1.Release
