@@ -270,7 +270,7 @@ func TestArgoCD_aLongSyncIsLookedAtAgainNotAskedForTwice(t *testing.T) {
 	f.take(cr)
 	req := applier.Request{Change: cr, Repository: f.repo}
 	// No kubelet: the Deployment stays Progressing.
-	_, err := f.applier.Apply(context.Background(), req)
+	_, err := f.look(req)
 	require.ErrorIs(t, err, ErrSyncing, argo.Logs())
 	_, ok := applier.AsFailure(err)
 	require.False(t, ok, "still syncing is retried, not a failure")
@@ -278,7 +278,7 @@ func TestArgoCD_aLongSyncIsLookedAtAgainNotAskedForTwice(t *testing.T) {
 	// machine): wait until Argo CD started it, then look again.
 	first := f.syncStarted(cr.Name)
 
-	_, err = f.applier.Apply(context.Background(), req)
+	_, err = f.look(req)
 	require.ErrorIs(t, err, ErrSyncing)
 	require.Equal(t, first, startedAt(f.application()), "the sync is not asked for again")
 
