@@ -382,7 +382,9 @@ func (f *fixture) getRelease(name string) *sluicev1.Release {
 	return out
 }
 
-const waitFor = 30 * time.Second
+// waitFor bounds every wait for the operator: generous, because a busy
+// machine may take long to get there, and only a failing test waits it out.
+const waitFor = 2 * time.Minute
 
 // eventually waits until cond holds for the ChangeRequest, describing it on
 // failure.
