@@ -205,6 +205,8 @@ type fixture struct {
 	t  *testing.T
 	ns string
 	c  client.Client
+	// op is the operator of the fixture when one test helper needs it.
+	op *operator
 }
 
 func newFixture(t *testing.T) *fixture {
