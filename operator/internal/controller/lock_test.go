@@ -112,12 +112,16 @@ func TestLock_changesApprovedTogetherApplyOneAtATimeInLineWithoutPolling(t *test
 	la.mu.Lock()
 	defer la.mu.Unlock()
 	require.Equal(t, 1, la.maxInFlight, "two changes of the release were applied at once")
-	require.Equal(t, applied, la.order, "the changes were applied in line (oldest first), each once")
-	require.True(t, slices.IsSortedFunc(la.order, func(a, b string) int {
+	require.ElementsMatch(t, applied, la.order, "each applied change was applied once")
+	// The first change to find the lock free takes it, and which of the
+	// changes approved together gets there first is up to the scheduler
+	// (on a busy machine not always the oldest); every later one is handed
+	// the lock in line, oldest first.
+	require.True(t, slices.IsSortedFunc(la.order[1:], func(a, b string) int {
 		ia := slices.IndexFunc(changes, func(c *sluicev1.ChangeRequest) bool { return c.Name == a })
 		ib := slices.IndexFunc(changes, func(c *sluicev1.ChangeRequest) bool { return c.Name == b })
 		return ia - ib
-	}))
+	}), "handed the lock in line after the first: %v", la.order)
 	require.Zero(t, reconcileCount(t, "changerequest", "requeue_after")-requeues, "a ChangeRequest reconcile polled")
 	// The counts are read once the operator's cache has seen the last write.
 	require.Eventually(t, func() bool {
