@@ -139,13 +139,23 @@ func TestRelease_keepsTheNewestChangeRequestsAndDeletesOrphanedApprovals(t *test
 	}, waitFor, 50*time.Millisecond, "only the Approvals of remaining changes are left")
 }
 
+// appliedOf waits until the Release records cr as its applied change. The
+// cleanup of a deleted Release reads the applied change from there, and the
+// Release reconciler writes it a moment after the change's Applied (on a
+// busy machine more than a moment): a test deletes once it is recorded.
+func (f *fixture) appliedOf(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool { return f.getRelease(rel.Name).Status.AppliedChange == cr.Name }, waitFor, 50*time.Millisecond,
+		"the Release never recorded %s as applied", cr.Name)
+}
+
 func TestRelease_deletionRunsTheAppliersCleanupBeforeTheFinalizerGoes(t *testing.T) {
 	f := newFixture(t)
 	ta := &testapplier.Applier{Client: env.Client}
 	startOperator(t, f.ns, operatorConfig{applier: ta})
 	rel := f.release("checkout", "staging", autoApprove, nil)
 	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
-	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
+	f.appliedOf(rel, f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied))
 	// A later push moves the environment: the cleanup still removes what
 	// was applied, where it was applied.
 	moved := f.getRelease(rel.Name)
@@ -183,7 +193,7 @@ func TestRelease_deletingAReleaseWithTerraformSaysItsStateStays(t *testing.T) {
 		r.Spec.Terraform = &sluicev1.TerraformSource{Dir: "services/checkout/terraform", Workspace: "staging"}
 	})
 	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
-	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
+	f.appliedOf(rel, f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied))
 	require.NoError(t, f.c.Delete(ctx(t), rel))
 	require.Eventually(t, func() bool {
 		return apierrors.IsNotFound(f.c.Get(ctx(t), client.ObjectKeyFromObject(rel), &sluicev1.Release{}))
