@@ -41,7 +41,7 @@ const installValues = "operator: {watchNamespaces: [" + controlNS + "]}\nsyncer:
 // How long tests wait for the API server to catch up with a write (RBAC and
 // admission are read through informers), and how often they look.
 const (
-	defaultWait = 30 * time.Second
+	defaultWait = 2 * time.Minute
 	pollEvery   = 100 * time.Millisecond
 )
 
@@ -59,7 +59,9 @@ func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}, setup) }
 func setup(e *testenv.Env) error {
 	env = e
 	var err error
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Generous: on a busy machine the chart and its policies take a while;
+	// a healthy set-up returns as soon as it is ready.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := installChart(ctx); err != nil {
 		return err
@@ -71,7 +73,7 @@ func setup(e *testenv.Env) error {
 	}
 	// A chart whose RBAC lacks these rights must fail the tests that say
 	// so, not TestMain: wait a bounded while, then go on.
-	rbacCtx, rbacCancel := context.WithTimeout(ctx, 15*time.Second)
+	rbacCtx, rbacCancel := context.WithTimeout(ctx, time.Minute)
 	if err := waitForRBAC(rbacCtx); err != nil {
 		fmt.Fprintln(os.Stderr, "chart tests: going on without:", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -22,9 +23,26 @@ var twoOf = sluicev1.ApprovalRule{Required: 2, Approvers: ids("k8s-group:sre", "
 func gateFixture(t *testing.T) (*fixture, *testapplier.Applier, *sluicev1.Release) {
 	f := newFixture(t)
 	ta := &testapplier.Applier{Client: env.Client}
-	startOperator(t, f.ns, operatorConfig{applier: ta})
+	f.op = startOperator(t, f.ns, operatorConfig{applier: ta})
 	rel := f.release("checkout", "prod", twoOf, nil)
 	return f, ta, rel
+}
+
+// passSeeing runs one ChangeRequest pass of the gate fixture's operator
+// for cr once its cache holds every one of approvals, so a check that the
+// approvals changed nothing is not made before the operator saw them.
+func (f *fixture) passSeeing(cr *sluicev1.ChangeRequest, approvals ...*sluicev1.Approval) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool {
+		for _, a := range approvals {
+			if f.op.mgr.GetCache().Get(ctx(f.t), client.ObjectKeyFromObject(a), &sluicev1.Approval{}) != nil {
+				return false
+			}
+		}
+		return true
+	}, waitFor, 20*time.Millisecond, "the operator's cache never held the approvals")
+	_, err := f.op.changes.Reconcile(ctx(f.t), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cr)})
+	require.NoError(f.t, err)
 }
 
 func requireNotApplied(t *testing.T, f *fixture, ta *testapplier.Applier, cr *sluicev1.ChangeRequest) {
@@ -101,7 +119,7 @@ func TestGate_anApprovalForAnotherDigestDoesNotCount(t *testing.T) {
 	f, ta, rel := gateFixture(t)
 	older := f.change(rel, twoOf)
 	f.phase(older, sluicev1.PhaseAwaitingApproval)
-	time.Sleep(time.Second) // creation times order changes by the second
+	f.nextSecondAfter(older.CreationTimestamp.Time) // creation times order changes by the second
 	cr := f.change(rel, twoOf)
 	f.phase(older, sluicev1.PhaseSuperseded)
 	f.decide(older, "k8s:bob", sluicev1.DecisionApprove) // the older content's digest
@@ -154,9 +172,9 @@ func TestGate_aVetoedChangeIsRejectedWhateverItsApprovals(t *testing.T) {
 	require.Equal(t, ids("k8s:bob"), got.Status.RejectedBy)
 	require.Equal(t, sluicev1.ReasonVetoed, condition(got, sluicev1.ConditionReady).Reason)
 	// Terminal: a later revoke of the veto changes nothing.
-	f.decide(cr, "k8s:bob", sluicev1.DecisionRevoke)
-	f.decide(cr, "k8s:carol", sluicev1.DecisionApprove, inGroups("sre"))
-	time.Sleep(500 * time.Millisecond)
+	revoke := f.decide(cr, "k8s:bob", sluicev1.DecisionRevoke)
+	approve := f.decide(cr, "k8s:carol", sluicev1.DecisionApprove, inGroups("sre"))
+	f.passSeeing(cr, revoke, approve)
 	require.Equal(t, sluicev1.PhaseRejected, f.get(cr).Status.Phase)
 	requireNotApplied(t, f, ta, cr)
 }
@@ -289,14 +307,13 @@ func TestGate_aNewerChangeSupersedesAnOlderWaitingOne(t *testing.T) {
 	older := f.change(rel, twoOf)
 	f.decide(older, "k8s:alice", sluicev1.DecisionApprove)
 	f.waitingWith(older, "k8s:alice")
-	time.Sleep(time.Second)
+	f.nextSecondAfter(older.CreationTimestamp.Time) // creation times order changes by the second
 	newer := f.change(rel, twoOf)
 	got := f.phase(older, sluicev1.PhaseSuperseded)
 	require.Contains(t, condition(got, sluicev1.ConditionReady).Message, newer.Name)
 	f.waitingWith(newer)
 	// The older change stays superseded even when it gets its approvals.
-	f.decide(older, "k8s:bob", sluicev1.DecisionApprove)
-	time.Sleep(500 * time.Millisecond)
+	f.passSeeing(older, f.decide(older, "k8s:bob", sluicev1.DecisionApprove))
 	require.Equal(t, sluicev1.PhaseSuperseded, f.get(older).Status.Phase)
 	requireNotApplied(t, f, ta, older)
 }

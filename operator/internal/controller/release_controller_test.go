@@ -68,7 +68,7 @@ func TestRelease_summarisesTheAppliedChangeAndKeepsTheSyncersFields(t *testing.T
 	require.Equal(t, metav1.ConditionTrue, releaseCondition(r, sluicev1.ConditionSynced).Status)
 
 	// A waiting change makes the release Progressing and not Ready.
-	time.Sleep(time.Second)
+	f.nextSecondAfter(cr.CreationTimestamp.Time) // so it is the newest change
 	waiting := f.change(rel, rule)
 	f.waitingWith(waiting)
 	require.Eventually(t, func() bool {
@@ -101,8 +101,8 @@ func TestRelease_keepsTheNewestChangeRequestsAndDeletesOrphanedApprovals(t *test
 	rel := f.release("checkout", "staging", autoApprove, nil)
 	applied := f.change(rel, autoApprove)
 	f.phase(applied, sluicev1.PhaseApplied)
-	f.decide(applied, "k8s:alice", sluicev1.DecisionApprove)
-	time.Sleep(time.Second)
+	approval := f.decide(applied, "k8s:alice", sluicev1.DecisionApprove)
+	f.nextSecondAfter(approval.CreationTimestamp.Time) // the previews are newer
 	var previews []*sluicev1.ChangeRequest
 	for pr := int64(1); pr <= 3; pr++ {
 		p := f.change(rel, autoApprove, asPreview(pr))
@@ -139,13 +139,23 @@ func TestRelease_keepsTheNewestChangeRequestsAndDeletesOrphanedApprovals(t *test
 	}, waitFor, 50*time.Millisecond, "only the Approvals of remaining changes are left")
 }
 
+// appliedOf waits until the Release records cr as its applied change. The
+// cleanup of a deleted Release reads the applied change from there, and the
+// Release reconciler writes it a moment after the change's Applied (on a
+// busy machine more than a moment): a test deletes once it is recorded.
+func (f *fixture) appliedOf(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool { return f.getRelease(rel.Name).Status.AppliedChange == cr.Name }, waitFor, 50*time.Millisecond,
+		"the Release never recorded %s as applied", cr.Name)
+}
+
 func TestRelease_deletionRunsTheAppliersCleanupBeforeTheFinalizerGoes(t *testing.T) {
 	f := newFixture(t)
 	ta := &testapplier.Applier{Client: env.Client}
 	startOperator(t, f.ns, operatorConfig{applier: ta})
 	rel := f.release("checkout", "staging", autoApprove, nil)
 	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
-	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
+	f.appliedOf(rel, f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied))
 	// A later push moves the environment: the cleanup still removes what
 	// was applied, where it was applied.
 	moved := f.getRelease(rel.Name)
@@ -183,7 +193,7 @@ func TestRelease_deletingAReleaseWithTerraformSaysItsStateStays(t *testing.T) {
 		r.Spec.Terraform = &sluicev1.TerraformSource{Dir: "services/checkout/terraform", Workspace: "staging"}
 	})
 	require.Eventually(t, func() bool { return len(f.getRelease(rel.Name).Finalizers) == 1 }, waitFor, 50*time.Millisecond)
-	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
+	f.appliedOf(rel, f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied))
 	require.NoError(t, f.c.Delete(ctx(t), rel))
 	require.Eventually(t, func() bool {
 		return apierrors.IsNotFound(f.c.Get(ctx(t), client.ObjectKeyFromObject(rel), &sluicev1.Release{}))
@@ -280,14 +290,14 @@ func TestRelease_aFailedPassDoesNotMoveObservedGeneration(t *testing.T) {
 		return nil
 	}})
 	rel := f.release("checkout", "staging", autoApprove, nil)
-	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
+	first := f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
 	require.Eventually(t, func() bool {
 		r := f.getRelease(rel.Name)
 		return r.Status.ObservedGeneration == r.Generation && meta.IsStatusConditionTrue(r.Status.Conditions, sluicev1.ConditionReady)
 	}, waitFor, 50*time.Millisecond)
 
 	failing.Store(true)
-	time.Sleep(time.Second) // a second apart, so the next change is newer
+	f.nextSecondAfter(first.CreationTimestamp.Time) // a second apart, so the next change is newer
 	f.phase(f.change(rel, autoApprove), sluicev1.PhaseApplied)
 	require.Eventually(t, func() bool { return failed.Load() > 0 }, waitFor, 50*time.Millisecond, "pruning the first change fails")
 	var updated *sluicev1.Release

@@ -145,6 +145,10 @@ type operatorConfig struct {
 	grace         time.Duration
 	lockRetry     time.Duration
 	concurrency   int
+	// idle builds the reconcilers but registers no controller, so nothing
+	// reconciles unless the test calls Reconcile: a test that counts the
+	// writes of its own calls is alone with the API server.
+	idle bool
 }
 
 // startOperator runs a manager for namespace ns until the test ends (or
@@ -179,10 +183,17 @@ func startOperator(t testing.TB, ns string, cfg operatorConfig) *operator {
 			Appliers: reg, KeepChangeRequests: cfg.keep, ApprovalGracePeriod: cfg.grace,
 		},
 	}
-	copts := controller.Options{MaxConcurrentReconciles: max(cfg.concurrency, 2), SkipNameValidation: ptr.To(true)}
-	require.NoError(t, op.changes.SetupWithManager(mgr, copts))
-	require.NoError(t, op.release.SetupWithManager(mgr, copts))
+	if !cfg.idle {
+		copts := controller.Options{MaxConcurrentReconciles: max(cfg.concurrency, 2), SkipNameValidation: ptr.To(true)}
+		require.NoError(t, op.changes.SetupWithManager(mgr, copts))
+		require.NoError(t, op.release.SetupWithManager(mgr, copts))
+	}
 	op.run = testenv.Go(t, mgr)
+	if cfg.idle {
+		// With no controller nothing else waits for the cache: reads
+		// before it has started would fail.
+		require.True(t, mgr.GetCache().WaitForCacheSync(ctx(t)), "the cache of the idle operator synced")
+	}
 	return op
 }
 
@@ -194,6 +205,8 @@ type fixture struct {
 	t  *testing.T
 	ns string
 	c  client.Client
+	// op is the operator of the fixture when one test helper needs it.
+	op *operator
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -371,7 +384,9 @@ func (f *fixture) getRelease(name string) *sluicev1.Release {
 	return out
 }
 
-const waitFor = 30 * time.Second
+// waitFor bounds every wait for the operator: generous, because a busy
+// machine may take long to get there, and only a failing test waits it out.
+const waitFor = 2 * time.Minute
 
 // eventually waits until cond holds for the ChangeRequest, describing it on
 // failure.
@@ -388,6 +403,14 @@ func (f *fixture) eventually(cr *sluicev1.ChangeRequest, what string, cond func(
 	}
 	f.t.Fatalf("ChangeRequest %s never reached %q; last status: %s", cr.Name, what, describe(last))
 	return nil
+}
+
+// nextSecondAfter waits until the clock (the API server's: same machine)
+// is in a later second than t, so an object created now has a later
+// creationTimestamp, which has second resolution.
+func (f *fixture) nextSecondAfter(t time.Time) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool { return time.Now().Truncate(time.Second).After(t) }, waitFor, 20*time.Millisecond)
 }
 
 // phase waits for a phase.

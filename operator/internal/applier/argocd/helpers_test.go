@@ -24,9 +24,11 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -307,9 +309,28 @@ func (f *fixture) setReleaseStatus(mutate func(*sluicev1.ReleaseStatus)) {
 }
 
 // apply takes the change and applies it; a success is recorded.
+// patience is how long a test waits for Argo CD to get somewhere: long,
+// because on a busy machine its controller may take a while to look, and
+// only a failing test waits it out.
+const patience = 3 * time.Minute
+
+// look calls Apply with req as the operator does, which retries an Apply
+// that lost a write race: Argo CD writes the Application's status while
+// the applier updates its spec, and on a busy machine the two meet.
+func (f *fixture) look(req applier.Request) (applier.Result, error) {
+	var res applier.Result
+	err := retry.OnError(retry.DefaultRetry, apierrors.IsConflict, func() (err error) {
+		res, err = f.applier.Apply(context.Background(), req)
+		return err
+	})
+	return res, err
+}
+
+// apply takes the lock for cr, looks once (see look) and, when that
+// succeeded, records the change Applied and frees the lock.
 func (f *fixture) apply(cr *sluicev1.ChangeRequest) (applier.Result, error) {
 	f.take(cr)
-	res, err := f.applier.Apply(context.Background(), applier.Request{Change: cr, Repository: f.repo})
+	res, err := f.look(applier.Request{Change: cr, Repository: f.repo})
 	if err == nil {
 		f.finish(cr)
 	}

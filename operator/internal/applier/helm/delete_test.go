@@ -374,7 +374,9 @@ func TestDelete_aNewerChangeSupersedesAPendingDelete(t *testing.T) {
 	f.waitPhase(del, sluicev1.PhaseAwaitingApproval)
 
 	// A revert push: the release is back, with a change of its own.
-	time.Sleep(time.Until(del.CreationTimestamp.Add(1100 * time.Millisecond))) // creation times have one-second resolution
+	// Creation times have one-second resolution: the revert is newer once
+	// the clock is in a later second.
+	require.Eventually(t, func() bool { return time.Now().Truncate(time.Second).After(del.CreationTimestamp.Time) }, time.Minute, 20*time.Millisecond)
 	revert := f.newChange(func(c string) string { return sluicev1.ChangeRequestName(f.release.Name, c, 1) }, "",
 		f.plan("small", false), sluicev1.ApprovalRule{Required: 1}, sluicev1.RiskLow)
 	f.waitPhase(del, sluicev1.PhaseSuperseded)

@@ -261,9 +261,12 @@ func newHoldingWebhook(t *testing.T, namespace, hold string) *holdingWebhook {
 		}
 		if first {
 			close(h.held)
+			// Held until the test lets it go or the API server gives up
+			// on the webhook (its timeout): no clock of the test's own,
+			// which a busy machine could outrun.
 			select {
 			case <-h.release:
-			case <-time.After(25 * time.Second):
+			case <-r.Context().Done():
 			}
 		}
 		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
