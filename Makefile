@@ -74,6 +74,24 @@ images-tool: ## Build the image tool (bin/images-tool; generic `build` verb for 
 	@mkdir -p bin
 	cd hack/images && GOWORK=off CGO_ENABLED=0 go build -trimpath -o $(IMAGES_TOOL) .
 
+# The commit time stamps the binaries and dates every image so that one
+# commit always gives the same digests.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_ARCHES ?= amd64,arm64
+# The runner image's terraform per architecture (static builds only); see
+# README.md "Images" for why arm64 has none here.
+TERRAFORM_AMD64 ?= $(shell command -v terraform 2>/dev/null)
+IMAGE_TERRAFORM := $(if $(TERRAFORM_AMD64),-terraform amd64=$(TERRAFORM_AMD64)) $(if $(TERRAFORM_ARM64),-terraform arm64=$(TERRAFORM_ARM64))
+
+.PHONY: images
+images: images-tool ## Build, sign and SBOM the images into bin/images (OCI layout + per-arch tarballs); no Docker, no registry.
+	$(IMAGES_TOOL) release -root . -out $(IMAGES_DIR) -chart charts/sluice -arch $(IMAGE_ARCHES) \
+	  -stamp-version $(VERSION) -commit $(COMMIT) -epoch $(SOURCE_DATE_EPOCH) $(IMAGE_TERRAFORM)
+
+.PHONY: verify-images
+verify-images: images-tool ## Check every signature and SBOM in bin/images/oci and that the chart's default images are there.
+	$(IMAGES_TOOL) verify -layout $(IMAGES_DIR)/oci -chart charts/sluice $(if $(SIGNING_PUB),-pub $(SIGNING_PUB),-pub $(IMAGES_DIR)/cosign.pub)
+
 .PHONY: build
 build: ## Build every module and the binaries into bin/.
 	@mkdir -p bin
