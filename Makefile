@@ -88,9 +88,15 @@ images: images-tool ## Build, sign and SBOM the images into bin/images (OCI layo
 	$(IMAGES_TOOL) release -root . -out $(IMAGES_DIR) -chart charts/sluice -arch $(IMAGE_ARCHES) \
 	  -stamp-version $(VERSION) -commit $(COMMIT) -epoch $(SOURCE_DATE_EPOCH) $(IMAGE_TERRAFORM)
 
+# SIGNING_PUB: the public key to verify with (a release's own); default the
+# local one `make images` created.
+SIGNING_PUB ?= $(IMAGES_DIR)/cosign.pub
+
 .PHONY: verify-images
-verify-images: images-tool ## Check every signature and SBOM in bin/images/oci and that the chart's default images are there.
-	$(IMAGES_TOOL) verify -layout $(IMAGES_DIR)/oci -chart charts/sluice $(if $(SIGNING_PUB),-pub $(SIGNING_PUB),-pub $(IMAGES_DIR)/cosign.pub)
+verify-images: images-tool ## Check every signature and SBOM in bin/images/oci and the chart's default images; lint and test the image tool.
+	$(IMAGES_TOOL) verify -layout $(IMAGES_DIR)/oci -chart charts/sluice -pub $(SIGNING_PUB)
+	@out=$$(gofmt -l hack/images); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	cd hack/images && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...
 
 .PHONY: build
 build: ## Build every module and the binaries into bin/.
@@ -114,6 +120,8 @@ test: ## Lint, check generated files, run every module's tests against a real co
 	@$(call step,redis)
 	@$(call step,verify-generate)
 	@$(call step,lint)
+	@$(call step,images)
+	@$(call step,verify-images)
 	@echo "KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS)"
 	@for m in $(MODULES); do echo "== go test ./$$m/..."; t0=$$(date +%s); go test $(GOTEST_FLAGS) -timeout $(TEST_TIMEOUT) ./$$m/...; echo "== step go test ./$$m/...: $$(( $$(date +%s) - t0 )) s"; done
 
