@@ -54,9 +54,9 @@ func writeRelease(o ReleaseOptions, signer signature.SignerVerifier, built []Bui
 // signature.
 func releaseEntries(signer signature.SignerVerifier, old map[string]v1.Image, b BuiltImage) ([]layoutEntry, error) {
 	repo := b.Ref.Context()
-	entries := []layoutEntry{{ref: b.Ref.String(), index: b.Index}}
+	entries := []layoutEntry{{ref: layoutRef(b.Ref), index: b.Index}}
 	sign := func(d v1.Hash) error {
-		tag := SignatureTag(repo, d).String()
+		tag := layoutRef(SignatureTag(repo, d))
 		if img, ok := old[tag]; ok {
 			// ECDSA signatures are randomised: keep a still-valid one so
 			// that rebuilding an unchanged commit changes no file.
@@ -87,7 +87,7 @@ func releaseEntries(signer signature.SignerVerifier, old map[string]v1.Image, b 
 		if err != nil {
 			return nil, err
 		}
-		entries = append(entries, layoutEntry{ref: SBOMTag(repo, d).String(), image: sbom})
+		entries = append(entries, layoutEntry{ref: layoutRef(SBOMTag(repo, d)), image: sbom})
 		sd, err := sbom.Digest()
 		if err != nil {
 			return nil, err

@@ -146,6 +146,24 @@ func TestRelease_layout(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "amd64", "hello.tar")); err != nil {
 		t.Error(err)
 	}
+	// The layout names references as people write them, attachments too.
+	p, err := layout.FromPath(filepath.Join(out, "oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, err := layoutRefs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"sluice-gitops/hello:1.2.3", "sluice-gitops/hello:sha256-" + b.Digest.Hex + ".sig"} {
+		if _, ok := refs[want]; !ok {
+			t.Errorf("layout lacks %s; has %v", want, refs)
+		}
+	}
 }
 
 // TestVerify_accepts checks a fresh layout and its chart references.
@@ -240,8 +258,8 @@ func TestVerify_refusesMovedSignature(t *testing.T) {
 	}
 	repo := built[0].Ref.Context()
 	amd, _ := built[0].Platforms["amd64"].Digest()
-	indexSig := refs[SignatureTag(repo, built[0].Digest).String()]
-	amdTag := SignatureTag(repo, amd).String()
+	indexSig := refs[layoutRef(SignatureTag(repo, built[0].Digest))]
+	amdTag := layoutRef(SignatureTag(repo, amd))
 	indexSig.Annotations = map[string]string{annRefName: amdTag}
 	if err := p.RemoveDescriptors(match.Annotation(annRefName, amdTag)); err != nil {
 		t.Fatal(err)
@@ -345,7 +363,7 @@ func TestSignatureImage_isCosignShaped(t *testing.T) {
 	}
 	root, _ := p.ImageIndex()
 	refs, _ := layoutRefs(root)
-	d := refs[SignatureTag(built[0].Ref.Context(), built[0].Digest).String()]
+	d := refs[layoutRef(SignatureTag(built[0].Ref.Context(), built[0].Digest))]
 	img, err := root.Image(d.Digest)
 	if err != nil {
 		t.Fatal(err)

@@ -138,6 +138,16 @@ func SignatureTag(repo name.Repository, digest v1.Hash) name.Tag {
 	return repo.Tag(fmt.Sprintf("%s-%s.sig", digest.Algorithm, digest.Hex))
 }
 
+// layoutRef names a tag in the layout the way people write it: Docker
+// Hub's registry left out (sluice-gitops/operator:0.1.0), whatever way
+// the tag was made.
+func layoutRef(t name.Tag) string {
+	if t.RegistryStr() == name.DefaultRegistry {
+		return t.RepositoryStr() + ":" + t.TagStr()
+	}
+	return t.Name()
+}
+
 // SBOMTag is the tag `cosign attach sbom` uses for the SBOM of digest.
 func SBOMTag(repo name.Repository, digest v1.Hash) name.Tag {
 	return repo.Tag(fmt.Sprintf("%s-%s.sbom", digest.Algorithm, digest.Hex))

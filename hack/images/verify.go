@@ -100,7 +100,7 @@ func canonical(ref string) string {
 	if err != nil {
 		return ref
 	}
-	return t.String()
+	return layoutRef(t)
 }
 
 // verifier2 carries one verification's state.
@@ -159,7 +159,7 @@ func (v *verifier2) checkImage(ref string) {
 
 // checkSignature finds and verifies the signature of repo@digest.
 func (v *verifier2) checkSignature(what string, repo name.Repository, d v1.Hash) {
-	tag := SignatureTag(repo, d).String()
+	tag := layoutRef(SignatureTag(repo, d))
 	sd, ok := v.refs[tag]
 	if !ok {
 		v.problem("%s: no signature for %s (%s)", what, d, tag)
@@ -184,7 +184,7 @@ func (v *verifier2) checkSignature(what string, repo name.Repository, d v1.Hash)
 // checkSBOM finds the SBOM of a platform manifest, checks its signature
 // and that it is an SPDX document.
 func (v *verifier2) checkSBOM(what string, repo name.Repository, d v1.Hash) {
-	tag := SBOMTag(repo, d).String()
+	tag := layoutRef(SBOMTag(repo, d))
 	sd, ok := v.refs[tag]
 	if !ok {
 		v.problem("%s: no SBOM (%s)", what, tag)
