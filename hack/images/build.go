@@ -148,5 +148,9 @@ func writeTarball(path string, ref name.Reference, img v1.Image) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
+	// CreateTemp makes 0600; the tarballs are for other users' tools too.
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
 	return os.Rename(tmp.Name(), path)
 }
