@@ -69,6 +69,44 @@ redis: ## Install redis-server (Debian package) for the Argo CD tests when it is
 	  redis-server --version; \
 	else echo "redis: redis-server is missing and only root can install it: run 'sudo apt-get install -y redis-server'" >&2; exit 1; fi
 
+# Images (hack/images, its own module built with GOWORK=off like
+# operator/hack/tools): see README.md "Images".
+IMAGES_TOOL := $(CURDIR)/bin/images-tool
+IMAGES_DIR  := $(CURDIR)/bin/images
+
+.PHONY: images-tool
+images-tool: ## Build the image tool (bin/images-tool; generic `build` verb for other images).
+	@mkdir -p bin
+	cd hack/images && GOWORK=off CGO_ENABLED=0 go build -trimpath -o $(IMAGES_TOOL) .
+
+# The commit time stamps the binaries and dates every image so that one
+# commit always gives the same digests.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_ARCHES ?= amd64,arm64
+# make test builds amd64 only: an arm64 cross-build compiles every
+# dependency again (see README.md "Images"), which CI's 70 minutes cold do
+# not hold; the image tool's own tests still build and verify arm64.
+TEST_IMAGE_ARCHES ?= amd64
+# The runner image's terraform per architecture (static builds only); see
+# README.md "Images" for why arm64 has none here.
+TERRAFORM_AMD64 ?= $(shell command -v terraform 2>/dev/null)
+IMAGE_TERRAFORM := $(if $(TERRAFORM_AMD64),-terraform amd64=$(TERRAFORM_AMD64)) $(if $(TERRAFORM_ARM64),-terraform arm64=$(TERRAFORM_ARM64))
+
+.PHONY: images
+images: images-tool ## Build, sign and SBOM the images into bin/images (OCI layout + per-arch tarballs); no Docker, no registry.
+	$(IMAGES_TOOL) release -root . -out $(IMAGES_DIR) -chart charts/sluice -arch $(IMAGE_ARCHES) \
+	  -stamp-version $(VERSION) -commit $(COMMIT) -epoch $(SOURCE_DATE_EPOCH) $(IMAGE_TERRAFORM)
+
+# SIGNING_PUB: the public key to verify with (a release's own); default the
+# local one `make images` created.
+SIGNING_PUB ?= $(IMAGES_DIR)/cosign.pub
+
+.PHONY: verify-images
+verify-images: images-tool ## Check every signature and SBOM in bin/images/oci and the chart's default images; lint and test the image tool.
+	$(IMAGES_TOOL) verify -layout $(IMAGES_DIR)/oci -chart charts/sluice -pub $(SIGNING_PUB)
+	@out=$$(gofmt -l hack/images); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	cd hack/images && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...
+
 .PHONY: build
 build: ## Build every module and the binaries into bin/.
 	@mkdir -p bin
@@ -103,6 +141,8 @@ test: ## Lint, check generated files, run every module's tests against a real co
 	@$(call step,redis)
 	@$(call step,verify-generate)
 	@$(call step,lint)
+	@$(call step,images IMAGE_ARCHES=$(TEST_IMAGE_ARCHES))
+	@$(call step,verify-images)
 	@echo "KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS)"
 	@for m in $(MODULES); do echo "== go test ./$$m/..."; t0=$$(date +%s); go test $(GOTEST_FLAGS) -timeout $(TEST_TIMEOUT) ./$$m/...; echo "== step go test ./$$m/...: $$(( $$(date +%s) - t0 )) s"; done
 
