@@ -89,7 +89,7 @@ func pushOne(root v1.ImageIndex, d v1.Descriptor, dst name.Tag, ropts ...remote.
 func runPush(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("push", stderr)
 	dir := fs.String("layout", "bin/images/oci", "OCI layout")
-	to := fs.String("to", "", "registry and namespace, e.g. registry.example.com/sluice-gitops (required)")
+	to := fs.String("to", "", "registry and namespace, e.g. <registry>/sluice-gitops (required)")
 	insecure := fs.Bool("insecure", false, "plain HTTP (a local test registry)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
