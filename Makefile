@@ -13,7 +13,7 @@ ENVTEST_DIR  := $(CURDIR)/bin/k8s/$(K8S_VERSION)-$(GOOS)-$(GOARCH)
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
 # Go modules of the workspace, in dependency order.
-MODULES := policies operator/api infra-validator operator gitops-syncer
+MODULES := policies operator/api infra-validator operator gitops-syncer e2e
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -63,6 +63,28 @@ redis: ## Install redis-server (Debian package) for the Argo CD tests when it is
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null; }; \
 	  redis-server --version; \
 	else echo "redis: redis-server is missing and only root can install it: run 'sudo apt-get install -y redis-server'" >&2; exit 1; fi
+
+.PHONY: node
+node: ## Build kubelet & co, CoreDNS and kube-router for the e2e node (once per version; cached in bin/node).
+	@K8S_VERSION=$(K8S_VERSION) hack/realnode/build.sh
+
+# The Debian packages a real node needs (containerd, runc, the CNI plugins
+# and the iptables tools kube-proxy and kube-router drive).
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack socat ethtool ipset
+
+.PHONY: e2e-deps
+e2e-deps: ## Install the Debian packages of the e2e node when missing (root only).
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "e2e-deps: $(NODE_PACKAGES) installed"; \
+	elif [ "$$(id -u)" = 0 ]; then echo "e2e-deps: installing" $$missing "with apt-get"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
+	else echo "e2e: cannot run here: packages" $$missing "are missing and only root can install them (a real node needs root anyway)" >&2; exit 3; fi
+
+.PHONY: e2e
+e2e: ## Bring a real one-node cluster up, install charts/sluice, run the e2e tests through pods, tear it down.
+	@if [ "$$(id -u)" != 0 ]; then echo "e2e: cannot run here: a real node needs root (kubelet, containerd, iptables); the unit and envtest suites do not" >&2; exit 3; fi
+	@$(MAKE) --no-print-directory e2e-deps envtest node images e2e-images
+	@hack/realnode/e2e.sh
 
 .PHONY: build
 build: ## Build every module and the binaries into bin/.

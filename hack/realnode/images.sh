@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds the e2e node's own images into bin/images/e2e/ (docker-archive
+# tarballs that up.sh imports; no registry): the pod sandbox (pause), CoreDNS
+# and the tests' workload (testapp). Uses the image CLI of hack/images
+# (`build -o tar -t ref -entrypoint ... /dst=src`); MKIMAGE overrides it.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/env.sh"
+out="$root/bin/images/e2e"
+bins="$out/bin"
+mkdir -p "$bins"
+export CGO_ENABLED=0
+
+# mkimage builds one image with the repository's image CLI.
+mkimage() {
+  if [ -n "${MKIMAGE:-}" ]; then $MKIMAGE "$@"; return; fi
+  (cd "$root" && go run ./hack/images build "$@")
+}
+
+t0=$(date +%s)
+(cd "$root/e2e" && go build -trimpath -ldflags '-s -w' -o "$bins/pause" ./cmd/pause && go build -trimpath -ldflags '-s -w' -o "$bins/testapp" ./cmd/testapp)
+coredns="$root/bin/node/coredns-v$COREDNS_VERSION/coredns"
+[ -x "$coredns" ] || { echo "e2e-images: $coredns missing (make node)" >&2; exit 1; }
+# The sandbox image is the name containerd's sandbox_image asks for.
+mkimage -o "$out/pause.tar" -t registry.k8s.io/pause:3.10 -entrypoint /pause -user 65535:65535 /pause="$bins/pause"
+mkimage -o "$out/coredns.tar" -t "sluice.local/coredns:v$COREDNS_VERSION" -entrypoint "/coredns -conf /etc/coredns/Corefile" \
+  -user 65532:65532 /coredns="$coredns" /etc/coredns/Corefile="$here/coredns/Corefile"
+mkimage -o "$out/testapp.tar" -t sluice.local/testapp:v1 -entrypoint /testapp -user 65532:65532 /testapp="$bins/testapp"
+echo "e2e-images: pause, coredns, testapp in ${out#$root/} ($(( $(date +%s) - t0 )) s)"
