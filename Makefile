@@ -64,6 +64,16 @@ redis: ## Install redis-server (Debian package) for the Argo CD tests when it is
 	  redis-server --version; \
 	else echo "redis: redis-server is missing and only root can install it: run 'sudo apt-get install -y redis-server'" >&2; exit 1; fi
 
+# Images (hack/images, its own module built with GOWORK=off like
+# operator/hack/tools): see README.md "Images".
+IMAGES_TOOL := $(CURDIR)/bin/images-tool
+IMAGES_DIR  := $(CURDIR)/bin/images
+
+.PHONY: images-tool
+images-tool: ## Build the image tool (bin/images-tool; generic `build` verb for other images).
+	@mkdir -p bin
+	cd hack/images && GOWORK=off CGO_ENABLED=0 go build -trimpath -o $(IMAGES_TOOL) .
+
 .PHONY: node
 node: ## Build kubelet & co, CoreDNS and kube-router for the e2e node (once per version; cached in bin/node).
 	@K8S_VERSION=$(K8S_VERSION) hack/realnode/build.sh
