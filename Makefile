@@ -90,6 +90,10 @@ e2e-deps: ## Install the Debian packages of the e2e node when missing (root only
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
 	else echo "e2e: cannot run here: packages" $$missing "are missing and only root can install them (a real node needs root anyway)" >&2; exit 3; fi
 
+.PHONY: e2e-images
+e2e-images: images-tool ## Build the e2e node's own images (pause, CoreDNS, the test app) into bin/images/e2e.
+	@hack/realnode/images.sh
+
 .PHONY: e2e
 e2e: ## Bring a real one-node cluster up, install charts/sluice, run the e2e tests through pods, tear it down.
 	@if [ "$$(id -u)" != 0 ]; then echo "e2e: cannot run here: a real node needs root (kubelet, containerd, iptables); the unit and envtest suites do not" >&2; exit 3; fi

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -153,3 +154,6 @@ func ready(p *corev1.Pod) bool {
 
 // intstrName is a named port.
 func intstrName(name string) intstr.IntOrString { return intstr.FromString(name) }
+
+// errorsAs is errors.As.
+func errorsAs(err error, target any) bool { return errors.As(err, target) }

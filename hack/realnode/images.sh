@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the e2e node's own images into bin/images/e2e/ (docker-archive
 # tarballs that up.sh imports; no registry): the pod sandbox (pause), CoreDNS
-# and the tests' workload (testapp). Uses the image CLI of hack/images
-# (`build -o tar -t ref -entrypoint ... /dst=src`); MKIMAGE overrides it.
+# and the tests' workload (testapp), with the image tool's build verb
+# (bin/images-tool, `make images-tool`).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/env.sh"
@@ -11,11 +11,10 @@ bins="$out/bin"
 mkdir -p "$bins"
 export CGO_ENABLED=0
 
-# mkimage builds one image with the repository's image CLI.
-mkimage() {
-  if [ -n "${MKIMAGE:-}" ]; then $MKIMAGE "$@"; return; fi
-  (cd "$root" && go run ./hack/images build "$@")
-}
+tool="$root/bin/images-tool"
+[ -x "$tool" ] || { echo "e2e-images: $tool missing (make images-tool)" >&2; exit 1; }
+# mkimage builds one FROM-scratch image of the given files.
+mkimage() { "$tool" build "$@"; }
 
 t0=$(date +%s)
 (cd "$root/e2e" && go build -trimpath -ldflags '-s -w' -o "$bins/pause" ./cmd/pause && go build -trimpath -ldflags '-s -w' -o "$bins/testapp" ./cmd/testapp)
