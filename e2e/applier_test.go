@@ -37,9 +37,8 @@ func TestHelmApplierInstallsPodsThatRunThenDeletesThem(t *testing.T) {
 	c := need(t)
 	ctx := context.Background()
 	repo := c.serveGit(t)
-	writeService(t, repo.work, c.root)
+	writeService(t, repo.work, c.root, "web", webNS, 2, "10s")
 	head := repo.commit(t, "web: the e2e service")
-	c.setupControlNamespace(t, repo.url)
 
 	cr := c.waitChange(t, webRel+"-"+head[:10], sluicev1.PhaseAwaitingApproval)
 	if _, err := c.cs.AppsV1().Deployments(webNS).Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -94,32 +93,34 @@ func TestHelmApplierInstallsPodsThatRunThenDeletesThem(t *testing.T) {
 	})
 }
 
-// writeService writes services/web (the golden-path chart, the test app
-// image, readiness 10 s after start) into the clone at dir.
-func writeService(t *testing.T, dir, root string) {
+// writeService writes services/<name> (the golden-path chart, the test
+// app image, replicas pods Ready readyAfter after they start, one
+// environment "e2e" deploying to ns, every change needing one approval)
+// and charts/service into the clone at dir.
+func writeService(t *testing.T, dir, root, name, ns string, replicas int, readyAfter string) {
 	t.Helper()
-	svc := filepath.Join(dir, "services", "web")
+	svc := filepath.Join(dir, "services", name)
 	files := map[string]string{
 		filepath.Join(svc, "service.yaml"): `apiVersion: sluice.dev/v1alpha1
 kind: Service
-name: web
+name: ` + name + `
 owners: [team-e2e]
 chart: {path: charts/service}
 values: [values.yaml]
 environments:
   - name: e2e
-    namespace: ` + webNS + `
+    namespace: ` + ns + `
     delivery: helm
     approval: {required: 1, autoApproveRisk: none}
 `,
-		filepath.Join(svc, "values.yaml"): `image:
+		filepath.Join(svc, "values.yaml"): fmt.Sprintf(`image:
   repository: sluice.local/testapp
   tag: v1
   pullPolicy: IfNotPresent
-replicaCount: 2
+replicaCount: %d
 config:
-  TESTAPP_READY_AFTER: 10s
-`,
+  TESTAPP_READY_AFTER: %s
+`, replicas, readyAfter),
 	}
 	for f, body := range files {
 		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
@@ -132,10 +133,16 @@ config:
 	if err := os.MkdirAll(filepath.Join(dir, "charts"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := os.Stat(filepath.Join(dir, "charts", "service")); err == nil {
+		return
+	}
 	if out, err := exec.Command("cp", "-r", filepath.Join(root, "charts", "service"), filepath.Join(dir, "charts", "service")).CombinedOutput(); err != nil {
 		t.Fatalf("copying charts/service: %v\n%s", err, out)
 	}
 }
+
+// targetNamespaces are where the tests' services deploy.
+var targetNamespaces = []string{webNS, faultNS}
 
 // setupControlNamespace creates the control and target namespaces, the
 // deployer ServiceAccount with its rights in the target namespace and the
@@ -145,21 +152,23 @@ func (c *cluster) setupControlNamespace(t *testing.T, url string) {
 	ctx := context.Background()
 	objs := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controlNS}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: webNS}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "infra-deployer", Namespace: controlNS}},
 		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-deployer"}, Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{"", "apps", "policy"}, Resources: []string{"*"}, Verbs: []string{"*"}}}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "infra-deployer", Namespace: webNS},
-			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "e2e-deployer"},
-			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "infra-deployer", Namespace: controlNS}}},
 		&sluicev1.Repository{ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: controlNS},
 			Spec: sluicev1.RepositorySpec{
 				URL: url, Ref: &sluicev1.GitReference{Branch: "main"},
 				Interval:           &metav1.Duration{Duration: 3e9},
-				TargetNamespaces:   []string{"web-*"},
+				TargetNamespaces:   []string{"web-*", "api-*"},
 				ServiceAccountName: "infra-deployer",
 				Prune:              true,
 			}},
+	}
+	for _, ns := range targetNamespaces {
+		objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "infra-deployer", Namespace: ns},
+				RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "e2e-deployer"},
+				Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "infra-deployer", Namespace: controlNS}}})
 	}
 	for _, o := range objs {
 		if err := c.c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,10 @@ type cluster struct {
 	stateDir string
 	// installErr is why charts/sluice did not install, if it did not.
 	installErr error
+	// git is the infra repository the syncer watches (serveGit).
+	git     *gitServer
+	gitErr  error
+	gitOnce sync.Once
 }
 
 // sluiceNS is the namespace the chart is installed into, with Pod Security

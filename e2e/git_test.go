@@ -29,29 +29,42 @@ type gitServer struct {
 	url  string
 }
 
-// serveGit starts the server with one bare repository "infra" (branch
-// main) and a clone of it to commit in.
+// serveGit returns the run's git server, starting it on first use with
+// one bare repository "infra" (branch main) and a clone of it to commit
+// in; the tests share it, each with its own service folder, as a team's
+// infra repository is shared. It lives as long as the test process.
 func (c *cluster) serveGit(t *testing.T) *gitServer {
 	t.Helper()
-	root := t.TempDir()
+	c.gitOnce.Do(func() { c.git, c.gitErr = c.startGit(t) })
+	if c.gitErr != nil {
+		t.Fatal(c.gitErr)
+	}
+	return c.git
+}
+
+func (c *cluster) startGit(t *testing.T) (*gitServer, error) {
+	root, err := os.MkdirTemp("", "sluice-e2e-git-")
+	if err != nil {
+		return nil, err
+	}
 	g := &gitServer{dir: root, work: filepath.Join(root, "work")}
 	git(t, root, "init", "-q", "--bare", "-b", "main", "infra.git")
 	git(t, root, "clone", "-q", filepath.Join(root, "infra.git"), g.work)
 	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", gitPort))
 	if err != nil {
-		t.Fatalf("serving git on :%d: %v", gitPort, err)
+		return nil, fmt.Errorf("serving git on :%d: %w", gitPort, err)
 	}
 	h := &cgi.Handler{Path: "/usr/bin/git", Args: []string{"http-backend"}, Env: []string{
 		"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}}
 	srv := &http.Server{Handler: h}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("git server: %v", err)
+			fmt.Fprintf(os.Stderr, "e2e: git server: %v\n", err)
 		}
 	}()
-	t.Cleanup(func() { _ = srv.Close() })
 	g.url = fmt.Sprintf("http://%s:%d/infra.git", c.nodeIP(t), gitPort)
-	return g
+	c.setupControlNamespace(t, g.url)
+	return g, nil
 }
 
 // commit commits everything in the clone with message and pushes it; it
