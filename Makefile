@@ -97,7 +97,7 @@ e2e-images: images-tool ## Build the e2e node's own images (pause, CoreDNS, the 
 .PHONY: e2e
 e2e: ## Bring a real one-node cluster up, install charts/sluice, run the e2e tests through pods, tear it down.
 	@if [ "$$(id -u)" != 0 ]; then echo "e2e: cannot run here: a real node needs root (kubelet, containerd, iptables); the unit and envtest suites do not" >&2; exit 3; fi
-	@$(MAKE) --no-print-directory e2e-deps envtest node images e2e-images
+	@$(MAKE) --no-print-directory e2e-deps envtest node build images e2e-images
 	@hack/realnode/e2e.sh
 
 .PHONY: build
@@ -124,6 +124,8 @@ test: ## Lint, check generated files, run every module's tests against a real co
 	@$(call step,lint)
 	@echo "KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS)"
 	@for m in $(MODULES); do echo "== go test ./$$m/..."; t0=$$(date +%s); go test $(GOTEST_FLAGS) -timeout $(TEST_TIMEOUT) ./$$m/...; echo "== step go test ./$$m/...: $$(( $$(date +%s) - t0 )) s"; done
+	@# Last: a real node (root only); it builds bin/node once (see README "End-to-end on a real node").
+	@$(call step,e2e)
 
 .PHONY: bench
 bench: envtest ## Run the benchmarks and print the figures the issues ask for.
