@@ -38,6 +38,9 @@ const (
 // health port): the refusals are the policies, not a broken network.
 func TestNetworkPoliciesFenceTheServers(t *testing.T) {
 	c := need(t)
+	if _, err := os.Stat(filepath.Join(c.stateDir, "no-firewall")); err == nil {
+		t.Fatal("NetworkPolicies are not enforced on this node: kube-router is missing (make node)")
+	}
 	tenant := c.startTestapp(t, tenantNS, "client", nil)
 	tenantPID := c.podPID(t, tenant)
 	syncer := c.readyPod(t, sluiceNS, componentSelector("syncer"))

@@ -8,7 +8,7 @@ P=$RN/pki
 case ${1:-} in
 start)
   NODE_IP=$(ip -4 route get 1.1.1.1 | sed -n 's/.* src \([0-9.]*\).*/\1/p')
-  nohup "$KBIN/kube-apiserver" --etcd-servers=http://127.0.0.1:23790 \
+  setsid nohup "$KBIN/kube-apiserver" --etcd-servers=http://127.0.0.1:23790 \
     --advertise-address="$NODE_IP" --bind-address=0.0.0.0 --secure-port=6443 \
     --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" --client-ca-file="$P/ca.crt" \
     --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \

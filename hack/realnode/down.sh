@@ -51,7 +51,8 @@ for s in $(ipset list -n 2>/dev/null); do case $s in KUBE-*) ipset destroy "$s" 
 mount | awk -v rn="$RN" 'index($3, rn) == 1 || $3 ~ "^/run/netns/cni-" {print $3}' | sort -r | while read -r m; do umount -l "$m"; done
 rm -f /run/netns/cni-*
 ip link del cni0 2>/dev/null
-iptables -t nat -S POSTROUTING 2>/dev/null | grep -- '-j CNI-' | sed 's/^-A/-D/' | while read -r r; do iptables -t nat $r; done
+# By rule number: the bridge plugin's rules carry quoted comments.
+while n=$(iptables -t nat -L POSTROUTING --line-numbers -n 2>/dev/null | awk '$2 ~ /^CNI-/{print $1; exit}'); [ -n "$n" ]; do iptables -t nat -D POSTROUTING "$n"; done
 for c in $(iptables -t nat -S 2>/dev/null | awk '/^-N CNI-/{print $2}'); do iptables -t nat -F "$c"; iptables -t nat -X "$c"; done
 iptables -S FORWARD 2>/dev/null | grep -E 'CNI-|10.96.0.0/16' | sed 's/^-A/-D/' | while read -r r; do iptables $r; done
 for c in $(iptables -S 2>/dev/null | awk '/^-N CNI-/{print $2}'); do iptables -F "$c"; iptables -X "$c"; done
@@ -61,5 +62,5 @@ rm -rf "$RN.log" && cp -r "$RN/log" "$RN.log" 2>/dev/null
 rm -rf "$RN"
 mounts=$(mount | grep -c -e "$RN" -e /run/netns/cni-)
 rules=$(iptables-save 2>/dev/null | grep -c -E 'KUBE-|CNI-')
-procs=$(pgrep -fc -e "$root/bin/node" -e "$ETCD_BIN" -e "$CTR_SOCK")
+procs=$(pgrep -fc "$root/bin/node/|$ETCD_BIN|$RN/containerd")
 echo "realnode: down in $(( $(date +%s) - t0 )) s; left behind: $mounts mounts, $rules iptables lines, $procs processes"

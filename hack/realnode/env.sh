@@ -15,5 +15,6 @@ KUBE_ROUTER_BIN="$root/bin/node/kube-router-v$KUBE_ROUTER_VERSION/kube-router"
 CTR_SOCK="$RN/containerd/containerd.sock"
 export KUBECONFIG="$RN/kubeconfig/admin.conf"
 # kubectl of the node's own version (no version skew warning).
-kubectl() { "$KBIN/kubectl" "$@"; }
+# Falls back to the kubectl in PATH (a version skew warning at most).
+kubectl() { if [ -x "$KBIN/kubectl" ]; then "$KBIN/kubectl" "$@"; else command kubectl "$@"; fi; }
 ctr_() { ctr --address "$CTR_SOCK" -n k8s.io "$@"; }
