@@ -22,7 +22,10 @@ coredns="$root/bin/node/coredns-v$COREDNS_VERSION/coredns"
 [ -x "$coredns" ] || { echo "e2e-images: $coredns missing (make node)" >&2; exit 1; }
 # The sandbox image is the name containerd's sandbox_image asks for.
 mkimage -o "$out/pause.tar" -t registry.k8s.io/pause:3.10 -entrypoint /pause -user 65535:65535 /pause="$bins/pause"
+# CoreDNS runs as root: it binds port 53 (a non-root user's added
+# NET_BIND_SERVICE is not effective without ambient capabilities) and
+# charts/sluice's DNS egress rule names port 53 on the CoreDNS pods.
 mkimage -o "$out/coredns.tar" -t "sluice.local/coredns:v$COREDNS_VERSION" -entrypoint "/coredns -conf /etc/coredns/Corefile" \
-  -user 65532:65532 /coredns="$coredns" /etc/coredns/Corefile="$here/coredns/Corefile"
+  -user 0:0 /coredns="$coredns" /etc/coredns/Corefile="$here/coredns/Corefile"
 mkimage -o "$out/testapp.tar" -t sluice.local/testapp:v1 -entrypoint /testapp -user 65532:65532 /testapp="$bins/testapp"
 echo "e2e-images: pause, coredns, testapp in ${out#$root/} ($(( $(date +%s) - t0 )) s)"
