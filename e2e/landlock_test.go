@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
@@ -23,7 +24,7 @@ func TestRunnerContainerIsConfinedByLandlock(t *testing.T) {
 	c := need(t)
 	ctx := context.Background()
 	pod := c.readyPod(t, sluiceNS, componentSelector("runner"))
-	logs, err := c.cs.CoreV1().Pods(sluiceNS).GetLogs(pod.Name, nil).DoRaw(ctx)
+	logs, err := c.cs.CoreV1().Pods(sluiceNS).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
