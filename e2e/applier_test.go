@@ -114,8 +114,8 @@ environments:
     approval: {required: 1, autoApproveRisk: none}
 `,
 		filepath.Join(svc, "values.yaml"): fmt.Sprintf(`image:
-  repository: sluice.local/testapp
-  tag: v1
+  repository: sluice-gitops/testapp
+  tag: e2e
   pullPolicy: IfNotPresent
 replicaCount: %d
 config:

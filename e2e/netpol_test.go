@@ -16,7 +16,7 @@ import (
 )
 
 // testappImage is the tests' workload image (hack/realnode/images.sh).
-const testappImage = "sluice.local/testapp:v1"
+const testappImage = "sluice-gitops/testapp:e2e"
 
 // tenantNS is a namespace a tenant's workloads run in.
 const tenantNS = "tenant-a"

@@ -27,5 +27,7 @@ mkimage -o "$out/pause.tar" -t registry.k8s.io/pause:3.10 -entrypoint /pause -us
 # charts/sluice's DNS egress rule names port 53 on the CoreDNS pods.
 mkimage -o "$out/coredns.tar" -t "sluice.local/coredns:v$COREDNS_VERSION" -entrypoint "/coredns -conf /etc/coredns/Corefile" \
   -user 0:0 /coredns="$coredns" /etc/coredns/Corefile="$here/coredns/Corefile"
-mkimage -o "$out/testapp.tar" -t sluice.local/testapp:v1 -entrypoint /testapp -user 65532:65532 /testapp="$bins/testapp"
+# A registry Sluice's default policies allow (docker.io, implied), like the
+# chart's own images: the Helm applier tests deploy it through the gate.
+mkimage -o "$out/testapp.tar" -t sluice-gitops/testapp:e2e -entrypoint /testapp -user 65532:65532 /testapp="$bins/testapp"
 echo "e2e-images: pause, coredns, testapp in ${out#$root/} ($(( $(date +%s) - t0 )) s)"
