@@ -41,7 +41,7 @@ func TestHelmApplierInstallsPodsThatRunThenDeletesThem(t *testing.T) {
 	head := repo.commit(t, "web: the e2e service")
 
 	cr := c.waitChange(t, webRel+"-"+head[:10], sluicev1.PhaseAwaitingApproval)
-	if _, err := c.cs.AppsV1().Deployments(webNS).Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := c.cs.AppsV1().Deployments(webNS).Get(ctx, webRel, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the Deployment exists before the change was approved (err %v)", err)
 	}
 	c.approve(t, cr.Name)
@@ -52,7 +52,7 @@ func TestHelmApplierInstallsPodsThatRunThenDeletesThem(t *testing.T) {
 		if err := c.c.Get(ctx, client.ObjectKey{Namespace: controlNS, Name: cr.Name}, got); err != nil {
 			return false, err
 		}
-		d, derr := c.cs.AppsV1().Deployments(webNS).Get(ctx, "web", metav1.GetOptions{})
+		d, derr := c.cs.AppsV1().Deployments(webNS).Get(ctx, webRel, metav1.GetOptions{})
 		if got.Status.Phase == sluicev1.PhaseApplied {
 			if derr != nil {
 				t.Fatalf("%s is Applied but its Deployment is not there: %v", cr.Name, derr)
@@ -81,14 +81,14 @@ func TestHelmApplierInstallsPodsThatRunThenDeletesThem(t *testing.T) {
 	}
 	head = repo.commit(t, "web: retire")
 	del := c.waitChange(t, webRel+"-del-"+head[:10], sluicev1.PhaseAwaitingApproval)
-	if _, err := c.cs.AppsV1().Deployments(webNS).Get(ctx, "web", metav1.GetOptions{}); err != nil {
+	if _, err := c.cs.AppsV1().Deployments(webNS).Get(ctx, webRel, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the Deployment went before the Delete was approved: %v", err)
 	}
 	c.approve(t, del.Name)
 	c.waitChange(t, del.Name, sluicev1.PhaseApplied)
 	eventually(t, "the web pods gone", func() (bool, error) {
 		pods := c.pods(t, webNS, "")
-		_, err := c.cs.AppsV1().Deployments(webNS).Get(ctx, "web", metav1.GetOptions{})
+		_, err := c.cs.AppsV1().Deployments(webNS).Get(ctx, webRel, metav1.GetOptions{})
 		return len(pods) == 0 && apierrors.IsNotFound(err), fmt.Errorf("%d pods, deployment: %v", len(pods), err)
 	})
 }
