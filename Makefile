@@ -14,7 +14,7 @@ ENVTEST_DIR  := $(CURDIR)/bin/k8s/$(K8S_VERSION)-$(GOOS)-$(GOARCH)
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
 # Go modules of the workspace, in dependency order.
-MODULES := policies operator/api kit runtime infra-validator operator gitops-syncer
+MODULES := policies operator/api kit runtime infra-validator operator gitops-syncer e2e
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -107,6 +107,32 @@ verify-images: images-tool ## Check every signature and SBOM in bin/images/oci a
 	@out=$$(gofmt -l hack/images); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	cd hack/images && GOWORK=off go vet ./... && GOWORK=off go test $(GOTEST_FLAGS) ./...
 
+.PHONY: node
+node: ## Build kubelet & co, CoreDNS and kube-router for the e2e node (once per version; cached in bin/node).
+	@K8S_VERSION=$(K8S_VERSION) hack/realnode/build.sh
+
+# The Debian packages a real node needs (containerd, runc, the CNI plugins
+# and the iptables tools kube-proxy and kube-router drive).
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables conntrack socat ethtool ipset
+
+.PHONY: e2e-deps
+e2e-deps: ## Install the Debian packages of the e2e node when missing (root only).
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "e2e-deps: $(NODE_PACKAGES) installed"; \
+	elif [ "$$(id -u)" = 0 ]; then echo "e2e-deps: installing" $$missing "with apt-get"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
+	else echo "e2e: cannot run here: packages" $$missing "are missing and only root can install them (a real node needs root anyway)" >&2; exit 3; fi
+
+.PHONY: e2e-images
+e2e-images: images-tool ## Build the e2e node's own images (pause, CoreDNS, the test app) into bin/images/e2e.
+	@hack/realnode/images.sh
+
+.PHONY: e2e
+e2e: ## Bring a real one-node cluster up, install charts/sluice, run the e2e tests through pods, tear it down.
+	@if [ "$$(id -u)" != 0 ]; then echo "e2e: cannot run here: a real node needs root (kubelet, containerd, iptables); the unit and envtest suites do not" >&2; exit 3; fi
+	@$(MAKE) --no-print-directory e2e-deps envtest node build images e2e-images
+	@hack/realnode/e2e.sh
+
 .PHONY: build
 build: ## Build every module and the binaries into bin/.
 	@mkdir -p bin
@@ -145,6 +171,8 @@ test: ## Lint, check generated files, run every module's tests against a real co
 	@$(call step,verify-images)
 	@echo "KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS)"
 	@for m in $(MODULES); do echo "== go test ./$$m/..."; t0=$$(date +%s); go test $(GOTEST_FLAGS) -timeout $(TEST_TIMEOUT) ./$$m/...; echo "== step go test ./$$m/...: $$(( $$(date +%s) - t0 )) s"; done
+	@# Last: a real node (root only); it builds bin/node once (see README "End-to-end on a real node").
+	@$(call step,e2e)
 
 .PHONY: bench
 bench: envtest ## Run the benchmarks and print the figures the issues ask for.

@@ -11,7 +11,7 @@ import (
 // Defaults of the release verb.
 const (
 	defaultSource     = "https://github.com/sluice-gitops/sluice"
-	defaultVersionPkg = "github.com/sluice-gitops/sluice/operator/api/version"
+	defaultVersionPkg = "github.com/sluice-gitops/sluice/kit/version"
 )
 
 // envOr returns the environment variable k, or def when it is unset.

@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/release"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+)
+
+// helmWait bounds Helm's own wait for the chart's pods (Helm needs one);
+// the test run's -timeout is the real limit.
+const helmWait = 15 * time.Minute
+
+// helmConfig is a Helm SDK action configuration for namespace ns, through
+// the e2e kubeconfig.
+func (c *cluster) helmConfig(ns string) (*action.Configuration, error) {
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.KubeConfig, flags.Namespace = &c.kubeconfig, &ns
+	cfg := new(action.Configuration)
+	if err := cfg.Init(flags, ns, "secret", func(string, ...any) {}); err != nil {
+		return nil, fmt.Errorf("helm configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// helmInstall installs the chart folder dir as release name into ns with
+// vals and waits until its workloads are Ready.
+func (c *cluster) helmInstall(ctx context.Context, ns, name, dir string, vals map[string]any) (*release.Release, error) {
+	cfg, err := c.helmConfig(ns)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := loader.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("loading chart %s: %w", dir, err)
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName, in.Namespace = name, ns
+	in.Wait, in.Timeout = true, helmWait
+	return in.RunWithContext(ctx, ch, vals)
+}
+
+// installSluice creates Sluice's namespace with Pod Security Admission
+// "restricted" enforced and installs charts/sluice into it with the Helm
+// SDK, waiting for the operator, the syncer and the runner to be Ready.
+func (c *cluster) installSluice(ctx context.Context) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sluiceNS, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce":         "restricted",
+		"pod-security.kubernetes.io/enforce-version": "latest",
+	}}}
+	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", sluiceNS, err)
+	}
+	vals := map[string]any{
+		// Two operator replicas: the fault tests delete the leader.
+		"operator": map[string]any{
+			"replicas": 2,
+			// A change is Applied only once the chart's pods are Ready.
+			"helm": map[string]any{"wait": true},
+		},
+		"syncer": map[string]any{
+			// The infra repository is served by the test from the node.
+			"gitPorts": []any{443, 22, gitPort},
+		},
+	}
+	r, err := c.helmInstall(ctx, sluiceNS, releaseName, filepath.Join(c.root, "charts", "sluice"), vals)
+	if err != nil {
+		return err
+	}
+	if r.Info.Status != release.StatusDeployed {
+		return fmt.Errorf("release %s is %s", r.Name, r.Info.Status)
+	}
+	return nil
+}
