@@ -50,6 +50,12 @@ func TestChangeRequests_everyKindIsMadeAlike(t *testing.T) {
 	orig := repo.DeepCopy()
 	repo.Spec.TargetNamespaces, repo.Spec.Prune = []string{"cart-staging"}, true
 	require.NoError(t, k8s.Patch(ctx, repo, client.MergeFrom(orig)))
+	// The patch makes a pass of its own; let it end before the commits
+	// below, or it may make the branch change before the traced webhook.
+	require.Eventually(t, func() bool {
+		got := &sluicev1.Repository{}
+		return k8s.Get(ctx, client.ObjectKeyFromObject(repo), got) == nil && got.Status.ObservedGeneration == repo.Generation
+	}, 2*time.Minute, 10*time.Millisecond, "the Repository's own pass after the patch")
 
 	traced := func(id string) map[string]string {
 		return map[string]string{"traceparent": "00-" + id + "-00f067aa0ba902b7-01"}
