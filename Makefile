@@ -174,6 +174,10 @@ test: ## Lint, check generated files, run every module's tests against a real co
 	@# make e2e (a real node, root only) is not a step yet: its full run is
 	@# not green (see README "End-to-end on a real node").
 
+.PHONY: test-busy
+test-busy: ## make test three times (RUNS=n) with every core kept busy by stress-ng; prints each run's time.
+	hack/busy/run.sh
+
 .PHONY: bench
 bench: envtest ## Run the benchmarks and print the figures the issues ask for.
 	@ran=0; for m in $(MODULES); do if [ -x $$m/hack/bench.sh ]; then ran=1; echo "== $$m/hack/bench.sh"; $$m/hack/bench.sh; fi; done; \
