@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -171,13 +172,7 @@ func newestFirst(a, b sluicev1.ChangeRequest) int {
 	if a.Spec.Attempt != b.Spec.Attempt {
 		return int(b.Spec.Attempt - a.Spec.Attempt)
 	}
-	switch {
-	case a.Name > b.Name:
-		return -1
-	case a.Name < b.Name:
-		return 1
-	}
-	return 0
+	return strings.Compare(b.Name, a.Name)
 }
 
 // finishedAt is when a terminal change reached its phase.
@@ -264,13 +259,7 @@ func (r *ReleaseReconciler) reconcileHistory(_ context.Context, s *releaseScope)
 		if c := tb.Compare(ta); c != 0 {
 			return c
 		}
-		switch {
-		case a.ChangeRequest > b.ChangeRequest:
-			return -1
-		case a.ChangeRequest < b.ChangeRequest:
-			return 1
-		}
-		return 0
+		return strings.Compare(b.ChangeRequest, a.ChangeRequest)
 	})
 	if len(history) > MaxHistory {
 		history = history[:MaxHistory]

@@ -212,15 +212,7 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		return applier.Result{}, err
 	}
 
-	// The credential (and a lock its run leaves behind, should the runner
-	// die) lives as long as the run may.
-	ttl := a.opts.Timeout
-	if ttl == 0 {
-		ttl = tf.DefaultTimeout
-	}
-	cred, err := a.opts.State.Grant(tfstate.Grant{
-		Namespace: cr.Namespace, Release: rel.Name, Workspace: stack.Workspace, Mode: tfstate.ModeApply, TTL: ttl + 5*time.Minute,
-	})
+	cred, err := a.grant(cr.Namespace, rel.Name, stack, tfstate.ModeApply)
 	if err != nil {
 		return applier.Result{}, applier.Permanent(sluicev1.ReasonInvalidSpec, "no state credential for release %s: %v", rel.Name, err)
 	}
@@ -429,4 +421,17 @@ func lockOnly(e *tf.RunError) bool {
 func short(d string) string {
 	d = strings.TrimPrefix(d, "sha256:")
 	return d[:min(len(d), 12)]
+}
+
+// grant is the state credential of one run of stack for release in mode. It
+// (and a lock its run leaves behind, should the runner die) lives as long
+// as the run may, plus a margin.
+func (a *Applier) grant(namespace, release string, stack *sluicev1.TerraformSource, mode tfstate.Mode) (tfstate.Credential, error) {
+	ttl := a.opts.Timeout
+	if ttl == 0 {
+		ttl = tf.DefaultTimeout
+	}
+	return a.opts.State.Grant(tfstate.Grant{
+		Namespace: namespace, Release: release, Workspace: stack.Workspace, Mode: mode, TTL: ttl + 5*time.Minute,
+	})
 }

@@ -3,7 +3,6 @@ package terraform
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -60,13 +59,7 @@ func (a *Applier) PlanApplied(ctx context.Context, rel *applier.ReleaseRef, repo
 	if err != nil {
 		return nil, err
 	}
-	ttl := a.opts.Timeout
-	if ttl == 0 {
-		ttl = tf.DefaultTimeout
-	}
-	cred, err := a.opts.State.Grant(tfstate.Grant{
-		Namespace: cr.Namespace, Release: rel.Name, Workspace: stack.Workspace, Mode: tfstate.ModePlan, TTL: ttl + 5*time.Minute,
-	})
+	cred, err := a.grant(cr.Namespace, rel.Name, stack, tfstate.ModePlan)
 	if err != nil {
 		return nil, fmt.Errorf("no plan credential for the state of release %s: %w", rel.Name, err)
 	}
