@@ -107,6 +107,13 @@ func Start(opts Options) (*Env, error) {
 			ErrorIfPathMissing: true,
 		},
 		ErrorIfCRDPathMissing: true,
+		// envtest gives each process 20 s; on a machine whose cores are
+		// busy kube-apiserver can need longer, and envtest's 5 retries
+		// would not help. A bound, not a wait: start returns as soon as
+		// the process is healthy. KUBEBUILDER_CONTROLPLANE_START_TIMEOUT
+		// still overrides it.
+		ControlPlaneStartTimeout: startTimeout(),
+		ControlPlaneStopTimeout:  time.Minute,
 	}
 	args := env.ControlPlane.GetAPIServer().Configure()
 	for k, v := range opts.APIServerFlags {
@@ -316,3 +323,13 @@ func hasBinaries(dir string) bool {
 }
 
 func goosArch() string { return runtime.GOOS + "-" + runtime.GOARCH }
+
+// startTimeout bounds the start of each control-plane process: 5 minutes,
+// or KUBEBUILDER_CONTROLPLANE_START_TIMEOUT when it is set (envtest reads
+// it only when the field is zero).
+func startTimeout() time.Duration {
+	if os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") != "" {
+		return 0
+	}
+	return 5 * time.Minute
+}
