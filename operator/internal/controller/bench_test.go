@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,20 @@ func heapInUseMiB() float64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return float64(m.HeapInuse) / (1 << 20)
+}
+
+// writeHeapProfile writes a heap profile to path (after a GC, so it shows
+// what is held); an empty path writes none.
+func writeHeapProfile(t *testing.T, path string) {
+	t.Helper()
+	if path == "" {
+		return
+	}
+	runtime.GC()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, pprof.WriteHeapProfile(f))
 }
 
 // TestBench_gateThroughputWritesAndMemory prints the figures of `make
@@ -290,6 +305,7 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 		return len(list.Items) == cached && pending == cached
 	}, 10*time.Minute, time.Second)
 	heapAfter := heapInUseMiB()
+	writeHeapProfile(t, os.Getenv("SLUICE_BENCH_HEAP_PROFILE"))
 	benchLine("memory with %d ChangeRequests in the operator's cache: heap in use %.1f MiB (%.1f MiB before the changes), process RSS %s (the test process: operator + test client)",
 		cached, heapAfter, heapBefore, rssKiB())
 }
