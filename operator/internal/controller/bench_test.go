@@ -248,6 +248,7 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 		cpuAfter.apiserver-cpuBefore.apiserver, cpuAfter.etcd-cpuBefore.etcd, cpuAfter.self-cpuBefore.self, took.Seconds(), runtime.NumCPU(),
 		requestsSince(requestsBefore, apiRequests(t)))
 	clock.report()
+	clock.stop()
 	benchLine("work queues (whole test): %s", queueFigures(t))
 	profiled()
 
@@ -304,6 +305,9 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 		}
 		return len(list.Items) == cached && pending == cached
 	}, 10*time.Minute, time.Second)
+	// The in-memory span exporter of the tests keeps every span; the
+	// operator's own exporter sends them away.
+	spans.Reset()
 	heapAfter := heapInUseMiB()
 	writeHeapProfile(t, os.Getenv("SLUICE_BENCH_HEAP_PROFILE"))
 	benchLine("memory with %d ChangeRequests in the operator's cache: heap in use %.1f MiB (%.1f MiB before the changes), process RSS %s (the test process: operator + test client)",

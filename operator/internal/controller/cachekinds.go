@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -24,7 +25,22 @@ type kindsCache struct {
 	scheme *runtime.Scheme
 
 	mu    sync.Mutex
-	kinds map[schema.GroupVersionKind]bool
+	kinds map[CachedKind]bool
+}
+
+// CachedKind is a kind the cache holds an informer for, and whether the
+// informer keeps the objects' metadata only.
+type CachedKind struct {
+	schema.GroupVersionKind
+	MetadataOnly bool
+}
+
+// String names the kind, "(metadata)" after a metadata-only one.
+func (k CachedKind) String() string {
+	if k.MetadataOnly {
+		return k.GroupVersionKind.String() + " (metadata)"
+	}
+	return k.GroupVersionKind.String()
 }
 
 // newKindsCache is a cache.NewCacheFunc building the cache as
@@ -34,7 +50,7 @@ func newKindsCache(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kindsCache{Cache: c, scheme: opts.Scheme, kinds: map[schema.GroupVersionKind]bool{}}, nil
+	return &kindsCache{Cache: c, scheme: opts.Scheme, kinds: map[CachedKind]bool{}}, nil
 }
 
 // note records the kind of obj (a typed object or list, an unstructured
@@ -44,15 +60,24 @@ func (k *kindsCache) note(obj runtime.Object) {
 	if err != nil {
 		return // the cache itself reports it
 	}
-	k.noteKind(gvk)
+	k.noteKind(gvk, isMetadata(obj))
 }
 
-func (k *kindsCache) noteKind(gvk schema.GroupVersionKind) {
+// isMetadata tells a metadata-only object or list.
+func isMetadata(obj runtime.Object) bool {
+	switch obj.(type) {
+	case *metav1.PartialObjectMetadata, *metav1.PartialObjectMetadataList:
+		return true
+	}
+	return false
+}
+
+func (k *kindsCache) noteKind(gvk schema.GroupVersionKind, metadata bool) {
 	// A list names the kind of its items.
 	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.kinds[gvk] = true
+	k.kinds[CachedKind{GroupVersionKind: gvk, MetadataOnly: metadata}] = true
 }
 
 // Get implements client.Reader.
@@ -75,24 +100,24 @@ func (k *kindsCache) GetInformer(ctx context.Context, obj client.Object, opts ..
 
 // GetInformerForKind implements cache.Informers.
 func (k *kindsCache) GetInformerForKind(ctx context.Context, gvk schema.GroupVersionKind, opts ...cache.InformerGetOption) (cache.Informer, error) {
-	k.noteKind(gvk)
+	k.noteKind(gvk, false)
 	return k.Cache.GetInformerForKind(ctx, gvk, opts...)
 }
 
 // CachedKinds returns the kinds the manager's cache was asked to read or
 // watch so far, sorted; nil when the manager was not built by NewManager.
-func CachedKinds(mgr ctrl.Manager) []schema.GroupVersionKind {
+func CachedKinds(mgr ctrl.Manager) []CachedKind {
 	k, ok := mgr.GetCache().(*kindsCache)
 	if !ok {
 		return nil
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]schema.GroupVersionKind, 0, len(k.kinds))
-	for gvk := range k.kinds {
-		out = append(out, gvk)
+	out := make([]CachedKind, 0, len(k.kinds))
+	for ck := range k.kinds {
+		out = append(out, ck)
 	}
-	slices.SortFunc(out, func(a, b schema.GroupVersionKind) int {
+	slices.SortFunc(out, func(a, b CachedKind) int {
 		return strings.Compare(a.String(), b.String())
 	})
 	return out
