@@ -14,8 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 smoke=${BENCH_SMOKE:-}
-pushes=30
-[ -n "$smoke" ] && pushes=1
+pushes=30 cycles=3
+[ -n "$smoke" ] && pushes=1 cycles=1
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -33,7 +33,7 @@ echo "gitops-syncer: idle poll cycle over $(metric BenchmarkIdlePollCycle reposi
   "$(metric BenchmarkIdlePollCycle fetches/cycle) fetches," \
   "$(metric BenchmarkIdlePollCycle upload-packs/cycle) pack negotiations," \
   "$(metric BenchmarkIdlePollCycle cpu-s/cycle) CPU-seconds," \
-  "$(metric BenchmarkIdlePollCycle wall-s/cycle) s wall per cycle (mean of 3)"
+  "$(metric BenchmarkIdlePollCycle wall-s/cycle) s wall per cycle (mean of ${cycles} cycles)"
 echo "gitops-syncer: commit visible + reconcile requested -> ChangeRequest exists over" \
   "$(metric BenchmarkCommitToChangeRequest commits) commits:" \
   "p50 $(metric BenchmarkCommitToChangeRequest p50-ms) ms, p95 $(metric BenchmarkCommitToChangeRequest p95-ms) ms"

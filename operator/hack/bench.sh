@@ -17,9 +17,9 @@
 # figures mean nothing, it shows every benchmark still runs to its end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-benchtime=() installs=20x passes=3x
+benchtime=() installs=20x passes=3x drift_releases=100
 if [ -n "${BENCH_SMOKE:-}" ]; then
-	benchtime=(-benchtime 1x) installs=1x passes=1x
+	benchtime=(-benchtime 1x) installs=1x passes=1x drift_releases=3
 	export SLUICE_BENCH_RELEASES=${SLUICE_BENCH_RELEASES:-2} SLUICE_BENCH_PER_RELEASE=${SLUICE_BENCH_PER_RELEASE:-2} SLUICE_BENCH_CACHED=${SLUICE_BENCH_CACHED:-20}
 fi
 
@@ -50,10 +50,10 @@ echo "$out" | sed -n 's/^BENCH /  /p'
 # The Helm applier (download, digest checks, extraction, impersonation,
 # manifestDigest post-renderer, install) against a bare Helm SDK install of
 # the same chart, one fresh namespace per install, in the same run.
-echo "operator: Helm applier vs bare Helm SDK install (go test -bench, 20 installs each)"
+echo "operator: Helm applier vs bare Helm SDK install (go test -bench, ${installs%x} installs each)"
 bench -count=1 -run '^$' -bench 'BenchmarkHelmApplier|BenchmarkBareHelmInstall' -benchtime "$installs" -benchmem ./hack/bench-helm/
 
 # A drift pass over 100 Helm releases of 20 objects each with nothing
 # drifted: the operator's CPU time per pass and its writes (must be 0).
-echo "operator: drift pass, 100 releases x 20 objects (go test -bench, 3 passes)"
+echo "operator: drift pass, $drift_releases releases x 20 objects (go test -bench, ${passes%x} passes)"
 bench -count=1 -timeout 20m -run '^$' -bench 'BenchmarkDriftPass' -benchtime "$passes" ./internal/drift/

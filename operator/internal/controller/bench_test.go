@@ -129,11 +129,15 @@ func rssKiB() string {
 	return "n/a"
 }
 
-func heapInUseMiB() float64 {
+// heapMiB runs a GC and returns the live heap (the bytes of reachable
+// objects, MemStats.HeapAlloc) and the heap in use (whole spans,
+// HeapInuse, which also counts the free room in partly used spans and so
+// grows with churn, not only with what is held).
+func heapMiB() (live, inUse float64) {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return float64(m.HeapInuse) / (1 << 20)
+	return float64(m.HeapAlloc) / (1 << 20), float64(m.HeapInuse) / (1 << 20)
 }
 
 // writeHeapProfile writes a heap profile to path (after a GC, so it shows
@@ -159,7 +163,7 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 	releases, perRelease, cached := envInt("SLUICE_BENCH_RELEASES", 100), envInt("SLUICE_BENCH_PER_RELEASE", 10), envInt("SLUICE_BENCH_CACHED", 10000)
 	f := newFixture(t)
 	op := startOperator(t, f.ns, operatorConfig{applier: noopApplier{}, concurrency: 4})
-	heapBefore := heapInUseMiB()
+	liveBefore, _ := heapMiB()
 
 	rule := sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
 	var rels []client.Object
@@ -333,8 +337,8 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 	// The in-memory span exporter of the tests keeps every span; the
 	// operator's own exporter sends them away.
 	spans.Reset()
-	heapAfter := heapInUseMiB()
+	live, inUse := heapMiB()
 	writeHeapProfile(t, os.Getenv("SLUICE_BENCH_HEAP_PROFILE"))
-	benchLine("memory with %d ChangeRequests in the operator's cache: heap in use %.1f MiB (%.1f MiB before the changes), process RSS %s (the test process: operator + test client)",
-		inCache, heapAfter, heapBefore, rssKiB())
+	benchLine("memory with %d ChangeRequests in the operator's cache after %d changes: live heap after GC %.1f MiB (%.1f MiB before the changes), heap in use %.1f MiB, process RSS %s (the test process: operator + test client)",
+		inCache, releases*perRelease, live, liveBefore, inUse, rssKiB())
 }
