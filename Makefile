@@ -171,6 +171,7 @@ test: ## Lint, check generated files, run every module's tests against a real co
 	@$(call step,verify-images)
 	@echo "KUBEBUILDER_ASSETS=$(KUBEBUILDER_ASSETS)"
 	@for m in $(MODULES); do echo "== go test ./$$m/..."; t0=$$(date +%s); go test $(GOTEST_FLAGS) -timeout $(TEST_TIMEOUT) ./$$m/...; echo "== step go test ./$$m/...: $$(( $$(date +%s) - t0 )) s"; done
+	@$(call step,bench-smoke)
 	@# make e2e (a real node, root only) is not a step yet: its full run is
 	@# not green (see README "End-to-end on a real node").
 
@@ -178,10 +179,19 @@ test: ## Lint, check generated files, run every module's tests against a real co
 test-busy: ## make test three times (RUNS=n) with every core kept busy by stress-ng; prints each run's time.
 	hack/busy/run.sh
 
+# Every module's hack/bench.sh in turn; the first that fails stops make
+# bench with its message (every wait in them has a deadline).
 .PHONY: bench
 bench: envtest ## Run the benchmarks and print the figures the issues ask for.
-	@ran=0; for m in $(MODULES); do if [ -x $$m/hack/bench.sh ]; then ran=1; echo "== $$m/hack/bench.sh"; $$m/hack/bench.sh; fi; done; \
+	@ran=0; for m in $(MODULES); do if [ -x $$m/hack/bench.sh ]; then ran=1; echo "== $$m/hack/bench.sh"; t0=$$(date +%s); \
+	  $$m/hack/bench.sh || { echo "bench: $$m/hack/bench.sh FAILED"; exit 1; }; echo "== $$m/hack/bench.sh: $$(( $$(date +%s) - t0 )) s"; fi; done; \
 	  if [ $$ran = 0 ]; then echo "bench: not built yet (see README)"; fi
+
+# A broken benchmark fails make test: one short iteration of each (their
+# figures mean nothing here), the full run stays make bench.
+.PHONY: bench-smoke
+bench-smoke: ## make bench with one short iteration of each benchmark (BENCH_SMOKE=1); a make test step.
+	@BENCH_SMOKE=1 $(MAKE) --no-print-directory bench
 
 .PHONY: demo
 demo: envtest build ## Push-to-applied walkthrough on an embedded control plane.

@@ -7,8 +7,15 @@
 #     reconcile being requested to its ChangeRequest existing (p50/p95 over
 #     40 commits of a Helm-only change).
 # Both run against envtest, a real git http-backend and the real validator.
+# BENCH_SMOKE=1 (make bench-smoke) runs one short iteration of each: a few
+# repositories, one or two commits, one push; its figures mean nothing, it
+# shows that every benchmark still runs to its end. Every wait of the
+# benchmarks has a deadline and fails naming what did not come.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+smoke=${BENCH_SMOKE:-}
+pushes=30 cycles=3
+[ -n "$smoke" ] && pushes=1 cycles=1
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -26,10 +33,10 @@ echo "gitops-syncer: idle poll cycle over $(metric BenchmarkIdlePollCycle reposi
   "$(metric BenchmarkIdlePollCycle fetches/cycle) fetches," \
   "$(metric BenchmarkIdlePollCycle upload-packs/cycle) pack negotiations," \
   "$(metric BenchmarkIdlePollCycle cpu-s/cycle) CPU-seconds," \
-  "$(metric BenchmarkIdlePollCycle wall-s/cycle) s wall per cycle (mean of 3)"
+  "$(metric BenchmarkIdlePollCycle wall-s/cycle) s wall per cycle (mean of ${cycles} cycles)"
 echo "gitops-syncer: commit visible + reconcile requested -> ChangeRequest exists over" \
   "$(metric BenchmarkCommitToChangeRequest commits) commits:" \
-  "p50 $(metric BenchmarkCommitToChangeRequest p50-ms) ms, p95 $(metric BenchmarkCommitToChangeRequest p95-ms) ms"
+  "p50 $(metric BenchmarkCommitToChangeRequest p50-ms) ms, p95 $(metric BenchmarkCommitToChangeRequest p95-ms) ms (goal p50 <= 100 ms), load average $(cut -d" " -f1-3 /proc/loadavg)"
 
 # --- issue 11: a push with a Terraform plan through the runner ------------
 # Per commit: the time from the commit being visible and a reconcile being
@@ -50,12 +57,12 @@ rm -f "$tf"
 
 # --- webhooks (issue 5): signed push webhook -> ChangeRequests -------------
 # The time from a signed GitHub push webhook reaching the receiver to both
-# ChangeRequests of the pushed commit existing (a Helm-only change of the
-# cart service), over 30 pushes, through a running syncer with the webhook
+# ChangeRequests of the pushed commit existing (a Helm-only change of both
+# environments of the cart service), over 30 pushes, through a running syncer with the webhook
 # side installed, envtest, a real git repository and the real validator.
 wh=$(mktemp)
 trap 'rm -f "$out" "$wh"' EXIT
-go test -count=1 -run '^$' -bench 'BenchmarkPushWebhookToChangeRequests' -benchtime 30x -timeout 20m \
+go test -count=1 -run '^$' -bench 'BenchmarkPushWebhookToChangeRequests' -benchtime "${pushes}x" -timeout 20m \
   ./internal/webhook/install/ | tee "$wh" | grep -E '^(Benchmark|ok|FAIL|---)' || true
 if ! grep -q '^ok' "$wh"; then
   echo "gitops-syncer webhook bench: FAILED"; exit 1
@@ -65,4 +72,4 @@ whmetric() { # whmetric <unit>
 }
 echo
 echo "gitops-syncer: signed push webhook -> ChangeRequests exist over $(whmetric pushes) pushes:" \
-  "p50 $(whmetric p50-ms) ms, p95 $(whmetric p95-ms) ms, max $(whmetric max-ms) ms (target p50 < 1000 ms)"
+  "p50 $(whmetric p50-ms) ms, p95 $(whmetric p95-ms) ms, max $(whmetric max-ms) ms (goal p50 <= 120 ms), load average $(cut -d" " -f1-3 /proc/loadavg)"

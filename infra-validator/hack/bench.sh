@@ -13,6 +13,9 @@
 #   6. terraform through the sandboxed runner vs bare terraform;
 #   7. CPU time of rendering the pull-request comment vs validating, 2,000-resource plan.
 # Installs conftest v0.71.1 and helm v3.22.0 into bin/tools when missing.
+# BENCH_SMOKE=1 (make bench-smoke) runs one short iteration of each (one
+# run per timing, one iteration per Go benchmark): its figures mean
+# nothing, it shows every benchmark still runs to its end.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -21,6 +24,9 @@ TOOLS=$ROOT/bin/tools
 CONFTEST_VERSION=v0.71.1
 HELM_VERSION=v3.22.0
 RUNS=${BENCH_RUNS:-9}
+if [ -n "${BENCH_SMOKE:-}" ]; then
+	RUNS=1 BENCH_TIME=1x
+fi
 mkdir -p "$TOOLS"
 
 install_tool() { # name module@version

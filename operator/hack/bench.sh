@@ -12,11 +12,35 @@
 # Knobs: SLUICE_BENCH_RELEASES, SLUICE_BENCH_PER_RELEASE, SLUICE_BENCH_CACHED;
 # SLUICE_BENCH_APISERVER_PROFILE=<file> writes a CPU profile of kube-apiserver
 # over the first SLUICE_BENCH_APISERVER_PROFILE_SECONDS (20) of the run.
+# BENCH_SMOKE=1 (make bench-smoke) runs one short iteration of each (a few
+# releases and changes, one install, one drift pass over 3 releases): its
+# figures mean nothing, it shows every benchmark still runs to its end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+benchtime=() installs=20x passes=3x drift_releases=100
+if [ -n "${BENCH_SMOKE:-}" ]; then
+	benchtime=(-benchtime 1x) installs=1x passes=1x drift_releases=3
+	export SLUICE_BENCH_RELEASES=${SLUICE_BENCH_RELEASES:-2} SLUICE_BENCH_PER_RELEASE=${SLUICE_BENCH_PER_RELEASE:-2} SLUICE_BENCH_CACHED=${SLUICE_BENCH_CACHED:-20}
+fi
+
+# bench runs go test with the arguments given and prints its Benchmark lines;
+# a failed run prints its end and stops the script (a broken benchmark must
+# fail make bench, not print nothing).
+bench() {
+	local log
+	log=$(mktemp)
+	if ! go test "$@" >"$log" 2>&1; then
+		tail -40 "$log"
+		echo "operator bench: FAILED: go test $*"
+		rm -f "$log"
+		exit 1
+	fi
+	grep -E '^Benchmark' "$log" || true
+	rm -f "$log"
+}
 
 echo "operator: gate evaluation (go test -bench)"
-go test -run '^$' -bench . -benchmem ./internal/gate/ | grep -E '^Benchmark' || true
+bench -run '^$' -bench . "${benchtime[@]}" -benchmem ./internal/gate/
 
 echo "operator: envtest run (takes a few minutes)"
 out=$(SLUICE_BENCH=1 go test -count=1 -timeout 60m -run '^TestBench_' -v ./internal/controller/ 2>&1) || { echo "$out" | tail -50; exit 1; }
@@ -26,10 +50,10 @@ echo "$out" | sed -n 's/^BENCH /  /p'
 # The Helm applier (download, digest checks, extraction, impersonation,
 # manifestDigest post-renderer, install) against a bare Helm SDK install of
 # the same chart, one fresh namespace per install, in the same run.
-echo "operator: Helm applier vs bare Helm SDK install (go test -bench, 20 installs each)"
-go test -count=1 -run '^$' -bench 'BenchmarkHelmApplier|BenchmarkBareHelmInstall' -benchtime 20x -benchmem ./hack/bench-helm/ | grep -E '^Benchmark' || true
+echo "operator: Helm applier vs bare Helm SDK install (go test -bench, ${installs%x} installs each)"
+bench -count=1 -run '^$' -bench 'BenchmarkHelmApplier|BenchmarkBareHelmInstall' -benchtime "$installs" -benchmem ./hack/bench-helm/
 
 # A drift pass over 100 Helm releases of 20 objects each with nothing
 # drifted: the operator's CPU time per pass and its writes (must be 0).
-echo "operator: drift pass, 100 releases x 20 objects (go test -bench, 3 passes)"
-go test -count=1 -timeout 20m -run '^$' -bench 'BenchmarkDriftPass' -benchtime 3x ./internal/drift/ | grep -E '^Benchmark' || true
+echo "operator: drift pass, $drift_releases releases x 20 objects (go test -bench, ${passes%x} passes)"
+bench -count=1 -timeout 20m -run '^$' -bench 'BenchmarkDriftPass' -benchtime "$passes" ./internal/drift/

@@ -34,7 +34,7 @@ func cpuSeconds() float64 {
 // and git fetches until all 200 ls-remotes are done; the mean of 3 cycles.
 // Run it with -benchtime 1x: the setup (200 first syncs) is the slow part.
 func BenchmarkIdlePollCycle(b *testing.B) {
-	const repos = 200
+	repos := benchSize(200, 3)
 	ctx := context.Background()
 	ns := benchNamespace(b)
 	root := b.TempDir()
@@ -56,9 +56,9 @@ func BenchmarkIdlePollCycle(b *testing.B) {
 		}
 	}
 	// The first sync of every repository (fetch, validate, ChangeRequest).
-	waitUntil(b, 15*time.Minute, func() bool { return countSynced(b, ns) == repos })
+	waitUntil(b, 15*time.Minute, fmt.Sprintf("the first sync of %d Repositories", repos), func() bool { return countSynced(b, ns) == repos })
 	b.ResetTimer()
-	const cycles = 3
+	cycles := benchSize(3, 1)
 	var cpu, wall float64
 	var fetches, packs int64
 	for range cycles {
@@ -67,7 +67,7 @@ func BenchmarkIdlePollCycle(b *testing.B) {
 		for i := range repos {
 			s.Trigger().Request(ns, fmt.Sprintf("repo-%03d", i))
 		}
-		waitUntil(b, 10*time.Minute, func() bool { return s.Git.Stats().LsRemotes-stats.LsRemotes >= repos })
+		waitUntil(b, 10*time.Minute, fmt.Sprintf("%d ls-remotes of the poll cycle", repos), func() bool { return s.Git.Stats().LsRemotes-stats.LsRemotes >= int64(repos) })
 		// Let the last reconciles finish their (empty) status work.
 		time.Sleep(200 * time.Millisecond)
 		cpu += cpuSeconds() - c0
@@ -80,14 +80,14 @@ func BenchmarkIdlePollCycle(b *testing.B) {
 	b.ReportMetric(float64(packs)/n, "upload-packs/cycle")
 	b.ReportMetric(cpu/n, "cpu-s/cycle")
 	b.ReportMetric(wall/n, "wall-s/cycle")
-	b.ReportMetric(repos, "repositories")
+	b.ReportMetric(float64(repos), "repositories")
 }
 
 // BenchmarkCommitToChangeRequest measures, over 30 commits of a Helm-only
 // change, the time from the commit being visible on the git server and a
 // reconcile being requested to its ChangeRequest existing.
 func BenchmarkCommitToChangeRequest(b *testing.B) {
-	const commits = 40
+	commits := benchSize(40, 2)
 	ctx := context.Background()
 	ns := benchNamespace(b)
 	root := b.TempDir()
@@ -105,7 +105,7 @@ func BenchmarkCommitToChangeRequest(b *testing.B) {
 	if err := k8s.Create(ctx, repo); err != nil {
 		b.Fatal(err)
 	}
-	waitUntil(b, 5*time.Minute, func() bool { return countSynced(b, ns) == 1 })
+	waitUntil(b, 5*time.Minute, "the first sync of the Repository", func() bool { return countSynced(b, ns) == 1 })
 	b.ResetTimer()
 	var lat []time.Duration
 	{
@@ -115,7 +115,7 @@ func BenchmarkCommitToChangeRequest(b *testing.B) {
 			name := sluicev1.ChangeRequestName("web-staging", sha, 1)
 			start := time.Now()
 			s.Trigger().Request(ns, "infra")
-			waitUntil(b, time.Minute, func() bool {
+			waitUntil(b, time.Minute, "ChangeRequest "+name+" of commit "+sha, func() bool {
 				return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &sluicev1.ChangeRequest{}) == nil
 			})
 			lat = append(lat, time.Since(start))
@@ -157,8 +157,17 @@ func countSynced(b *testing.B, ns string) int {
 	return n
 }
 
+// benchSize is full, or smoke when BENCH_SMOKE is set (make bench-smoke:
+// one short iteration that shows the benchmark still runs to its end).
+func benchSize(full, smoke int) int {
+	if os.Getenv("BENCH_SMOKE") != "" {
+		return smoke
+	}
+	return full
+}
+
 // waitAdded waits for w to report its object added.
-func waitAdded(b *testing.B, w watch.Interface, limit time.Duration) {
+func waitAdded(b *testing.B, w watch.Interface, limit time.Duration, what string) {
 	b.Helper()
 	defer w.Stop()
 	timeout := time.After(limit)
@@ -166,23 +175,25 @@ func waitAdded(b *testing.B, w watch.Interface, limit time.Duration) {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				b.Fatal("the watch ended before the object appeared")
+				b.Fatalf("the watch ended before %s appeared", what)
 			}
 			if ev.Type == watch.Added {
 				return
 			}
 		case <-timeout:
-			b.Fatal("the object did not appear")
+			b.Fatalf("waited %s for %s: it did not appear", limit, what)
 		}
 	}
 }
 
-func waitUntil(b *testing.B, limit time.Duration, cond func() bool) {
+// waitUntil polls cond until it holds, and fails the benchmark naming what
+// it waited for when limit passes first.
+func waitUntil(b *testing.B, limit time.Duration, what string, cond func() bool) {
 	b.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			b.Fatal("condition not reached")
+			b.Fatalf("waited %s for %s: it did not come", limit, what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -206,7 +217,8 @@ func planStack(n, round int) string {
 // show -json in a fresh folder, local state, as a user would run it), and
 // reports both medians and their ratio (issue 11's target: at most 1.5x).
 func BenchmarkCommitWithPlanToChangeRequest(b *testing.B) {
-	const commits, resources = 12, 20
+	const resources = 20
+	commits := benchSize(12, 1)
 	tfPath, err := exec.LookPath("terraform")
 	if err != nil {
 		b.Fatal("terraform is needed on PATH: ", err)
@@ -230,7 +242,7 @@ func BenchmarkCommitWithPlanToChangeRequest(b *testing.B) {
 	if err := k8s.Create(ctx, repo); err != nil {
 		b.Fatal(err)
 	}
-	waitUntil(b, 5*time.Minute, func() bool { return countSynced(b, ns) == 1 })
+	waitUntil(b, 5*time.Minute, "the first sync of the Repository", func() bool { return countSynced(b, ns) == 1 })
 
 	bare := func(round int) time.Duration {
 		dir := b.TempDir()
@@ -270,7 +282,7 @@ func BenchmarkCommitWithPlanToChangeRequest(b *testing.B) {
 		}
 		start := time.Now()
 		s.Trigger().Request(ns, "infra")
-		waitAdded(b, w, 2*time.Minute)
+		waitAdded(b, w, 2*time.Minute, "ChangeRequest "+name+" with a plan")
 		viaSluice = append(viaSluice, time.Since(start))
 		// The syncer finishes its pass (plan Secrets, the Release status,
 		// the next spare runner child) before the bare run starts, so

@@ -86,6 +86,11 @@ type GoGit struct {
 
 	lsRemotes atomic.Int64
 	fetches   atomic.Int64
+
+	// refLists are the ref lists Head kept for the Fetch that follows
+	// it, by cache id (see refmemo.go).
+	refMu    sync.Mutex
+	refLists map[string]*refList
 }
 
 // cache is one bare repository; mu serialises writes (fetch) against reads.
@@ -110,7 +115,7 @@ func NewGoGit(dir string, policy URLPolicy, observer Observer) (*GoGit, error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.DialContext = dialer.DialContext
 		tr.Proxy = nil
-		c := githttp.NewClient(&http.Client{Transport: tr})
+		c := githttp.NewClient(&http.Client{Transport: refListTransport{base: tr}})
 		client.InstallProtocol("http", c)
 		client.InstallProtocol("https", c)
 	})
@@ -173,6 +178,13 @@ func (g *GoGit) Head(ctx context.Context, r Remote, ref string) (sha string, err
 	g.lsRemotes.Add(1)
 	start := time.Now()
 	defer func() { g.observe("ls-remote", start, err) }()
+	capture := &refCapture{record: true}
+	ctx = withRefCapture(ctx, capture)
+	defer func() {
+		if err == nil {
+			g.keepRefList(r, capture, ref, sha)
+		}
+	}()
 
 	rem := gogit.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{r.URL}})
 	refs, err := rem.ListContext(ctx, &gogit.ListOptions{Auth: auth, PeelingOption: gogit.AppendPeeled})
@@ -200,10 +212,30 @@ func (g *GoGit) Head(ctx context.Context, r Remote, ref string) (sha string, err
 	return direct, nil
 }
 
+// keepRefList keeps the ref list Head read when the Fetch of sha will
+// need the network (sha is not in the local cache yet): that Fetch then
+// uses it instead of listing the refs again.
+func (g *GoGit) keepRefList(r Remote, capture *refCapture, ref, sha string) {
+	l := capture.kept()
+	if l == nil {
+		return
+	}
+	if c, err := g.cacheFor(r, false); err == nil && (&Repo{c: c}).HasCommit(sha) {
+		return
+	}
+	l.ref, l.sha = ref, sha
+	g.rememberRefList(cacheID(r), l)
+}
+
+// cacheID names the local cache of r.
+func cacheID(r Remote) string {
+	sum := sha256.Sum256([]byte(r.Key + "\x00" + r.URL))
+	return hex.EncodeToString(sum[:12])
+}
+
 // cacheFor opens (or creates) the bare cache of r.
 func (g *GoGit) cacheFor(r Remote, create bool) (*cache, error) {
-	sum := sha256.Sum256([]byte(r.Key + "\x00" + r.URL))
-	id := hex.EncodeToString(sum[:12])
+	id := cacheID(r)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	path := filepath.Join(g.dir, id+".git")
@@ -248,6 +280,11 @@ func (g *GoGit) Open(r Remote) (*Repo, error) {
 // already cached; otherwise only ref is fetched, negotiating from what the
 // cache holds.
 func (g *GoGit) Fetch(ctx context.Context, r Remote, ref, want string) (*Repo, error) {
+	// The ref list Head kept, when it shows ref at want, stands in for
+	// the one go-git would ask for (one list per sync).
+	if l := g.takeRefList(cacheID(r), ref, want); l != nil && want != "" {
+		ctx = withRefCapture(ctx, &refCapture{replay: l})
+	}
 	if want != "" {
 		if c, err := g.cacheFor(r, false); err == nil {
 			repo := &Repo{c: c}

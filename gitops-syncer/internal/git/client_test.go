@@ -307,3 +307,60 @@ func TestGoGit_tracksAnAnnotatedTagByItsCommit(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, cache.HasCommit(commit))
 }
+
+// TestGoGit_oneRefListPerSync shows a sync (Head, then the Fetch of the
+// commit it found) asking the server for its ref list once, and a Fetch
+// whose commit Head did not see (or with no Head before it) listing the
+// refs itself, as before.
+func TestGoGit_oneRefListPerSync(t *testing.T) {
+	root := t.TempDir()
+	repo := seed(t, root)
+	srv := gittest.StartHTTP(t, root, testUser, testPassword)
+	c := newClient(t, false)
+	remote := git.Remote{Key: "ns/infra", URL: srv.RepoURL("infra"), Auth: &git.Auth{Username: testUser, Password: testPassword}}
+	ctx := context.Background()
+	const main = "refs/heads/main"
+
+	// First sync: one ref list, one pack negotiation.
+	head, err := c.Head(ctx, remote, main)
+	require.NoError(t, err)
+	cache, err := c.Fetch(ctx, remote, main, head)
+	require.NoError(t, err)
+	assert.True(t, cache.HasCommit(head))
+	assert.EqualValues(t, 1, srv.InfoRefs(), "ref lists of the first sync")
+	assert.EqualValues(t, 1, srv.UploadPacks())
+
+	// A new commit: again one ref list for its sync.
+	repo.WriteFile("services/cart/values.yaml", "replicas: 2\n")
+	second := repo.Commit("scale", "bob@example.com")
+	head2, err := c.Head(ctx, remote, main)
+	require.NoError(t, err)
+	require.Equal(t, second, head2)
+	cache, err = c.Fetch(ctx, remote, main, head2)
+	require.NoError(t, err)
+	assert.True(t, cache.HasCommit(second))
+	assert.EqualValues(t, 2, srv.InfoRefs(), "ref lists after the second sync")
+	assert.EqualValues(t, 2, srv.UploadPacks())
+
+	// An idle poll lists once and fetches nothing.
+	_, err = c.Head(ctx, remote, main)
+	require.NoError(t, err)
+	_, err = c.Fetch(ctx, remote, main, head2)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, srv.InfoRefs())
+	assert.EqualValues(t, 2, srv.UploadPacks())
+
+	// Head saw one commit, the Fetch asks for another (the branch moved
+	// in between): the kept list is not used, the Fetch lists again.
+	repo.WriteFile("services/cart/values.yaml", "replicas: 3\n")
+	third := repo.Commit("scale again", "bob@example.com")
+	_, err = c.Head(ctx, remote, main)
+	require.NoError(t, err)
+	repo.WriteFile("services/cart/values.yaml", "replicas: 4\n")
+	fourth := repo.Commit("and again", "bob@example.com")
+	cache, err = c.Fetch(ctx, remote, main, fourth)
+	require.NoError(t, err)
+	assert.True(t, cache.HasCommit(fourth))
+	assert.True(t, cache.HasCommit(third))
+	assert.EqualValues(t, 5, srv.InfoRefs(), "a Fetch of a commit Head did not see lists the refs itself")
+}

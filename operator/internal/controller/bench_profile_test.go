@@ -120,6 +120,9 @@ type phaseClock struct {
 	seen  map[string]map[sluicev1.ChangeRequestPhase]time.Time
 	added map[string]time.Time
 	rel   map[string]string
+	// stop removes the clock's event handler and forgets what it saw, so
+	// the memory figure taken later is the operator's, not the clock's.
+	stop func()
 }
 
 func newPhaseClock(t *testing.T, op *operator) *phaseClock {
@@ -144,11 +147,17 @@ func newPhaseClock(t *testing.T, op *operator) *phaseClock {
 			pc.seen[cr.Name][cr.Status.Phase] = now
 		}
 	}
-	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    record,
 		UpdateFunc: func(_, n any) { record(n) },
 	})
 	require.NoError(t, err)
+	pc.stop = func() {
+		require.NoError(t, inf.RemoveEventHandler(reg))
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		pc.seen, pc.added, pc.rel = nil, nil, nil
+	}
 	return pc
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,11 +129,29 @@ func rssKiB() string {
 	return "n/a"
 }
 
-func heapInUseMiB() float64 {
+// heapMiB runs a GC and returns the live heap (the bytes of reachable
+// objects, MemStats.HeapAlloc) and the heap in use (whole spans,
+// HeapInuse, which also counts the free room in partly used spans and so
+// grows with churn, not only with what is held).
+func heapMiB() (live, inUse float64) {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return float64(m.HeapInuse) / (1 << 20)
+	return float64(m.HeapAlloc) / (1 << 20), float64(m.HeapInuse) / (1 << 20)
+}
+
+// writeHeapProfile writes a heap profile to path (after a GC, so it shows
+// what is held); an empty path writes none.
+func writeHeapProfile(t *testing.T, path string) {
+	t.Helper()
+	if path == "" {
+		return
+	}
+	runtime.GC()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, pprof.WriteHeapProfile(f))
 }
 
 // TestBench_gateThroughputWritesAndMemory prints the figures of `make
@@ -144,7 +163,7 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 	releases, perRelease, cached := envInt("SLUICE_BENCH_RELEASES", 100), envInt("SLUICE_BENCH_PER_RELEASE", 10), envInt("SLUICE_BENCH_CACHED", 10000)
 	f := newFixture(t)
 	op := startOperator(t, f.ns, operatorConfig{applier: noopApplier{}, concurrency: 4})
-	heapBefore := heapInUseMiB()
+	liveBefore, _ := heapMiB()
 
 	rule := sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
 	var rels []client.Object
@@ -191,6 +210,11 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 			changes = append(changes, cr)
 		}
 	}
+	// last names each release's newest change (never pruned).
+	last := map[string]bool{}
+	for i := range releases {
+		last[changes[i*perRelease+perRelease-1].GetName()] = true
+	}
 	clock := newPhaseClock(t, op)
 	cpuBefore, requestsBefore := readCPU(t), apiRequests(t)
 	profiled := profileAPIServer(t, envInt("SLUICE_BENCH_APISERVER_PROFILE_SECONDS", 20))
@@ -207,14 +231,24 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 		var list sluicev1.ChangeRequestList
 		require.NoError(t, op.mgr.GetCache().List(context.Background(), &list, client.InNamespace(f.ns), client.UnsafeDisableDeepCopy))
 		clear(phases)
-		terminal := 0
+		terminal, lastDone := 0, 0
 		for _, cr := range list.Items {
 			phases[cr.Status.Phase]++
 			if cr.Status.Phase.IsTerminal() {
 				terminal++
+				if last[cr.Name] {
+					lastDone++
+				}
 			}
 		}
 		if terminal == len(changes) {
+			break
+		}
+		// More changes per release than the Release keeps: the older
+		// terminal ones are pruned, so the run is over when nothing is
+		// open and every release's last change is terminal.
+		if perRelease > (&ReleaseReconciler{}).keep() && terminal == len(list.Items) && lastDone == releases {
+			phases["(pruned)"] = len(changes) - len(list.Items)
 			break
 		}
 		require.Less(t, time.Since(start), 20*time.Minute, "changes never finished: %v", phases)
@@ -233,6 +267,7 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 		cpuAfter.apiserver-cpuBefore.apiserver, cpuAfter.etcd-cpuBefore.etcd, cpuAfter.self-cpuBefore.self, took.Seconds(), runtime.NumCPU(),
 		requestsSince(requestsBefore, apiRequests(t)))
 	clock.report()
+	clock.stop()
 	benchLine("work queues (whole test): %s", queueFigures(t))
 	profiled()
 
@@ -266,8 +301,12 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 
 	// Memory with 10,000 ChangeRequests in the cache: the rest are
 	// changes of releases that do not exist (each stays Pending).
+	// (Changes the Release pruned are not in the cache: fill up to
+	// cached from what is there.)
+	var present sluicev1.ChangeRequestList
+	require.NoError(t, op.mgr.GetCache().List(context.Background(), &present, client.InNamespace(f.ns)))
 	var more []client.Object
-	for i := len(changes); i < cached; i++ {
+	for i := len(changes); i < len(changes)+cached-len(present.Items); i++ {
 		rev := fmt.Sprintf("%010x%030x", i+1, 0xcafe)
 		name := fmt.Sprintf("gone%03d-prod", i%100)
 		cr := changes[0].(*sluicev1.ChangeRequest).DeepCopy()
@@ -277,19 +316,29 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 		more = append(more, cr)
 	}
 	createAll(t, more)
+	added := len(more)
 	more, changes = nil, nil // only the operator's cache should hold them
+	inCache := 0
 	require.Eventually(t, func() bool {
 		var list sluicev1.ChangeRequestList
 		require.NoError(t, op.mgr.GetCache().List(context.Background(), &list, client.InNamespace(f.ns)))
-		pending := 0
+		decided, gone := 0, 0
 		for _, cr := range list.Items {
 			if cr.Status.Phase != "" {
-				pending++
+				decided++
+			}
+			if strings.HasPrefix(cr.Spec.Release, "gone") {
+				gone++
 			}
 		}
-		return len(list.Items) == cached && pending == cached
+		inCache = len(list.Items)
+		return gone == added && decided == len(list.Items)
 	}, 10*time.Minute, time.Second)
-	heapAfter := heapInUseMiB()
-	benchLine("memory with %d ChangeRequests in the operator's cache: heap in use %.1f MiB (%.1f MiB before the changes), process RSS %s (the test process: operator + test client)",
-		cached, heapAfter, heapBefore, rssKiB())
+	// The in-memory span exporter of the tests keeps every span; the
+	// operator's own exporter sends them away.
+	spans.Reset()
+	live, inUse := heapMiB()
+	writeHeapProfile(t, os.Getenv("SLUICE_BENCH_HEAP_PROFILE"))
+	benchLine("memory with %d ChangeRequests in the operator's cache after %d changes: live heap after GC %.1f MiB (%.1f MiB before the changes), heap in use %.1f MiB, process RSS %s (the test process: operator + test client)",
+		inCache, releases*perRelease, live, liveBefore, inUse, rssKiB())
 }

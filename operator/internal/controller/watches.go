@@ -37,7 +37,8 @@ func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts contro
 		Watches(&sluicev1.Release{}, handler.EnqueueRequestsFromMapFunc(r.changesForRelease), builder.WithPredicates(releaseGateInputsChanged())).
 		Watches(&sluicev1.Release{}, handler.EnqueueRequestsFromMapFunc(lockHolder), builder.WithPredicates(releaseLockMoved())).
 		Watches(&sluicev1.ApprovalPolicy{}, handler.EnqueueRequestsFromMapFunc(r.changesForPolicy)).
-		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.changesForNamespace), builder.WithPredicates(namespaceLabelsChanged())).
+		// Namespaces as metadata only: their labels are all the gate reads.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.changesForNamespace), builder.OnlyMetadata, builder.WithPredicates(namespaceLabelsChanged())).
 		Watches(&sluicev1.Person{}, handler.EnqueueRequestsFromMapFunc(r.changesForPerson)).
 		WithOptions(opts).
 		Complete(r)

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -55,7 +56,11 @@ func load(ctx context.Context, r client.Reader, cr *sluicev1.ChangeRequest, rel 
 		in.Releases = releases.Items
 	}
 	if target := gate.TargetNamespace(rel, cr); target != "" {
-		ns := &corev1.Namespace{}
+		// Only the Namespace's labels are read (policies select by them):
+		// metadata only, so the operator's cache holds no more of every
+		// Namespace of the cluster than their metadata.
+		ns := &metav1.PartialObjectMetadata{}
+		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
 		err := r.Get(ctx, client.ObjectKey{Name: target}, ns)
 		switch {
 		case apierrors.IsNotFound(err):
@@ -64,7 +69,7 @@ func load(ctx context.Context, r client.Reader, cr *sluicev1.ChangeRequest, rel 
 		case err != nil:
 			return in, nil, fmt.Errorf("get target Namespace %s: %w", target, err)
 		default:
-			in.Namespace = ns
+			in.Namespace = &corev1.Namespace{ObjectMeta: ns.ObjectMeta}
 		}
 	}
 	var people sluicev1.PersonList
