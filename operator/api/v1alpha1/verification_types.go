@@ -139,8 +139,8 @@ type Measurement struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
-	// Time is when it was taken.
-	Time metav1.Time `json:"time"`
+	// Time is when it was taken (microseconds: intervals may be short).
+	Time metav1.MicroTime `json:"time"`
 }
 
 // CheckStatus counts the measurements of one check.
@@ -155,9 +155,9 @@ type CheckStatus struct {
 	// +optional
 	Failed int32 `json:"failed,omitempty"`
 	// LastAt is when the last measurement was taken; the next is due an
-	// interval later.
+	// interval later (microseconds, so a restart keeps the interval).
 	// +optional
-	LastAt *metav1.Time `json:"lastAt,omitempty"`
+	LastAt *metav1.MicroTime `json:"lastAt,omitempty"`
 }
 
 // MaxMeasurements is how many measurements a ChangeRequest keeps (the

@@ -94,7 +94,7 @@ func Advance(ctx context.Context, m Measurer, spec *sluicev1.VerificationSpec, s
 func measure(ctx context.Context, m Measurer, spec *sluicev1.VerificationSpec, check *sluicev1.MetricCheck, data sluicev1.QueryData, now time.Time) sluicev1.Measurement {
 	q, err := sluicev1.RenderQuery(check.Query, data)
 	if err != nil {
-		return sluicev1.Measurement{Check: check.Name, Query: truncate(check.Query, 4096), Phase: sluicev1.MeasurementError, Message: truncate(err.Error(), 1024), Time: metav1.NewTime(now)}
+		return sluicev1.Measurement{Check: check.Name, Query: truncate(check.Query, 4096), Phase: sluicev1.MeasurementError, Message: truncate(err.Error(), 1024), Time: metav1.NewMicroTime(now)}
 	}
 	got := m.Measure(ctx, spec.PrometheusURL, check, q, now)
 	got.Query, got.Message, got.Value = truncate(got.Query, 4096), truncate(got.Message, 1024), truncate(got.Value, 64)

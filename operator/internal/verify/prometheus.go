@@ -62,7 +62,7 @@ func (p *Prometheus) timeout() time.Duration {
 // Measure runs check's query (already rendered) against url at now and
 // judges the result; see the package doc for every outcome.
 func (p *Prometheus) Measure(ctx context.Context, url string, check *sluicev1.MetricCheck, query string, now time.Time) sluicev1.Measurement {
-	m := sluicev1.Measurement{Check: check.Name, Query: query, Time: metav1.NewTime(now)}
+	m := sluicev1.Measurement{Check: check.Name, Query: query, Time: metav1.NewMicroTime(now)}
 	value, err := p.query(ctx, url, query, now)
 	switch {
 	case errors.Is(err, errNoData):
