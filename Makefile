@@ -61,6 +61,14 @@ argocd: ## Build Argo CD's controller, repo-server and plugin server for tests (
 gitea: ## Build Gitea for the real-forge tests (once; cached in bin/gitea).
 	@GITEA_VERSION=$(GITEA_VERSION) hack/gitea/build.sh
 
+.PHONY: prometheus
+prometheus: ## Install prometheus (Debian package) for the verification tests when it is missing.
+	@if command -v prometheus >/dev/null; then echo "prometheus: $$(prometheus --version 2>&1 | head -1)"; \
+	elif [ "$$(id -u)" = 0 ]; then echo "prometheus: installing prometheus with apt-get"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null; }; \
+	  prometheus --version 2>&1 | head -1; \
+	else echo "prometheus: prometheus is missing and only root can install it: run 'sudo apt-get install -y prometheus'" >&2; exit 1; fi
+
 .PHONY: redis
 redis: ## Install redis-server (Debian package) for the Argo CD tests when it is missing.
 	@if command -v redis-server >/dev/null; then echo "redis: $$(redis-server --version | cut -d' ' -f1-3)"; \
@@ -165,6 +173,7 @@ test: ## Lint, check generated files, run every module's tests against a real co
 	@$(call step,argocd)
 	@$(call step,gitea)
 	@$(call step,redis)
+	@$(call step,prometheus)
 	@$(call step,verify-generate)
 	@$(call step,lint)
 	@$(call step,images IMAGE_ARCHES=$(TEST_IMAGE_ARCHES))

@@ -71,6 +71,10 @@ type Change struct {
 	InputsErr error
 	// Replan is the re-plan request the change answers ("" for none).
 	Replan string
+	// Verification is the environment's verification block in
+	// service.yaml (VerificationBlockOf); Build resolves it over the
+	// Repository's defaults and records it, in the approval digest.
+	Verification map[string]any
 }
 
 // Build assembles the immutable record of a change: the spec, the verdict
@@ -121,13 +125,22 @@ func Build(c Change) *sluicev1.ChangeRequest {
 		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "terraform.modules",
 			Message: c.InputsErr.Error(), File: manifestFile})
 	}
+	if c.Operation != sluicev1.OperationDelete {
+		v, err := resolveVerification(repo, c.Verification)
+		if err != nil {
+			findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "verification",
+				Message: err.Error(), File: manifestFile})
+		}
+		spec.Verification = v
+	}
 	spec.Verdict.Findings, spec.Verdict.FindingsTruncated = CleanFindings(findings, spec.Verdict.FindingsTruncated)
 	spec.Verdict.Result = VerdictResult(spec.Verdict.Result, spec.Verdict.Findings)
 	if spec.Verdict.Risk == "" || c.Operation == sluicev1.OperationDelete {
 		// A removal is never less than high risk.
 		spec.Verdict.Risk = sluicev1.RiskHigh
 	}
-	spec.ApprovalDigest = sluicev1.ComputeOperationApprovalDigest(repo.Namespace, c.Release, c.Operation, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest)
+	spec.ApprovalDigest = sluicev1.ComputeChangeApprovalDigest(repo.Namespace, c.Release, c.Operation, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest,
+		sluicev1.VerificationDigest(spec.Verification))
 	cr := &sluicev1.ChangeRequest{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      c.Name,

@@ -326,6 +326,7 @@ func (run *planRun) newChangeRequest(ctx context.Context, attempt int32) (*sluic
 		Findings:          plan.invalid,
 		InputsErr:         plan.inputsErr,
 		Replan:            plan.replan,
+		Verification:      changespec.VerificationBlockOf(plan.service, plan.env),
 
 		MergedPullRequests: people.merged,
 	}), nil

@@ -15,7 +15,8 @@
 //	type Chart struct{ Path, Repo, Name, Version string }
 //	type Terraform struct{ Dir string }
 //	type Environment struct{ Name, Namespace string; Values []string;
-//	    Terraform *EnvTerraform; Delivery Delivery; Approval Approval }
+//	    Terraform *EnvTerraform; Delivery Delivery; Approval Approval;
+//	    Verification map[string]any }
 //	type EnvTerraform struct{ Vars map[string]string; Workspace string }
 //	type Approval struct{ Required int; Approvers []string; AllowAuthor bool; AutoApproveRisk AutoApproveRisk }
 //	type Delivery string      // DeliveryHelm (default), DeliveryArgoCD
@@ -139,6 +140,10 @@ type Environment struct {
 	Terraform *EnvTerraform `yaml:"terraform" json:"terraform,omitempty"`
 	Delivery  Delivery      `yaml:"delivery" json:"delivery"`
 	Approval  Approval      `yaml:"approval" json:"approval"`
+	// Verification is the environment's verification block, as written;
+	// the syncer decodes and validates it (the operator's API owns its
+	// schema) and carries it on every change of the environment.
+	Verification map[string]any `yaml:"verification" json:"verification,omitempty"`
 }
 
 // EnvTerraform holds an environment's Terraform variables and workspace.

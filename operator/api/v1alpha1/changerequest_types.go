@@ -5,7 +5,7 @@ import (
 )
 
 // ChangeRequestPhase is where a change stands at the gate.
-// +kubebuilder:validation:Enum=Pending;Rejected;AwaitingApproval;Approved;Applying;Applied;Failed;Superseded;Preview
+// +kubebuilder:validation:Enum=Pending;Rejected;AwaitingApproval;Approved;Applying;Applied;Verifying;Verified;VerificationFailed;Failed;Superseded;Preview
 type ChangeRequestPhase string
 
 const (
@@ -19,8 +19,17 @@ const (
 	PhaseApproved ChangeRequestPhase = "Approved"
 	// PhaseApplying: handed to an applier.
 	PhaseApplying ChangeRequestPhase = "Applying"
-	// PhaseApplied: the applier finished; terminal.
+	// PhaseApplied: the applier finished; terminal unless the change
+	// carries a verification, which starts at once (Verifying).
 	PhaseApplied ChangeRequestPhase = "Applied"
+	// PhaseVerifying: applied; its health and metric checks are measured.
+	// The change keeps the release's apply lock meanwhile.
+	PhaseVerifying ChangeRequestPhase = "Verifying"
+	// PhaseVerified: applied and verified; terminal.
+	PhaseVerified ChangeRequestPhase = "Verified"
+	// PhaseVerificationFailed: applied, and its verification failed;
+	// terminal.
+	PhaseVerificationFailed ChangeRequestPhase = "VerificationFailed"
 	// PhaseFailed: the applier or a verification failed; terminal.
 	PhaseFailed ChangeRequestPhase = "Failed"
 	// PhaseSuperseded: a newer change for the release went first; terminal.
@@ -42,7 +51,17 @@ const ReasonUnchanged = "Unchanged"
 // IsTerminal reports whether the phase never changes again.
 func (p ChangeRequestPhase) IsTerminal() bool {
 	switch p {
-	case PhaseRejected, PhaseApplied, PhaseFailed, PhaseSuperseded, PhasePreview:
+	case PhaseRejected, PhaseApplied, PhaseFailed, PhaseSuperseded, PhasePreview, PhaseVerified, PhaseVerificationFailed:
+		return true
+	}
+	return false
+}
+
+// WasApplied reports whether the change's content reached the cluster:
+// Applied, and the verification phases that follow it.
+func (p ChangeRequestPhase) WasApplied() bool {
+	switch p {
+	case PhaseApplied, PhaseVerifying, PhaseVerified, PhaseVerificationFailed:
 		return true
 	}
 	return false
@@ -289,6 +308,13 @@ type ChangeRequestSpec struct {
 	// ComputeApprovalDigest.
 	ApprovalDigest Digest `json:"approvalDigest"`
 
+	// Verification is how the change is verified after it is applied:
+	// the environment's verification block in service.yaml over the
+	// Repository's defaults, as the syncer resolved them. It is part of
+	// approvalDigest. Without it the change ends Applied.
+	// +optional
+	Verification *VerificationSpec `json:"verification,omitempty"`
+
 	// PolicyBundleDigest is the digest of the policy bundle the syncer's
 	// validator judged this change with (every policy and data file, by
 	// path, sorted; see policy.BundleDigest). It records which rules the
@@ -415,6 +441,10 @@ type ChangeRequestStatus struct {
 	// Deletion records the finished steps of a Delete change.
 	// +optional
 	Deletion *DeletionStatus `json:"deletion,omitempty"`
+
+	// Verification is the progress and evidence of the verification.
+	// +optional
+	Verification *VerificationStatus `json:"verification,omitempty"`
 }
 
 // ChangeRequest is one release at one revision, held at the approval gate.

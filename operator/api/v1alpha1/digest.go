@@ -38,10 +38,22 @@ func ComputeApprovalDigest(namespace, release string, content, manifest, plan Di
 // Apply (or "") as documented there, Delete with "operation:delete\n"
 // appended to the preimage.
 func ComputeOperationApprovalDigest(namespace, release string, op Operation, content, manifest, plan Digest) Digest {
+	return ComputeChangeApprovalDigest(namespace, release, op, content, manifest, plan, "")
+}
+
+// ComputeChangeApprovalDigest is ComputeOperationApprovalDigest of a change
+// that carries a verification spec: "verification:<VerificationDigest>\n"
+// is appended last when verification is not empty, so weakening a check
+// needs a new approval, while the digest of a change without one stays
+// what it always was.
+func ComputeChangeApprovalDigest(namespace, release string, op Operation, content, manifest, plan, verification Digest) Digest {
 	var b strings.Builder
 	fmt.Fprintf(&b, "release:%s/%s\ncontent:%s\nmanifest:%s\nplan:%s\n", namespace, release, content, manifest, plan)
 	if op == OperationDelete {
 		b.WriteString("operation:delete\n")
+	}
+	if verification != "" {
+		fmt.Fprintf(&b, "verification:%s\n", verification)
 	}
 	return SHA256Digest([]byte(b.String()))
 }
@@ -49,5 +61,5 @@ func ComputeOperationApprovalDigest(namespace, release string, op Operation, con
 // ExpectedApprovalDigest recomputes the approvalDigest of a ChangeRequest
 // from its own fields.
 func (c *ChangeRequest) ExpectedApprovalDigest() Digest {
-	return ComputeOperationApprovalDigest(c.Namespace, c.Spec.Release, c.Spec.Operation, c.Spec.ContentDigest, c.Spec.ManifestDigest, c.Spec.PlanDigest)
+	return ComputeChangeApprovalDigest(c.Namespace, c.Spec.Release, c.Spec.Operation, c.Spec.ContentDigest, c.Spec.ManifestDigest, c.Spec.PlanDigest, VerificationDigest(c.Spec.Verification))
 }

@@ -158,6 +158,14 @@ type RepositorySpec struct {
 	// default). Accepting a drift is a commit to git.
 	// +optional
 	Drift *DriftPolicy `json:"drift,omitempty"`
+
+	// Verification holds the defaults of every release's verification;
+	// an environment's verification block in service.yaml overrides them
+	// field by field (its checks replace the default checks). Only
+	// releases whose environment has a verification block, or a
+	// Repository with defaults, are verified.
+	// +optional
+	Verification *VerificationSpec `json:"verification,omitempty"`
 }
 
 // RepositoryStatus is what the syncer last saw of a Repository.

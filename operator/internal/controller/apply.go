@@ -143,7 +143,7 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 	s.cr.Status.Apply.FinishedAt = &finished
 	s.setCondition(sluicev1.ConditionApplied, metav1.ConditionTrue, sluicev1.ReasonSucceeded, res.Message)
 	s.setPhase(sluicev1.PhaseApplied, sluicev1.ReasonSucceeded, "applied by the "+app.Name()+" applier")
-	return reconcile.Done()
+	return r.startVerification(s)
 }
 
 // applyFailed ends an apply as Failed (a permanent failure of the

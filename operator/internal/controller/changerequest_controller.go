@@ -17,6 +17,7 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
+	"github.com/sluice-gitops/sluice/operator/internal/verify"
 	"github.com/sluice-gitops/sluice/runtime/reconcile"
 )
 
@@ -42,6 +43,8 @@ const maxMessage = 1024
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=people,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets,verbs=list
 type ChangeRequestReconciler struct {
 	// Client reads from the cache and writes to the API server.
 	Client client.Client
@@ -66,6 +69,9 @@ type ChangeRequestReconciler struct {
 	// re-check. It is a seam for tests (a decision changing at that very
 	// moment); production code leaves it nil.
 	BeforeHandOff func(ctx context.Context, cr *sluicev1.ChangeRequest)
+	// Measurer takes the verifications' measurements; Prometheus when
+	// nil.
+	Measurer verify.Measurer
 }
 
 // changeScope is the state of one pass over one ChangeRequest.
@@ -203,8 +209,12 @@ func (r *ChangeRequestReconciler) pass(ctx context.Context, cr *sluicev1.ChangeR
 //     later pass.
 //   - Applying a Delete change: its own steps (delete.go), in reverse
 //     order of an apply.
+//   - Verifying: the verification (verification.go), which keeps the
+//     apply lock until it ends.
 func (r *ChangeRequestReconciler) stepsFor(cr *sluicev1.ChangeRequest) []reconcile.Step[*changeScope] {
 	switch {
+	case cr.Status.Phase == sluicev1.PhaseVerifying:
+		return r.verifySteps()
 	case cr.Status.Phase != sluicev1.PhaseApplying:
 		return []reconcile.Step[*changeScope]{
 			{Name: "preview", Run: r.reconcilePreview},
@@ -227,7 +237,7 @@ func (r *ChangeRequestReconciler) stepsFor(cr *sluicev1.ChangeRequest) []reconci
 // processed generation from a failed one.
 func (s *changeScope) summarize(res reconcile.Result) {
 	ready := reconcile.Ready{Status: metav1.ConditionFalse, Reason: s.readyReason, Message: s.readyMessage}
-	if s.cr.Status.Phase == sluicev1.PhaseApplied {
+	if p := s.cr.Status.Phase; p == sluicev1.PhaseApplied || p == sluicev1.PhaseVerified {
 		ready.Status = metav1.ConditionTrue
 	}
 	s.summary.Conclude(res, ready)

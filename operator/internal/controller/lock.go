@@ -113,7 +113,7 @@ func releaseLock(rel *sluicev1.Release, cr *sluicev1.ChangeRequest) {
 	if rel.Status.CurrentChange == cr.Name {
 		rel.Status.CurrentChange = ""
 	}
-	if cr.Status.Phase == sluicev1.PhaseApplied {
+	if cr.Status.Phase.WasApplied() {
 		recordApplied(rel, cr)
 	}
 }

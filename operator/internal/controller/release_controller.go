@@ -194,7 +194,7 @@ func (r *ReleaseReconciler) reconcileApplied(_ context.Context, s *releaseScope)
 	var newest *sluicev1.ChangeRequest
 	for i := range s.changes {
 		cr := &s.changes[i]
-		if cr.Status.Phase != sluicev1.PhaseApplied {
+		if !cr.Status.Phase.WasApplied() {
 			continue
 		}
 		if newest == nil || finishedAt(cr).After(finishedAt(newest).Time) {
@@ -314,7 +314,7 @@ func (s *releaseScope) summarize() {
 	switch {
 	case newest == nil:
 		set(sluicev1.ConditionReady, metav1.ConditionFalse, sluicev1.ReasonProgressing, "no change yet")
-	case newest.Status.Phase == sluicev1.PhaseApplied:
+	case newest.Status.Phase == sluicev1.PhaseApplied || newest.Status.Phase == sluicev1.PhaseVerified:
 		set(sluicev1.ConditionReady, metav1.ConditionTrue, sluicev1.ReasonSucceeded, fmt.Sprintf("%s applied revision %s", newest.Name, newest.Spec.Revision))
 	default:
 		set(sluicev1.ConditionReady, metav1.ConditionFalse, changeReason(newest), fmt.Sprintf("the newest change %s is %s", newest.Name, phaseOf(newest)))

@@ -35,6 +35,7 @@ import (
 	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
+	"github.com/sluice-gitops/sluice/operator/internal/verify"
 )
 
 // env is the one control plane of this package's tests.
@@ -149,6 +150,8 @@ type operatorConfig struct {
 	// reconciles unless the test calls Reconcile: a test that counts the
 	// writes of its own calls is alone with the API server.
 	idle bool
+	// measurer takes the verifications' measurements (nil: Prometheus).
+	measurer verify.Measurer
 }
 
 // startOperator runs a manager for namespace ns until the test ends (or
@@ -177,6 +180,7 @@ func startOperator(t testing.TB, ns string, cfg operatorConfig) *operator {
 		changes: &ChangeRequestReconciler{
 			Client: wc, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("sluice-changerequest"),
 			Appliers: reg, Metrics: rec, BeforeHandOff: cfg.beforeHandOff, LockRetryInterval: cfg.lockRetry,
+			Measurer: cfg.measurer,
 		},
 		release: &ReleaseReconciler{
 			Client: relWC, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("sluice-release"),

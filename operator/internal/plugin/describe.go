@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -413,5 +414,33 @@ func (a *app) printDescription(w io.Writer, d *Description) error {
 		}
 		fmt.Fprintln(w)
 	}
-	return nil
+	return printVerification(w, cr, now)
+}
+
+// printVerification writes the verification's progress and its
+// measurements (the evidence: value, query, time), newest last.
+func printVerification(w io.Writer, cr *sluicev1.ChangeRequest, now time.Time) error {
+	v := cr.Status.Verification
+	if v == nil {
+		return nil
+	}
+	fmt.Fprintf(w, "Verification:\n  started %s ago", age(now, v.StartedAt))
+	if v.FinishedAt != nil {
+		fmt.Fprintf(w, ", finished %s ago", age(now, *v.FinishedAt))
+	}
+	if v.Message != "" {
+		fmt.Fprintf(w, ": %s", v.Message)
+	}
+	fmt.Fprintln(w)
+	if len(v.Measurements) == 0 {
+		return nil
+	}
+	if v.MeasurementsDropped > 0 {
+		fmt.Fprintf(w, "  (%d older measurements not kept)\n", v.MeasurementsDropped)
+	}
+	t := newTable(w, "  CHECK", "PHASE", "VALUE", "AGE", "QUERY", "MESSAGE")
+	for _, m := range v.Measurements {
+		t.row("  "+m.Check, string(m.Phase), orNone(m.Value), age(now, metav1.Time{Time: m.Time.Time}), m.Query, m.Message)
+	}
+	return t.flush()
 }

@@ -1,0 +1,139 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/verify"
+	"github.com/sluice-gitops/sluice/runtime/reconcile"
+)
+
+// healthRetry is how often a verification looks again at objects that
+// are not current yet.
+const healthRetry = 5 * time.Second
+
+// verifySteps are the steps of a change in Verifying: its Release (for
+// the query templates), then the verification itself.
+func (r *ChangeRequestReconciler) verifySteps() []reconcile.Step[*changeScope] {
+	return []reconcile.Step[*changeScope]{
+		{Name: "release", Run: r.reconcileRelease},
+		{Name: "verify", Run: r.reconcileVerify},
+	}
+}
+
+// startVerification moves a change that was just applied on to
+// Verifying when it carries a verification; the first check runs in the
+// next pass, once Verifying is stored.
+func (r *ChangeRequestReconciler) startVerification(s *changeScope) reconcile.Result {
+	if s.cr.Spec.Verification == nil {
+		return reconcile.Done()
+	}
+	s.cr.Status.Verification = &sluicev1.VerificationStatus{StartedAt: metav1.NewTime(r.now())}
+	s.setCondition(sluicev1.ConditionVerified, metav1.ConditionUnknown, sluicev1.ReasonVerifying, "verification started")
+	s.setPhase(sluicev1.PhaseVerifying, sluicev1.ReasonVerifying, "applied; verifying health and metric checks")
+	return reconcile.Requeue(time.Millisecond)
+}
+
+// reconcileVerify runs one pass of the verification (see package
+// verify): health until every workload is current, then the metric
+// checks that are due, then the soak time. It requeues for the next due
+// measurement; what it measured is in status, so a restart continues
+// where it stood. An inconclusive result stops here until a person acts.
+func (r *ChangeRequestReconciler) reconcileVerify(ctx context.Context, s *changeScope) reconcile.Result {
+	spec, st := s.cr.Spec.Verification, s.cr.Status.Verification
+	if st == nil {
+		st = &sluicev1.VerificationStatus{StartedAt: metav1.NewTime(r.now())}
+		s.cr.Status.Verification = st
+	}
+	if spec == nil {
+		return r.verified(s, "no verification to run")
+	}
+	if c := meta.FindStatusCondition(s.cr.Status.Conditions, sluicev1.ConditionVerified); c != nil && c.Reason == sluicev1.ReasonInconclusive {
+		return reconcile.Done()
+	}
+	now := r.now()
+	if st.HealthyAt == nil {
+		if res, done := r.verifyHealth(ctx, s, spec, st, now); done {
+			return res
+		}
+	}
+	applied := st.StartedAt.Time
+	if a := s.cr.Status.Apply; a != nil && a.FinishedAt != nil {
+		applied = a.FinishedAt.Time
+	}
+	data := sluicev1.QueryData{Release: s.cr.Spec.Release, Namespace: s.cr.Spec.TargetNamespace, Revision: s.cr.Spec.Revision, AppliedAt: applied.UTC().Format(time.RFC3339)}
+	d := verify.Advance(ctx, r.measurer(), spec, st, data, now)
+	st.Message = truncate(d.Message)
+	switch d.Outcome {
+	case verify.Passed:
+		return r.verified(s, d.Message)
+	case verify.Failed:
+		return r.verificationFailed(s, d.Reason, d.Message)
+	case verify.Inconclusive:
+		s.setCondition(sluicev1.ConditionVerified, metav1.ConditionUnknown, d.Reason, d.Message)
+		s.ready(d.Reason, d.Message)
+		return reconcile.Done()
+	}
+	s.setCondition(sluicev1.ConditionVerified, metav1.ConditionUnknown, d.Reason, d.Message)
+	s.ready(d.Reason, d.Message)
+	return reconcile.Requeue(d.After)
+}
+
+// verifyHealth checks the release's workloads and pods; done means the
+// pass ends with res (unhealthy, timed out, or not current yet).
+func (r *ChangeRequestReconciler) verifyHealth(ctx context.Context, s *changeScope, spec *sluicev1.VerificationSpec, st *sluicev1.VerificationStatus, now time.Time) (reconcile.Result, bool) {
+	h, err := verify.CheckHealth(ctx, r.APIReader, s.cr.Spec.TargetNamespace, s.cr.Spec.Release)
+	if err != nil {
+		return reconcile.Failure(err), true
+	}
+	switch h.State {
+	case verify.Healthy:
+		t := metav1.NewTime(now)
+		st.HealthyAt = &t
+		return reconcile.Next(), false
+	case verify.Unhealthy:
+		return r.verificationFailed(s, sluicev1.ReasonUnhealthy, h.Message), true
+	}
+	if now.Sub(st.StartedAt.Time) >= spec.HealthTimeoutOrDefault() {
+		return r.verificationFailed(s, sluicev1.ReasonHealthTimeout, fmt.Sprintf("not current within %s: %s", spec.HealthTimeoutOrDefault(), h.Message)), true
+	}
+	msg := "waiting for health: " + h.Message
+	st.Message = truncate(msg)
+	s.setCondition(sluicev1.ConditionVerified, metav1.ConditionUnknown, sluicev1.ReasonVerifying, msg)
+	s.ready(sluicev1.ReasonVerifying, msg)
+	return reconcile.Requeue(healthRetry), true
+}
+
+// verified ends the verification as passed.
+func (r *ChangeRequestReconciler) verified(s *changeScope, msg string) reconcile.Result {
+	t := metav1.NewTime(r.now())
+	s.cr.Status.Verification.FinishedAt = &t
+	s.setCondition(sluicev1.ConditionVerified, metav1.ConditionTrue, sluicev1.ReasonVerificationPassed, msg)
+	s.setPhase(sluicev1.PhaseVerified, sluicev1.ReasonVerificationPassed, msg)
+	return reconcile.Done()
+}
+
+// verificationFailed ends the verification as failed.
+func (r *ChangeRequestReconciler) verificationFailed(s *changeScope, reason, msg string) reconcile.Result {
+	t := metav1.NewTime(r.now())
+	s.cr.Status.Verification.FinishedAt = &t
+	s.cr.Status.Verification.Message = truncate(msg)
+	s.setCondition(sluicev1.ConditionVerified, metav1.ConditionFalse, reason, msg)
+	s.setPhase(sluicev1.PhaseVerificationFailed, reason, msg)
+	return reconcile.Done()
+}
+
+// measurer is the Prometheus client of the verifications.
+func (r *ChangeRequestReconciler) measurer() verify.Measurer {
+	if r.Measurer != nil {
+		return r.Measurer
+	}
+	return defaultMeasurer
+}
+
+var defaultMeasurer = &verify.Prometheus{}

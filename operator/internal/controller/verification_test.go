@@ -1,0 +1,137 @@
+package controller
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
+	"github.com/sluice-gitops/sluice/operator/internal/verify"
+)
+
+// fixedMeasurer answers every query with one value, judged by the check's
+// conditions as Prometheus' answer would be (the Prometheus client itself
+// is tested against a real Prometheus in package verify). It counts the
+// queries.
+type fixedMeasurer struct {
+	value float64
+	mu    sync.Mutex
+	calls int
+}
+
+func (m *fixedMeasurer) Measure(_ context.Context, _ string, check *sluicev1.MetricCheck, query string, now time.Time) sluicev1.Measurement {
+	m.mu.Lock()
+	m.calls++
+	m.mu.Unlock()
+	c, _ := sluicev1.ParseComparison(check.SuccessCondition)
+	phase := sluicev1.MeasurementFailed
+	if c.Holds(m.value) {
+		phase = sluicev1.MeasurementSuccessful
+	}
+	return sluicev1.Measurement{Check: check.Name, Query: query, Value: strconv.FormatFloat(m.value, 'g', -1, 64), Phase: phase, Time: metav1.NewMicroTime(now)}
+}
+
+func (m *fixedMeasurer) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.calls
+}
+
+// withVerification gives the change an error-rate check measured twice.
+func withVerification() changeOpt {
+	return func(c *sluicev1.ChangeRequest) {
+		c.Spec.Verification = &sluicev1.VerificationSpec{PrometheusURL: "http://prometheus.invalid:9090", Checks: []sluicev1.MetricCheck{{
+			Name: "error-rate", Query: `sum(rate(errors{namespace="{{ .Namespace }}"}[1m]))`, SuccessCondition: "result < 0.005",
+			Interval: &metav1.Duration{Duration: 200 * time.Millisecond}, Count: 2,
+		}}}
+	}
+}
+
+// verifyFixture runs an operator whose verifications measure value, and
+// approves a change with a verification of a release whose target
+// namespace exists.
+func verifyFixture(t *testing.T, value float64) (*fixture, *fixedMeasurer, *sluicev1.Release, *sluicev1.ChangeRequest) {
+	f := newFixture(t)
+	m := &fixedMeasurer{value: value}
+	f.op = startOperator(t, f.ns, operatorConfig{applier: &testapplier.Applier{Client: env.Client}, measurer: m})
+	rel := f.release("checkout", "prod", twoOf, nil, func(r *sluicev1.Release) { r.Spec.TargetNamespace = "checkout-" + f.ns })
+	require.NoError(t, f.c.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rel.Spec.TargetNamespace}}))
+	cr := f.change(rel, twoOf, withVerification())
+	f.decide(cr, "k8s:alice", sluicev1.DecisionApprove)
+	f.decide(cr, "k8s:bob", sluicev1.DecisionApprove)
+	return f, m, rel, cr
+}
+
+// A good version: Applied, then Verifying, then Verified once both
+// measurements passed; the measurements are the evidence in status, and
+// the release records the change as applied once it is verified.
+func TestVerification_goodVersionIsVerified(t *testing.T) {
+	f, m, rel, cr := verifyFixture(t, 0.001)
+	got := f.phase(cr, sluicev1.PhaseVerified)
+	v := got.Status.Verification
+	require.NotNil(t, v)
+	require.Len(t, v.Measurements, 2)
+	require.Equal(t, "0.001", v.Measurements[0].Value)
+	require.Contains(t, v.Measurements[0].Query, `namespace="`+rel.Spec.TargetNamespace+`"`)
+	require.NotNil(t, v.HealthyAt)
+	require.NotNil(t, v.FinishedAt)
+	require.GreaterOrEqual(t, v.Measurements[1].Time.Sub(v.Measurements[0].Time.Time), 200*time.Millisecond, "the second measurement waited an interval")
+	require.Equal(t, metav1.ConditionTrue, condition(got, sluicev1.ConditionVerified).Status)
+	require.Equal(t, metav1.ConditionTrue, condition(got, sluicev1.ConditionReady).Status)
+	require.Equal(t, 2, m.count(), "one query per measurement")
+	require.Eventually(t, func() bool { return f.getRelease(rel.Name).Status.AppliedChange == cr.Name }, waitFor, 50*time.Millisecond)
+}
+
+// A bad version fails its first measurement: VerificationFailed, with
+// the value that failed it.
+func TestVerification_badVersionFails(t *testing.T) {
+	f, _, _, cr := verifyFixture(t, 0.05)
+	got := f.phase(cr, sluicev1.PhaseVerificationFailed)
+	require.Len(t, got.Status.Verification.Measurements, 1)
+	c := condition(got, sluicev1.ConditionVerified)
+	require.Equal(t, sluicev1.ReasonChecksFailed, c.Reason)
+	require.Contains(t, c.Message, "value 0.05")
+}
+
+// Health comes first: a Deployment of the release that is not available
+// keeps the change Verifying without a query; a pod of it in
+// CrashLoopBackOff fails the verification at once. There is no kubelet:
+// the test writes the statuses.
+func TestVerification_crashLoopingPodFailsAtOnce(t *testing.T) {
+	f, m, rel, cr := verifyFixture(t, 0.001)
+	ns := rel.Spec.TargetNamespace
+	labels := map[string]string{verify.InstanceLabel: rel.Name}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, Labels: labels},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web:2"}}}}},
+	}
+	require.NoError(t, f.c.Create(ctx(t), dep))
+	got := f.eventually(cr, "verifying, waiting for health", func(c *sluicev1.ChangeRequest) bool {
+		v := condition(c, sluicev1.ConditionVerified)
+		return c.Status.Phase == sluicev1.PhaseVerifying && v != nil && v.Reason == sluicev1.ReasonVerifying && c.Status.Verification != nil && c.Status.Verification.HealthyAt == nil &&
+			len(c.Status.Verification.Message) > 0
+	})
+	require.Contains(t, got.Status.Verification.Message, "waiting for health")
+	require.Zero(t, m.count(), "no metric is queried before the release is healthy")
+
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: ns, Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web:2"}}}}
+	require.NoError(t, f.c.Create(ctx(t), pod))
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "web", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 10s restarting failed container"}}}}
+	require.NoError(t, f.c.Status().Update(ctx(t), pod))
+
+	got = f.phase(cr, sluicev1.PhaseVerificationFailed)
+	c := condition(got, sluicev1.ConditionVerified)
+	require.Equal(t, sluicev1.ReasonUnhealthy, c.Reason)
+	require.Contains(t, c.Message, "CrashLoopBackOff")
+	require.Zero(t, m.count())
+}

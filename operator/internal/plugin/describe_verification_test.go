@@ -1,0 +1,38 @@
+package plugin
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// describe shows the verification's measurements: check, phase, value,
+// age and the query as sent.
+func TestPrintVerification_showsTheMeasurements(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	cr := &sluicev1.ChangeRequest{Status: sluicev1.ChangeRequestStatus{Verification: &sluicev1.VerificationStatus{
+		StartedAt: metav1.NewTime(now.Add(-3 * time.Minute)), Message: "check error-rate failed 1 of 1 measurements",
+		MeasurementsDropped: 2,
+		Measurements: []sluicev1.Measurement{{Check: "error-rate", Query: `sum(rate(errors{namespace="web"}[1m]))`, Value: "0.05",
+			Phase: sluicev1.MeasurementFailed, Message: `successCondition "result < 0.005" does not hold`, Time: metav1.NewMicroTime(now.Add(-time.Minute))}},
+	}}}
+	var b bytes.Buffer
+	if err := printVerification(&b, cr, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"Verification:", "started 3m", "failed 1 of 1", "2 older measurements", "error-rate", "Failed", "0.05", `namespace="web"`, "does not hold"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("describe output lacks %q:\n%s", want, out)
+		}
+	}
+	var none bytes.Buffer
+	if err := printVerification(&none, &sluicev1.ChangeRequest{}, now); err != nil || none.Len() != 0 {
+		t.Fatalf("a change without verification printed %q (%v)", none.String(), err)
+	}
+}

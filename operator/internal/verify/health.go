@@ -1,0 +1,146 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// InstanceLabel selects the objects of a Helm release (the label every
+// chart made with `helm create` sets to the release's name).
+const InstanceLabel = "app.kubernetes.io/instance"
+
+// stuckReasons are container states a pod does not leave by itself: the
+// verification fails at once instead of after a progress deadline.
+var stuckReasons = map[string]bool{
+	"ImagePullBackOff":           true,
+	"ErrImagePull":               true,
+	"CrashLoopBackOff":           true,
+	"CreateContainerConfigError": true,
+	"OOMKilled":                  true,
+}
+
+// HealthState is what a health check found.
+type HealthState int
+
+// The health states.
+const (
+	// Progressing: some object is not current yet; look again.
+	Progressing HealthState = iota
+	// Healthy: every object is current.
+	Healthy
+	// Unhealthy: an object failed, or a pod is stuck.
+	Unhealthy
+)
+
+// Health is the result of one health check.
+type Health struct {
+	State HealthState
+	// Message names the object that is not current, or what failed.
+	Message string
+}
+
+// CheckHealth looks at the workloads (Deployments, StatefulSets,
+// DaemonSets) and pods of release in namespace, selected by
+// InstanceLabel, with r (an uncached reader: the operator keeps no
+// informer on workloads). A pod in a stuck state (stuckReasons) or an
+// object kstatus calls Failed makes it Unhealthy; one not Current yet
+// makes it Progressing.
+func CheckHealth(ctx context.Context, r client.Reader, namespace, release string) (Health, error) {
+	opts := []client.ListOption{client.InNamespace(namespace), client.MatchingLabels{InstanceLabel: release}}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, opts...); err != nil {
+		return Health{}, fmt.Errorf("list the pods of %s/%s: %w", namespace, release, err)
+	}
+	if msg := StuckPod(pods.Items); msg != "" {
+		return Health{State: Unhealthy, Message: msg}, nil
+	}
+	var objs []client.Object
+	var deps appsv1.DeploymentList
+	var sts appsv1.StatefulSetList
+	var dss appsv1.DaemonSetList
+	for _, l := range []client.ObjectList{&deps, &sts, &dss} {
+		if err := r.List(ctx, l, opts...); err != nil {
+			return Health{}, fmt.Errorf("list the workloads of %s/%s: %w", namespace, release, err)
+		}
+	}
+	for i := range deps.Items {
+		objs = append(objs, &deps.Items[i])
+	}
+	for i := range sts.Items {
+		objs = append(objs, &sts.Items[i])
+	}
+	for i := range dss.Items {
+		objs = append(objs, &dss.Items[i])
+	}
+	return objectsHealth(objs)
+}
+
+// objectsHealth is the kstatus verdict over objs: the first Failed one
+// makes it Unhealthy, the first not Current one Progressing.
+func objectsHealth(objs []client.Object) (Health, error) {
+	var waiting []string
+	for _, o := range objs {
+		res, err := kstatusOf(o)
+		if err != nil {
+			return Health{}, err
+		}
+		name := fmt.Sprintf("%T %s", o, o.GetName())
+		name = strings.TrimPrefix(name, "*v1.")
+		switch res.Status {
+		case status.CurrentStatus:
+		case status.FailedStatus:
+			return Health{State: Unhealthy, Message: fmt.Sprintf("%s failed: %s", name, res.Message)}, nil
+		default:
+			waiting = append(waiting, fmt.Sprintf("%s is %s: %s", name, res.Status, res.Message))
+		}
+	}
+	if len(waiting) > 0 {
+		return Health{State: Progressing, Message: strings.Join(waiting, "; ")}, nil
+	}
+	return Health{State: Healthy, Message: fmt.Sprintf("%d workloads current", len(objs))}, nil
+}
+
+// kstatusOf computes o's kstatus.
+func kstatusOf(o client.Object) (*status.Result, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+	if err != nil {
+		return nil, fmt.Errorf("convert %s: %w", o.GetName(), err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	kind := strings.TrimPrefix(fmt.Sprintf("%T", o), "*v1.")
+	u.SetAPIVersion("apps/v1")
+	u.SetKind(kind)
+	res, err := status.Compute(u)
+	if err != nil {
+		return nil, fmt.Errorf("kstatus of %s %s: %w", kind, o.GetName(), err)
+	}
+	return res, nil
+}
+
+// StuckPod names the first pod with a container in a state it does not
+// leave by itself (waiting in stuckReasons, or last killed for lack of
+// memory); "" when there is none.
+func StuckPod(pods []corev1.Pod) string {
+	for i := range pods {
+		p := &pods[i]
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			if w := cs.State.Waiting; w != nil && stuckReasons[w.Reason] {
+				return fmt.Sprintf("pod %s: container %s is %s: %s", p.Name, cs.Name, w.Reason, w.Message)
+			}
+			for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+				if t != nil && t.Reason == "OOMKilled" {
+					return fmt.Sprintf("pod %s: container %s was OOMKilled", p.Name, cs.Name)
+				}
+			}
+		}
+	}
+	return ""
+}
