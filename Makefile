@@ -130,7 +130,7 @@ e2e-images: images-tool ## Build the e2e node's own images (pause, CoreDNS, the 
 .PHONY: e2e
 e2e: ## Bring a real one-node cluster up, install charts/sluice, run the e2e tests through pods, tear it down.
 	@if [ "$$(id -u)" != 0 ]; then echo "e2e: cannot run here: a real node needs root (kubelet, containerd, iptables); the unit and envtest suites do not" >&2; exit 3; fi
-	@$(MAKE) --no-print-directory e2e-deps envtest node build images e2e-images
+	@$(MAKE) --no-print-directory e2e-deps envtest node build images IMAGE_ARCHES=$(TEST_IMAGE_ARCHES) e2e-images
 	@hack/realnode/e2e.sh
 
 .PHONY: build

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -184,19 +185,29 @@ func (c *cluster) setupControlNamespace(t *testing.T, url string) {
 }
 
 // waitChange waits for ChangeRequest name in the control namespace to
-// reach phase; it fails the test at Failed or Rejected.
+// reach phase. A terminal phase other than the one waited for (Failed,
+// Rejected, Superseded, or Applied when waiting for an earlier phase)
+// fails the test at once: the change can no longer get there, so waiting
+// on would only hang.
 func (c *cluster) waitChange(t *testing.T, name string, phase sluicev1.ChangeRequestPhase) *sluicev1.ChangeRequest {
 	t.Helper()
+	return c.waitChangeIn(t, name, phase)
+}
+
+// waitChangeIn waits until the change is in one of phases, failing the
+// test when it ends in any other terminal phase.
+func (c *cluster) waitChangeIn(t *testing.T, name string, phases ...sluicev1.ChangeRequestPhase) *sluicev1.ChangeRequest {
+	t.Helper()
 	got := &sluicev1.ChangeRequest{}
-	eventually(t, name+" "+string(phase), func() (bool, error) {
+	eventually(t, fmt.Sprintf("ChangeRequest %s/%s %v", controlNS, name, phases), func() (bool, error) {
 		if err := c.c.Get(context.Background(), client.ObjectKey{Namespace: controlNS, Name: name}, got); err != nil {
 			return false, err
 		}
-		switch got.Status.Phase {
-		case phase:
+		if slices.Contains(phases, got.Status.Phase) {
 			return true, nil
-		case sluicev1.PhaseFailed, sluicev1.PhaseRejected:
-			t.Fatalf("%s is %s: %+v", name, got.Status.Phase, got.Status.Conditions)
+		}
+		if got.Status.Phase.IsTerminal() {
+			t.Fatalf("%s ended %s while the test waited for %v:%s", name, got.Status.Phase, phases, conditions(got.Status.Conditions))
 		}
 		return false, fmt.Errorf("phase %q", got.Status.Phase)
 	})
@@ -207,7 +218,9 @@ func (c *cluster) waitChange(t *testing.T, name string, phase sluicev1.ChangeReq
 func (c *cluster) approve(t *testing.T, name string) {
 	t.Helper()
 	bin := filepath.Join(c.root, "bin", "kubectl-sluice")
-	out, err := exec.Command(bin, "--kubeconfig", c.kubeconfig, "-n", controlNS, "approve", name, "--comment", "e2e").CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--kubeconfig", c.kubeconfig, "-n", controlNS, "approve", name, "--comment", "e2e").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl sluice approve %s: %v\n%s", name, err, out)
 	}

@@ -15,9 +15,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
-// helmWait bounds Helm's own wait for the chart's pods (Helm needs one);
-// the test run's -timeout is the real limit.
-const helmWait = 15 * time.Minute
+// helmWait bounds Helm's own wait for the chart's pods; past it the
+// install fails with what Helm still waited for.
+const helmWait = 8 * time.Minute
 
 // helmConfig is a Helm SDK action configuration for namespace ns, through
 // the e2e kubeconfig.
