@@ -63,7 +63,12 @@ func (c *cluster) dumpChanges(ctx context.Context, b *strings.Builder) {
 	} else {
 		fmt.Fprintf(b, "ChangeRequests in %s:\n", controlNS)
 		for _, cr := range crs.Items {
-			fmt.Fprintf(b, "  %s created %s phase %q%s\n", cr.Name, cr.CreationTimestamp.Format(time.TimeOnly), cr.Status.Phase, conditions(cr.Status.Conditions))
+			// An Applied change's conditions say nothing new: only the others'.
+			conds := ""
+			if cr.Status.Phase != sluicev1.PhaseApplied {
+				conds = conditions(cr.Status.Conditions)
+			}
+			fmt.Fprintf(b, "  %s created %s phase %q%s\n", cr.Name, cr.CreationTimestamp.Format(time.TimeOnly), cr.Status.Phase, conds)
 		}
 	}
 	rels := &sluicev1.ReleaseList{}
