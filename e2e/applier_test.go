@@ -92,7 +92,7 @@ func TestHelmApplierInstallsPodsThatRunThenDeletesThem(t *testing.T) {
 		t.Fatalf("the Deployment went before the Delete was approved: %v", err)
 	}
 	c.approve(t, del.Name)
-	c.waitChange(t, del.Name, sluicev1.PhaseApplied)
+	c.waitDeleteApplied(t, del.Name, webRel)
 	eventually(t, "the web pods gone", func() (bool, error) {
 		pods := c.pods(t, webNS, "")
 		_, err := c.cs.AppsV1().Deployments(webNS).Get(ctx, webRel, metav1.GetOptions{})
@@ -212,6 +212,44 @@ func (c *cluster) waitChangeIn(t *testing.T, name string, phases ...sluicev1.Cha
 		return false, fmt.Errorf("phase %q", got.Status.Phase)
 	})
 	return got
+}
+
+// waitDeleteApplied waits until the Delete change name of release is
+// Applied. An applied Delete removes the Release, and its ChangeRequests
+// go with it, often within the second: a poll may never see the change
+// Applied, so a change gone together with its Release counts when the
+// change's own Event recorded the phase Applied.
+func (c *cluster) waitDeleteApplied(t *testing.T, name, release string) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, "Delete change "+name+" Applied (or gone with its Release after Applied)", func() (bool, error) {
+		got := &sluicev1.ChangeRequest{}
+		err := c.c.Get(ctx, client.ObjectKey{Namespace: controlNS, Name: name}, got)
+		switch {
+		case err == nil && got.Status.Phase == sluicev1.PhaseApplied:
+			return true, nil
+		case err == nil && got.Status.Phase.IsTerminal():
+			t.Fatalf("%s ended %s:%s", name, got.Status.Phase, conditions(got.Status.Conditions))
+		case err == nil:
+			return false, fmt.Errorf("phase %q", got.Status.Phase)
+		case !apierrors.IsNotFound(err):
+			return false, err
+		}
+		if err := c.c.Get(ctx, client.ObjectKey{Namespace: controlNS, Name: release}, &sluicev1.Release{}); !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("the change is gone but Release %s is not (%v)", release, err)
+		}
+		evs, err := c.cs.CoreV1().Events(controlNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if strings.HasPrefix(e.Message, "phase "+string(sluicev1.PhaseApplied)) {
+				t.Logf("%s was Applied and went with Release %s: %s", name, release, e.Message)
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%s and its Release are gone without an Applied Event", name)
+	})
 }
 
 // approve approves the change as the admin user with kubectl sluice.
