@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,7 +92,7 @@ func TestHelmApplierInstallsPodsThatRunThenDeletesThem(t *testing.T) {
 		t.Fatalf("the Deployment went before the Delete was approved: %v", err)
 	}
 	c.approve(t, del.Name)
-	c.waitChange(t, del.Name, sluicev1.PhaseApplied)
+	c.waitDeleteApplied(t, del.Name, webRel)
 	eventually(t, "the web pods gone", func() (bool, error) {
 		pods := c.pods(t, webNS, "")
 		_, err := c.cs.AppsV1().Deployments(webNS).Get(ctx, webRel, metav1.GetOptions{})
@@ -184,30 +185,80 @@ func (c *cluster) setupControlNamespace(t *testing.T, url string) {
 }
 
 // waitChange waits for ChangeRequest name in the control namespace to
-// reach phase; it fails the test at Failed or Rejected.
+// reach phase. A terminal phase other than the one waited for (Failed,
+// Rejected, Superseded, or Applied when waiting for an earlier phase)
+// fails the test at once: the change can no longer get there, so waiting
+// on would only hang.
 func (c *cluster) waitChange(t *testing.T, name string, phase sluicev1.ChangeRequestPhase) *sluicev1.ChangeRequest {
 	t.Helper()
+	return c.waitChangeIn(t, name, phase)
+}
+
+// waitChangeIn waits until the change is in one of phases, failing the
+// test when it ends in any other terminal phase.
+func (c *cluster) waitChangeIn(t *testing.T, name string, phases ...sluicev1.ChangeRequestPhase) *sluicev1.ChangeRequest {
+	t.Helper()
 	got := &sluicev1.ChangeRequest{}
-	eventually(t, name+" "+string(phase), func() (bool, error) {
+	eventually(t, fmt.Sprintf("ChangeRequest %s/%s %v", controlNS, name, phases), func() (bool, error) {
 		if err := c.c.Get(context.Background(), client.ObjectKey{Namespace: controlNS, Name: name}, got); err != nil {
 			return false, err
 		}
-		switch got.Status.Phase {
-		case phase:
+		if slices.Contains(phases, got.Status.Phase) {
 			return true, nil
-		case sluicev1.PhaseFailed, sluicev1.PhaseRejected:
-			t.Fatalf("%s is %s: %+v", name, got.Status.Phase, got.Status.Conditions)
+		}
+		if got.Status.Phase.IsTerminal() {
+			t.Fatalf("%s ended %s while the test waited for %v:%s", name, got.Status.Phase, phases, conditions(got.Status.Conditions))
 		}
 		return false, fmt.Errorf("phase %q", got.Status.Phase)
 	})
 	return got
 }
 
+// waitDeleteApplied waits until the Delete change name of release is
+// Applied. An applied Delete removes the Release, and its ChangeRequests
+// go with it, often within the second: a poll may never see the change
+// Applied, so a change gone together with its Release counts when the
+// change's own Event recorded the phase Applied.
+func (c *cluster) waitDeleteApplied(t *testing.T, name, release string) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, "Delete change "+name+" Applied (or gone with its Release after Applied)", func() (bool, error) {
+		got := &sluicev1.ChangeRequest{}
+		err := c.c.Get(ctx, client.ObjectKey{Namespace: controlNS, Name: name}, got)
+		switch {
+		case err == nil && got.Status.Phase == sluicev1.PhaseApplied:
+			return true, nil
+		case err == nil && got.Status.Phase.IsTerminal():
+			t.Fatalf("%s ended %s:%s", name, got.Status.Phase, conditions(got.Status.Conditions))
+		case err == nil:
+			return false, fmt.Errorf("phase %q", got.Status.Phase)
+		case !apierrors.IsNotFound(err):
+			return false, err
+		}
+		if err := c.c.Get(ctx, client.ObjectKey{Namespace: controlNS, Name: release}, &sluicev1.Release{}); !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("the change is gone but Release %s is not (%v)", release, err)
+		}
+		evs, err := c.cs.CoreV1().Events(controlNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if strings.HasPrefix(e.Message, "phase "+string(sluicev1.PhaseApplied)) {
+				t.Logf("%s was Applied and went with Release %s: %s", name, release, e.Message)
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%s and its Release are gone without an Applied Event", name)
+	})
+}
+
 // approve approves the change as the admin user with kubectl sluice.
 func (c *cluster) approve(t *testing.T, name string) {
 	t.Helper()
 	bin := filepath.Join(c.root, "bin", "kubectl-sluice")
-	out, err := exec.Command(bin, "--kubeconfig", c.kubeconfig, "-n", controlNS, "approve", name, "--comment", "e2e").CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--kubeconfig", c.kubeconfig, "-n", controlNS, "approve", name, "--comment", "e2e").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl sluice approve %s: %v\n%s", name, err, out)
 	}

@@ -61,9 +61,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	theCluster = c
+	start := time.Now()
 	c.installErr = c.installSluice(context.Background())
 	if c.installErr != nil {
-		fmt.Fprintf(os.Stderr, "e2e: installing charts/sluice: %v\n", c.installErr)
+		fmt.Fprintf(os.Stderr, "e2e: installing charts/sluice failed after %s: %v\n%s", time.Since(start).Round(time.Second), c.installErr, c.dumpInstall())
+	} else {
+		fmt.Printf("e2e: charts/sluice installed and Ready in %s\n", time.Since(start).Round(time.Second))
 	}
 	os.Exit(m.Run())
 }
@@ -78,6 +81,7 @@ func need(t *testing.T) *cluster {
 	if theCluster.installErr != nil {
 		t.Fatalf("charts/sluice did not install: %v", theCluster.installErr)
 	}
+	theCluster.dumpOnFailure(t)
 	return theCluster
 }
 
@@ -118,20 +122,66 @@ func connect() (*cluster, error) {
 	return &cluster{kubeconfig: kc, cfg: cfg, cs: cs, c: c, root: root, stateDir: state}, nil
 }
 
-// eventually polls cond every interval until it returns true; a returned
-// error is kept as the reason shown if the test ends first. There is no
-// deadline of its own: go test's -timeout bounds the whole run.
+// waitLimit bounds every wait of the e2e tests: a change that never comes
+// fails its test with what it waited for, instead of hanging the run until
+// go test's -timeout kills it without a word. SLUICE_E2E_WAIT overrides it
+// (a Go duration); the default is generous for a machine whose cores are
+// busy.
+var waitLimit = envDuration("SLUICE_E2E_WAIT", 6*time.Minute)
+
+// envDuration parses the duration in the environment variable name, or
+// returns def when it is unset or invalid.
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d > 0 {
+		return d
+	}
+	return def
+}
+
+// WaitTimeoutError says what a wait waited for, how long, and the last
+// reason cond gave.
+type WaitTimeoutError struct {
+	What  string
+	After time.Duration
+	Last  error
+}
+
+func (e *WaitTimeoutError) Error() string {
+	return fmt.Sprintf("timed out after %s waiting for %s (last: %v)", e.After.Round(time.Second), e.What, e.Last)
+}
+
+// eventually polls cond until it returns true; a returned error is kept
+// as the reason shown while and if it never does. The wait is bounded by
+// waitLimit: past it the test fails, naming what it waited for.
 func eventually(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
+	if err := poll(t, what, waitLimit, cond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// poll is eventually returning the time-out as a *WaitTimeoutError. It
+// logs every 30 s that it still waits, so a slow run shows where it is.
+func poll(t *testing.T, what string, limit time.Duration, cond func() (bool, error)) error {
+	t.Helper()
+	start := time.Now()
+	lastLog := start
 	var last error
-	for i := 0; ; i++ {
+	for {
 		ok, err := cond()
 		if ok {
-			return
+			if d := time.Since(start); d > 10*time.Second {
+				t.Logf("waited %s for %s", d.Round(time.Second), what)
+			}
+			return nil
 		}
 		last = err
-		if i > 0 && i%120 == 0 {
-			t.Logf("still waiting for %s (last: %v)", what, last)
+		if time.Since(start) > limit {
+			return &WaitTimeoutError{What: what, After: time.Since(start), Last: last}
+		}
+		if time.Since(lastLog) > 30*time.Second {
+			lastLog = time.Now()
+			t.Logf("still waiting for %s after %s (last: %v)", what, time.Since(start).Round(time.Second), last)
 		}
 		time.Sleep(500 * time.Millisecond) // polling interval, not a wait for an outcome
 	}

@@ -101,20 +101,14 @@ func (c *cluster) pushAndApprove(t *testing.T, repo *gitServer, message string) 
 	return cr
 }
 
-// waitPhase waits until the change is in phase or later (Applied), so a
-// fast apply does not leave the test waiting for a phase it passed.
+// waitPhase waits until the change is in phase or Applied, so a fast
+// apply does not leave the test waiting for a phase it passed; any other
+// end (Failed, Rejected, Superseded) fails the test at once.
 func (c *cluster) waitPhase(t *testing.T, name string, phase sluicev1.ChangeRequestPhase) {
 	t.Helper()
-	eventually(t, name+" "+string(phase), func() (bool, error) {
-		got := &sluicev1.ChangeRequest{}
-		if err := c.c.Get(context.Background(), client.ObjectKey{Namespace: controlNS, Name: name}, got); err != nil {
-			return false, err
-		}
-		if got.Status.Phase == sluicev1.PhaseApplied {
-			t.Logf("%s was already Applied: the fault hits after the apply", name)
-		}
-		return got.Status.Phase == phase || got.Status.Phase == sluicev1.PhaseApplied, fmt.Errorf("phase %q", got.Status.Phase)
-	})
+	if got := c.waitChangeIn(t, name, phase, sluicev1.PhaseApplied); got.Status.Phase == sluicev1.PhaseApplied {
+		t.Logf("%s was already Applied: the fault hits after the apply", name)
+	}
 }
 
 // operatorLeader is the pod holding the operator's leader Lease.

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,10 @@ import (
 // gitPort is where the test serves the infra repository on the node (git
 // over HTTP); the chart's syncer NetworkPolicy is opened to it.
 const gitPort = 18418
+
+// commandTimeout bounds every command a test runs (git, kubectl sluice):
+// one that hangs fails its test instead of the run.
+const commandTimeout = 2 * time.Minute
 
 // gitServer serves bare repositories under dir over git's smart HTTP
 // protocol (the real `git http-backend`), on the node's IP so the syncer
@@ -80,12 +85,14 @@ func (g *gitServer) commit(t *testing.T, message string) string {
 // git runs git in dir and returns its trimmed output.
 func git(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", args...)
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
+		t.Fatalf("git %v (bounded by %s): %v\n%s", args, commandTimeout, err, out)
 	}
 	return string(trimNL(out))
 }

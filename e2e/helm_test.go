@@ -15,9 +15,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
-// helmWait bounds Helm's own wait for the chart's pods (Helm needs one);
-// the test run's -timeout is the real limit.
-const helmWait = 15 * time.Minute
+// helmWait bounds Helm's own wait for the chart's pods; past it the
+// install fails with what Helm still waited for.
+const helmWait = 8 * time.Minute
 
 // helmConfig is a Helm SDK action configuration for namespace ns, through
 // the e2e kubeconfig.
@@ -56,8 +56,11 @@ func (c *cluster) installSluice(ctx context.Context) error {
 		"pod-security.kubernetes.io/enforce":         "restricted",
 		"pod-security.kubernetes.io/enforce-version": "latest",
 	}}}
-	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", sluiceNS, err)
+	// The control namespace too: the chart binds the syncer's rights there.
+	for _, n := range []*corev1.Namespace{ns, {ObjectMeta: metav1.ObjectMeta{Name: controlNS}}} {
+		if _, err := c.cs.CoreV1().Namespaces().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating namespace %s: %w", n.Name, err)
+		}
 	}
 	vals := map[string]any{
 		// Two operator replicas: the fault tests delete the leader.
@@ -69,6 +72,10 @@ func (c *cluster) installSluice(ctx context.Context) error {
 		"syncer": map[string]any{
 			// The infra repository is served by the test from the node.
 			"gitPorts": []any{443, 22, gitPort},
+			// The syncer's rights inside a control namespace (plan
+			// Secrets, the review ConfigMap kubectl sluice diff shows) are
+			// bound only in these: without it the review is never stored.
+			"watchNamespaces": []any{controlNS},
 		},
 	}
 	r, err := c.helmInstall(ctx, sluiceNS, releaseName, filepath.Join(c.root, "charts", "sluice"), vals)

@@ -22,7 +22,9 @@ import (
 // kernel, and no part of the token comes back.
 func TestRunnerContainerIsConfinedByLandlock(t *testing.T) {
 	c := need(t)
-	ctx := context.Background()
+	// Bounded: a runner that never answers fails the test, not the run.
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
 	pod := c.readyPod(t, sluiceNS, componentSelector("runner"))
 	logs, err := c.cs.CoreV1().Pods(sluiceNS).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
