@@ -184,7 +184,7 @@ func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *c
 		return nil, fmt.Errorf("read applied change %s: %w", st.AppliedChange, err)
 	}
 	a := applied.Spec
-	if applied.Status.Phase != sluicev1.PhaseApplied || a.Release != rel.Name || a.ManifestDigest != res.ManifestDigest ||
+	if !applied.Status.Phase.WasApplied() || a.Release != rel.Name || a.ManifestDigest != res.ManifestDigest ||
 		a.TargetNamespace != plan.spec.TargetNamespace || a.Delivery != plan.spec.Delivery.OrDefault() || !sameSource(a.Source, plan.source) {
 		return nil, nil
 	}

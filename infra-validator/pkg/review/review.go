@@ -210,8 +210,8 @@ func approvalOf(cr *sluicev1.ChangeRequest) Approval {
 	}
 	a.ApprovedBy = identities(cr.Status.ApprovedBy)
 	a.RejectedBy = identities(cr.Status.RejectedBy)
-	switch cr.Status.Phase {
-	case sluicev1.PhaseApproved, sluicev1.PhaseApplying, sluicev1.PhaseApplied:
+	switch p := cr.Status.Phase; {
+	case p == sluicev1.PhaseApproved, p == sluicev1.PhaseApplying, p.WasApplied():
 		// The gate passed (auto-approval included): nobody is needed.
 	default:
 		if n := rule.Required - int32(len(a.ApprovedBy)); n > 0 {

@@ -245,7 +245,7 @@ func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, run *audi
 	if cr.Status.ApprovedAt != nil {
 		at.ApprovedAt = cr.Status.ApprovedAt.UTC().Format(time.RFC3339)
 	}
-	if cr.Status.Phase != sluicev1.PhaseApplied {
+	if !cr.Status.Phase.WasApplied() {
 		say("%s is %s, not Applied", cr.Name, phaseOf(cr))
 		return at
 	}
@@ -504,7 +504,7 @@ func (a *app) approvedBy(ctx context.Context, rel *sluicev1.Release, cr *sluicev
 	slices.SortFunc(list.Items, func(x, y sluicev1.ChangeRequest) int { return x.CreationTimestamp.Compare(y.CreationTimestamp.Time) })
 	for i := range list.Items {
 		o := &list.Items[i]
-		if o.Name == cr.Name || o.Spec.Release != cr.Spec.Release || o.Spec.ApprovalDigest != cr.Spec.ApprovalDigest || o.Status.Phase != sluicev1.PhaseApplied {
+		if o.Name == cr.Name || o.Spec.Release != cr.Spec.Release || o.Spec.ApprovalDigest != cr.Spec.ApprovalDigest || !o.Status.Phase.WasApplied() {
 			continue
 		}
 		if od := judge(o); od.Passed {

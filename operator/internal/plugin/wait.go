@@ -72,12 +72,11 @@ func met(cr *sluicev1.ChangeRequest, cond string) (bool, error) {
 	phase := sluicev1.ChangeRequestPhase(phaseOf(cr))
 	switch cond {
 	case waitApplied:
-		if phase == sluicev1.PhaseApplied {
+		if phase.WasApplied() {
 			return true, nil
 		}
 	case waitApproved:
-		switch phase {
-		case sluicev1.PhaseApproved, sluicev1.PhaseApplying, sluicev1.PhaseApplied:
+		if phase == sluicev1.PhaseApproved || phase == sluicev1.PhaseApplying || phase.WasApplied() {
 			return true, nil
 		}
 	}

@@ -125,7 +125,7 @@ func (p *CMP) approvedChange(ctx context.Context, ns, name, rev string) (*sluice
 	if err := p.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, rel); err != nil {
 		return nil, fmt.Errorf("read the Release %s/%s: %w", ns, name, err)
 	}
-	try := func(change string, phase sluicev1.ChangeRequestPhase) (*sluicev1.ChangeRequest, error) {
+	try := func(change string, ok func(sluicev1.ChangeRequestPhase) bool) (*sluicev1.ChangeRequest, error) {
 		if change == "" {
 			return nil, nil
 		}
@@ -133,7 +133,7 @@ func (p *CMP) approvedChange(ctx context.Context, ns, name, rev string) (*sluice
 		if err := p.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: change}, cr); err != nil {
 			return nil, fmt.Errorf("read the ChangeRequest %s/%s: %w", ns, change, err)
 		}
-		if cr.Spec.Release != name || cr.Spec.Revision != rev || cr.Status.Phase != phase {
+		if cr.Spec.Release != name || cr.Spec.Revision != rev || !ok(cr.Status.Phase) {
 			return nil, nil
 		}
 		if cr.Spec.Delivery != sluicev1.DeliveryArgoCD || cr.Spec.Operation == sluicev1.OperationDelete {
@@ -141,9 +141,11 @@ func (p *CMP) approvedChange(ctx context.Context, ns, name, rev string) (*sluice
 		}
 		return cr, nil
 	}
-	cr, err := try(rel.Status.CurrentChange, sluicev1.PhaseApplying)
+	applying := func(p sluicev1.ChangeRequestPhase) bool { return p == sluicev1.PhaseApplying }
+	cr, err := try(rel.Status.CurrentChange, applying)
 	if err == nil && cr == nil {
-		cr, err = try(rel.Status.AppliedChange, sluicev1.PhaseApplied)
+		// Applied, or verifying or verified since.
+		cr, err = try(rel.Status.AppliedChange, sluicev1.ChangeRequestPhase.WasApplied)
 	}
 	if err != nil {
 		return nil, err
