@@ -47,8 +47,10 @@ func (r *ChangeRequestReconciler) reconcileApplier(_ context.Context, s *changeS
 }
 
 // reconcileCurrentCopy makes sure the pass runs on the change as the API
-// server has it: a stale cache could still show Applying after the result
-// was written; the applier is idempotent, but needs not be asked twice.
+// server has it, before a step with an effect outside the object: a stale
+// cache could still show Applying after the result was written (the
+// applier is idempotent, but needs not be asked twice), or a verification
+// without the measurement the last pass stored (it would query again).
 // The copy this reconcile's own write returned is current.
 func (r *ChangeRequestReconciler) reconcileCurrentCopy(ctx context.Context, s *changeScope) reconcile.Result {
 	if s.stored {
@@ -56,7 +58,7 @@ func (r *ChangeRequestReconciler) reconcileCurrentCopy(ctx context.Context, s *c
 	}
 	fresh := &sluicev1.ChangeRequest{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.cr), fresh); err != nil {
-		return reconcile.Failure(client.IgnoreNotFound(fmt.Errorf("re-read ChangeRequest before applying: %w", err)))
+		return reconcile.Failure(client.IgnoreNotFound(fmt.Errorf("re-read ChangeRequest: %w", err)))
 	}
 	if fresh.ResourceVersion != s.patch.Original().ResourceVersion {
 		// Decide on what is current: it may already be terminal.

@@ -18,10 +18,13 @@ import (
 const healthRetry = 5 * time.Second
 
 // verifySteps are the steps of a change in Verifying: its Release (for
-// the query templates), then the verification itself.
+// the query templates), the change as the API server has it (a pass on a
+// cache that has not seen the last measurement yet would measure again),
+// then the verification itself.
 func (r *ChangeRequestReconciler) verifySteps() []reconcile.Step[*changeScope] {
 	return []reconcile.Step[*changeScope]{
 		{Name: "release", Run: r.reconcileRelease},
+		{Name: "current", Run: r.reconcileCurrentCopy},
 		{Name: "verify", Run: r.reconcileVerify},
 	}
 }

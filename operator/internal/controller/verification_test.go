@@ -11,6 +11,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
@@ -134,4 +136,56 @@ func TestVerification_crashLoopingPodFailsAtOnce(t *testing.T) {
 	require.Equal(t, sluicev1.ReasonUnhealthy, c.Reason)
 	require.Contains(t, c.Message, "CrashLoopBackOff")
 	require.Zero(t, m.count())
+}
+
+// staleChange answers reads of one ChangeRequest with an older copy, as a
+// cache that has not seen the last status write yet does.
+type staleChange struct {
+	client.Client
+	stale *sluicev1.ChangeRequest
+}
+
+func (c staleChange) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if cr, ok := obj.(*sluicev1.ChangeRequest); ok && key == client.ObjectKeyFromObject(c.stale) {
+		c.stale.DeepCopyInto(cr)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// A pass on a cache that has not seen the last measurement yet does not
+// measure again: it re-reads the change from the API server before a
+// measurement and goes on from the stored one. (On a busy machine the
+// cache lagged and a third query was made for two measurements.)
+func TestVerification_aStaleCacheDoesNotMeasureAgain(t *testing.T) {
+	f := newFixture(t)
+	m := &fixedMeasurer{value: 0.001}
+	op := startOperator(t, f.ns, operatorConfig{applier: &testapplier.Applier{Client: env.Client}, measurer: m})
+	rel := f.release("checkout", "prod", twoOf, nil, func(r *sluicev1.Release) { r.Spec.TargetNamespace = "checkout-" + f.ns })
+	require.NoError(t, f.c.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rel.Spec.TargetNamespace}}))
+	// The second measurement is due an hour after the first.
+	cr := f.change(rel, twoOf, withVerification(), func(c *sluicev1.ChangeRequest) {
+		c.Spec.Verification.Checks[0].Interval = &metav1.Duration{Duration: time.Hour}
+	})
+	f.decide(cr, "k8s:alice", sluicev1.DecisionApprove)
+	f.decide(cr, "k8s:bob", sluicev1.DecisionApprove)
+	measured := f.eventually(cr, "one measurement stored", func(c *sluicev1.ChangeRequest) bool {
+		return c.Status.Phase == sluicev1.PhaseVerifying && c.Status.Verification != nil && len(c.Status.Verification.Measurements) == 1
+	})
+	op.stop()
+	require.Equal(t, 1, m.count())
+
+	// The copy a lagging cache would hold: Verifying and healthy, no
+	// measurement yet.
+	stale := measured.DeepCopy()
+	stale.ResourceVersion = "1"
+	stale.Status.Verification.Measurements = nil
+	stale.Status.Verification.Checks = nil
+	quiet := startOperator(t, f.ns, operatorConfig{applier: &testapplier.Applier{Client: env.Client}, measurer: m, idle: true})
+	r := *quiet.changes
+	r.Client = staleChange{Client: quiet.client, stale: stale}
+	_, err := r.Reconcile(ctx(t), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cr)})
+	require.NoError(t, err)
+	require.Equal(t, 1, m.count(), "the stale pass queried Prometheus again")
+	require.Len(t, f.get(cr).Status.Verification.Measurements, 1)
 }
