@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -483,7 +485,13 @@ func TestApproval_deleteIsAllowedWhileTheNamespaceTerminates(t *testing.T) {
 
 	// envtest runs no namespace controller, so the namespace stays
 	// Terminating; its Approvals may go now, as the controller would need.
+	// The API server's admission reads namespaceObject from its own
+	// informer, which sees the deletionTimestamp a moment after the Delete
+	// returns (CI once ran the Delete first): wait for that, not for time.
 	require.NoError(t, env.Client.Delete(ctx, ns))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, alice.Delete(ctx, a, client.DryRunAll))
+	}, time.Minute, 50*time.Millisecond, "the Approval of a terminating namespace may be deleted")
 	require.NoError(t, alice.Delete(ctx, a))
 }
 
