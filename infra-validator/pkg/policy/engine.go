@@ -50,6 +50,9 @@
 //	func (*Engine) Eval(ctx, Kind, []Document) ([]report.Finding, error)
 //	func (*Engine) EvalSecrets(ctx, Kind, []Document) ([]report.Finding, []string, error) // and the secrets it redacted
 //	func (*Engine) Namespaces() []string
+//	type Part struct{ Combined bool; Policy string }
+//	func (*Engine) Policies(Kind) (perDoc, combined []string)
+//	func (*Engine) EvalPart(ctx, Kind, Part, []Document) ([]report.Finding, error)
 //	func (*Engine) Config(path ...string) any
 //	type TestResult struct{ File, Name string; Passed, Skipped bool; Error error }
 //	func Verify(ctx, Options) ([]TestResult, error)
@@ -267,6 +270,9 @@ type Engine struct {
 	terraform, kubeDoc *querySet // per document
 	kubeCombined       *querySet // default combined packages
 	userCombined       *querySet // the caller's packages with Combine
+
+	// singles are the one-rule query sets EvalPart prepared, by set and rule.
+	singles sync.Map
 }
 
 // New loads the default policies and the caller's, compiles them once and
