@@ -1,5 +1,9 @@
 // Package crds embeds the generated CustomResourceDefinitions of the Sluice
-// API, so tests and installers can apply exactly what controller-gen wrote.
+// API, so tests and installers can apply exactly what controller-gen wrote,
+// and the openreports.io Report CRD the operator's live compliance writes
+// (openreports.io_reports.yaml, copied unchanged from the module
+// github.com/openreports/reports-api at the version operator/go.mod
+// requires; controller-gen leaves it alone).
 package crds
 
 import (
@@ -14,7 +18,8 @@ import (
 //go:embed *.yaml
 var files embed.FS
 
-// FS holds one gitops.sluice.dev_<plural>.yaml file per kind.
+// FS holds one gitops.sluice.dev_<plural>.yaml file per kind, and
+// openreports.io_reports.yaml.
 var FS fs.FS = files
 
 // Load decodes every embedded CRD.
