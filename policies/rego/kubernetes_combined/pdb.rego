@@ -25,13 +25,36 @@ warn contains k8s.result(obj, msg) if {
 
 # covered holds when a PDB in the same namespace selects the pod template's
 # labels (matchLabels all present; a PDB with matchExpressions is trusted).
+# The PDBs are indexed by each of their matchLabels pairs, so a workload
+# looks only at the PDBs sharing one of its labels: a namespace with
+# thousands of workloads and PDBs costs linear time, not their product.
 covered(obj) if {
 	labels := object.get(obj, ["spec", "template", "metadata", "labels"], {})
+	ns := k8s.namespace(obj)
+	some k, v in labels
+	some i in pdbs_by_label[label_key(ns, k, v)]
+	matches(object.get(pdbs[i], ["spec", "selector"], {}), labels)
+}
+
+covered(obj) if k8s.namespace(obj) in namespaces_trusting_expressions
+
+pdbs := [pdb |
 	some pdb in objects
 	pdb.kind == "PodDisruptionBudget"
-	k8s.namespace(pdb) == k8s.namespace(obj)
-	selector := object.get(pdb, ["spec", "selector"], {})
-	matches(selector, labels)
+]
+
+# pdbs_by_label: "namespace\x00key\x00value" -> indexes in pdbs of the PDBs
+# whose matchLabels hold that pair.
+pdbs_by_label[label_key(k8s.namespace(pdb), k, v)] contains i if {
+	some i, pdb in pdbs
+	some k, v in object.get(pdb, ["spec", "selector", "matchLabels"], {})
+}
+
+label_key(ns, k, v) := concat("\u0000", [ns, k, sprintf("%v", [v])])
+
+namespaces_trusting_expressions contains k8s.namespace(pdb) if {
+	some pdb in pdbs
+	count(object.get(pdb, ["spec", "selector", "matchExpressions"], [])) > 0
 }
 
 matches(selector, labels) if {
@@ -41,5 +64,3 @@ matches(selector, labels) if {
 		labels[k] == v
 	}
 }
-
-matches(selector, _) if count(object.get(selector, "matchExpressions", [])) > 0
