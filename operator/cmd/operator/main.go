@@ -21,6 +21,7 @@ import (
 	argoapplier "github.com/sluice-gitops/sluice/operator/internal/applier/argocd"
 	helmapplier "github.com/sluice-gitops/sluice/operator/internal/applier/helm"
 	tfapplier "github.com/sluice-gitops/sluice/operator/internal/applier/terraform"
+	"github.com/sluice-gitops/sluice/operator/internal/compliance"
 	"github.com/sluice-gitops/sluice/operator/internal/controller"
 	"github.com/sluice-gitops/sluice/operator/internal/drift"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
@@ -42,11 +43,13 @@ func main() {
 		tfFlags      tfapplier.Flags
 		argoFlags    argoapplier.Flags
 		driftFlags   drift.Flags
+		compFlags    compliance.Flags
 	)
 	helmFlags.Bind(flag.CommandLine)
 	argoFlags.Bind(flag.CommandLine)
 	tfFlags.Bind(flag.CommandLine)
 	driftFlags.Bind(flag.CommandLine)
+	compFlags.Bind(flag.CommandLine)
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics endpoint (\"0\" disables it).")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.StringVar(&o.PprofAddr, "pprof-bind-address", "127.0.0.1:6060", "Address of the pprof endpoint; loopback or private addresses only (\"0\" disables it).")
@@ -68,13 +71,13 @@ func main() {
 		return
 	}
 	o.Namespaces = common.Namespaces()
-	if err := run(log, &common, o, testAppliers, helmFlags, argoFlags, tfFlags, driftFlags); err != nil {
+	if err := run(log, &common, o, testAppliers, helmFlags, argoFlags, tfFlags, driftFlags, compFlags); err != nil {
 		log.Error(err, "Operator failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, common *cli.Common, o controller.ManagerOptions, testAppliers string, helmFlags helmapplier.Flags, argoFlags argoapplier.Flags, tfFlags tfapplier.Flags, driftFlags drift.Flags) error {
+func run(log logr.Logger, common *cli.Common, o controller.ManagerOptions, testAppliers string, helmFlags helmapplier.Flags, argoFlags argoapplier.Flags, tfFlags tfapplier.Flags, driftFlags drift.Flags, compFlags compliance.Flags) error {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
@@ -128,6 +131,9 @@ func run(log logr.Logger, common *cli.Common, o controller.ManagerOptions, testA
 	}
 	driftFlags.ArgoCDServer = argoFlags.Server
 	if err := driftFlags.Register(mgr, cfg, o.Concurrency); err != nil {
+		return err
+	}
+	if err := compFlags.Register(ctx, mgr, cfg); err != nil {
 		return err
 	}
 	log.Info("Starting", "version", version.String("operator"))

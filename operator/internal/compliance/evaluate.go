@@ -36,6 +36,10 @@ type Evaluator struct {
 	Timeout time.Duration
 
 	cache map[types.UID]cached
+	// combined is the combined policies' outcome over the objects as
+	// cached, valid while no object changed, came or went.
+	combined      Outcome
+	combinedValid bool
 	// Evaluated counts the objects evaluated (not taken from the cache)
 	// over the Evaluator's life.
 	Evaluated int
@@ -63,6 +67,7 @@ func (ev *Evaluator) Evaluate(ctx context.Context, objs []*unstructured.Unstruct
 	p := &pass{timedOut: map[string]bool{}}
 	out := make(map[types.UID]Outcome, len(objs))
 	docs := make([]policy.Document, 0, len(objs))
+	changed := full || !ev.combinedValid
 	for _, o := range objs {
 		uid, rv := o.GetUID(), o.GetResourceVersion()
 		doc := policy.Document{Path: o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName(), Value: o.Object}
@@ -71,6 +76,7 @@ func (ev *Evaluator) Evaluate(ctx context.Context, objs []*unstructured.Unstruct
 			out[uid] = c.outcome
 			continue
 		}
+		changed = true
 		oc := ev.evalOne(ctx, p, policy.Part{}, []policy.Document{doc})
 		ev.Evaluated++
 		ev.cache[uid] = cached{resourceVersion: rv, outcome: oc}
@@ -79,12 +85,21 @@ func (ev *Evaluator) Evaluate(ctx context.Context, objs []*unstructured.Unstruct
 	for uid := range ev.cache {
 		if _, ok := out[uid]; !ok {
 			delete(ev.cache, uid)
+			changed = true
 		}
+	}
+	if !changed {
+		// The same objects as last time: the combined policies would say
+		// what they said then.
+		return out, ev.combined
 	}
 	var combined Outcome
 	if len(docs) > 0 {
 		combined = ev.evalOne(ctx, p, policy.Part{Combined: true}, docs)
 	}
+	// An outcome with errors (a timeout, a cancelled pass) is not kept:
+	// the next pass tries again.
+	ev.combined, ev.combinedValid = combined, len(combined.Errors) == 0 && ctx.Err() == nil
 	return out, combined
 }
 

@@ -110,10 +110,17 @@ func Build(in Input) *openreports.Report {
 		}
 		results = append(results, result(in, prov, o, pol, res, msg))
 	}
+	// An object a combined policy found fault with does not pass either.
+	inCombined := map[string]bool{}
+	for _, f := range in.Combined.Findings {
+		inCombined[f.Resource] = true
+	}
 	for _, o := range in.Objects {
 		oc := in.Outcomes[o.GetUID()]
 		if len(oc.Findings) == 0 && len(oc.Errors) == 0 {
-			summary.Pass++
+			if !inCombined[objectID(o)] {
+				summary.Pass++
+			}
 			continue
 		}
 		for _, f := range oc.Findings {
@@ -131,6 +138,8 @@ func Build(in Input) *openreports.Report {
 	}
 	sort.SliceStable(results, func(i, j int) bool { return less(results[i], results[j]) })
 
+	// Timestamps first: they are part of each result's size.
+	carryTimestamps(results, in.Previous, in.Now)
 	total := len(results)
 	kept, size := 0, 0
 	for _, r := range results {
@@ -145,7 +154,6 @@ func Build(in Input) *openreports.Report {
 		kept++
 	}
 	results = results[:kept]
-	carryTimestamps(results, in.Previous, in.Now)
 
 	rep := &openreports.Report{
 		TypeMeta: metav1.TypeMeta{APIVersion: openreports.SchemeGroupVersion.String(), Kind: "Report"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,14 @@ type Options struct {
 // Scanner evaluates the policy bundle over the live objects of every
 // target namespace and keeps one Report per namespace. It is a manager
 // Runnable that runs on the leader only.
+//
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=repositories;releases;changerequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods;configmaps,verbs=list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets,verbs=list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs;cronjobs,verbs=list;watch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list;watch
+// +kubebuilder:rbac:groups=openreports.io,resources=reports,verbs=get;create;update;delete
 type Scanner struct {
 	o   Options
 	dyn dynamic.Interface
@@ -109,10 +118,11 @@ type nsWatch struct {
 	last      *openreports.Report
 }
 
-// New returns a Scanner.
-func New(o Options) (*Scanner, error) {
-	if o.Engine == nil {
-		return nil, fmt.Errorf("compliance: no policy engine")
+// NewScanner returns a Scanner; o.Engine, o.Config, o.Cache and o.Client
+// are required (New fills them from a manager).
+func NewScanner(o Options) (*Scanner, error) {
+	if o.Engine == nil || o.Config == nil || o.Cache == nil || o.Client == nil {
+		return nil, fmt.Errorf("compliance: a scanner needs a policy engine, a rest config, a cache and a client")
 	}
 	if o.Kinds == nil {
 		o.Kinds = DefaultKinds
@@ -191,6 +201,10 @@ func (s *Scanner) Start(ctx context.Context) error {
 
 	full := time.NewTimer(0)
 	defer full.Stop()
+	// retry runs a failed pass again, later each time it fails again
+	// (a missing Report CRD, RBAC not granted yet), never in a hot loop.
+	var retry <-chan time.Time
+	backoff := time.Duration(0)
 	for {
 		isFull := false
 		select {
@@ -199,6 +213,8 @@ func (s *Scanner) Start(ctx context.Context) error {
 		case <-full.C:
 			isFull = true
 			full.Reset(s.o.Interval)
+		case <-retry:
+			isFull = true
 		case <-s.wake:
 			// Let changes gather, so a burst is one pass.
 			select {
@@ -207,12 +223,23 @@ func (s *Scanner) Start(ctx context.Context) error {
 			case <-time.After(s.o.Debounce):
 			}
 		}
-		if err := s.run(ctx, isFull); err != nil && ctx.Err() == nil {
-			log.Error(err, "Compliance pass failed")
-			s.poke("")
+		retry = nil
+		err := s.run(ctx, isFull)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			backoff = min(max(2*backoff, s.o.Debounce), s.o.Interval, maxBackoff)
+			log.Error(err, "Compliance pass failed; retrying", "after", backoff)
+			retry = time.After(backoff)
+		default:
+			backoff = 0
 		}
 	}
 }
+
+// maxBackoff bounds the wait before a failed pass runs again.
+const maxBackoff = 5 * time.Minute
 
 // poke marks a namespace dirty ("" : the targets may have changed) and
 // wakes the loop.
@@ -291,14 +318,33 @@ func (s *Scanner) retarget(ctx context.Context, dirty map[string]bool) error {
 			continue
 		}
 		w := s.watch(ns)
-		if !toolscache.WaitForCacheSync(ctx.Done(), hasSynced(w.informers)...) {
+		// A kind the operator may not list (RBAC) never syncs: give up
+		// on the namespace for this pass instead of waiting forever.
+		syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
+		synced := toolscache.WaitForCacheSync(syncCtx.Done(), hasSynced(w.informers)...)
+		cancel()
+		if !synced {
 			close(w.stop)
-			return ctx.Err()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("the live objects of namespace %s did not load within %s (can the operator list and watch %s there?)", ns, syncTimeout, kindNames(s.o.Kinds))
 		}
 		s.watches[ns] = w
 		dirty[ns] = true
 	}
 	return nil
+}
+
+// syncTimeout bounds the first load of a namespace's live objects.
+const syncTimeout = time.Minute
+
+func kindNames(kinds []Kind) string {
+	names := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		names = append(names, k.GroupVersionResource.GroupResource().String())
+	}
+	return strings.Join(names, ", ")
 }
 
 func hasSynced(infs []toolscache.SharedIndexInformer) []toolscache.InformerSynced {
@@ -359,11 +405,24 @@ func (s *Scanner) watch(ns string) *nsWatch {
 	return w
 }
 
-// slim drops what no policy reads from a cached object.
+// slim drops what no policy reads from a cached object; of an object a
+// controller owns (a Deployment's Pods and ReplicaSets), which is never
+// evaluated, it keeps the identity and owners only.
 func slim(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return obj, nil
+	}
+	if metav1.GetControllerOfNoCopy(u) != nil {
+		meta := map[string]any{}
+		for _, k := range []string{"name", "namespace", "uid", "resourceVersion", "ownerReferences"} {
+			if v, ok := u.Object["metadata"].(map[string]any)[k]; ok {
+				meta[k] = v
+			}
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": meta,
+		}}, nil
 	}
 	u.SetManagedFields(nil)
 	delete(u.Object, "status")

@@ -15,6 +15,7 @@ import (
 	"os"
 	"time"
 
+	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/spf13/cobra"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -104,12 +105,13 @@ and kubectl sluice approve records one in your own Kubernetes name.`,
 		newDecideCommand(a, sluicev1.DecisionRevoke),
 		newWaitCommand(a),
 		newAuditCommand(a),
+		newReportCommand(a),
 	)
 	return root
 }
 
-// scheme knows the core and Sluice kinds.
-func scheme() (*kruntime.Scheme, error) { return sluicescheme.New() }
+// scheme knows the core and Sluice kinds, and openreports.io's Report.
+func scheme() (*kruntime.Scheme, error) { return sluicescheme.New(openreports.AddToScheme) }
 
 // connect builds the client and resolves the namespace from the flags.
 func (a *app) connect() error {
