@@ -8,7 +8,9 @@
 #    (first phase, lock hand-over, apply) and the work queues' waits;
 #  - write calls per reconcile at steady state (target 0);
 #  - the operator's memory with 10,000 ChangeRequests in its cache;
-#  - the pure gate's cost per decision (Go benchmark).
+#  - the pure gate's cost per decision (Go benchmark);
+#  - a live compliance pass over 10,000 objects vs conftest test over the
+#    same objects (Go benchmark).
 # Knobs: SLUICE_BENCH_RELEASES, SLUICE_BENCH_PER_RELEASE, SLUICE_BENCH_CACHED;
 # SLUICE_BENCH_APISERVER_PROFILE=<file> writes a CPU profile of kube-apiserver
 # over the first SLUICE_BENCH_APISERVER_PROFILE_SECONDS (20) of the run.
@@ -57,3 +59,20 @@ bench -count=1 -run '^$' -bench 'BenchmarkHelmApplier|BenchmarkBareHelmInstall' 
 # drifted: the operator's CPU time per pass and its writes (must be 0).
 echo "operator: drift pass, $drift_releases releases x 20 objects (go test -bench, ${passes%x} passes)"
 bench -count=1 -timeout 20m -run '^$' -bench 'BenchmarkDriftPass' -benchtime "$passes" ./internal/drift/
+
+# Live compliance (issue 25): one full pass over 10,000 live objects of a
+# namespace with the default bundle (CPU per pass and per object, and a
+# pass that finds nothing changed) against `conftest test` over the same
+# objects exported to files with the same policies and data, in the same
+# run; conftest is installed into bin/tools as the infra-validator bench
+# does.
+tools=$(cd .. && pwd)/bin/tools
+if [ ! -x "$tools/conftest" ]; then
+	echo "installing conftest v0.71.1 into bin/tools (a few minutes when the module cache is cold)"
+	mkdir -p "$tools"
+	(cd .. && GOWORK=off GOFLAGS=-buildvcs=false GOBIN="$tools" go install github.com/open-policy-agent/conftest@v0.71.1)
+fi
+compliance_objects=10000
+[ -n "${BENCH_SMOKE:-}" ] && compliance_objects=200
+echo "operator: live compliance pass over $compliance_objects objects vs conftest test (go test -bench)"
+CONFTEST=$tools/conftest COMPLIANCE_OBJECTS=$compliance_objects bench -count=1 -timeout 30m -run '^$' -bench 'BenchmarkCompliancePass' -benchtime 1x ./internal/compliance/
