@@ -31,8 +31,12 @@ warn contains k8s.result(obj, msg) if {
 covered(obj) if {
 	labels := object.get(obj, ["spec", "template", "metadata", "labels"], {})
 	ns := k8s.namespace(obj)
+
+	# The whole index first: looked up by a key, OPA would evaluate the
+	# rule for that key alone, walking every PDB again for each workload.
+	index := pdbs_by_label
 	some k, v in labels
-	some i in pdbs_by_label[label_key(ns, k, v)]
+	some i in index[label_key(ns, k, v)]
 	matches(object.get(pdbs[i], ["spec", "selector"], {}), labels)
 }
 
