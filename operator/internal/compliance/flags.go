@@ -106,12 +106,12 @@ func LoadBundle(ctx context.Context, opts policy.Options) (*policy.Engine, strin
 
 // ReportClient is a client that reads and writes Reports directly (never
 // from a cache: the scanner keeps the last Report it wrote itself).
-func ReportClient(cfg *rest.Config) (client.Client, error) {
+func ReportClient(cfg *rest.Config) (client.WithWatch, error) {
 	s, err := sluicescheme.New(openreports.AddToScheme)
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: s})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: s})
 	if err != nil {
 		return nil, fmt.Errorf("compliance: Report client: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
 	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -31,7 +33,11 @@ import (
 // benchmarks over in-memory objects pay nothing for it.
 var suite = &testenv.Suite{Lazy: true}
 
-func TestMain(m *testing.M) { suite.Main(m) }
+func TestMain(m *testing.M) {
+	// The managers' own logs; the scanners log to their test.
+	ctrl.SetLogger(logr.Discard())
+	suite.Main(m)
+}
 
 var seq atomic.Int32
 
@@ -69,7 +75,7 @@ func newFixture(t *testing.T, o compliance.Options) *fixture {
 	require.NoError(t, err)
 	f.reports = rc
 	count := func() { f.writes.Add(1) }
-	o.Client = interceptor.NewClient(rc.(client.WithWatch), interceptor.Funcs{
+	o.Client = interceptor.NewClient(rc, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			count()
 			return c.Create(ctx, obj, opts...)
@@ -90,6 +96,7 @@ func newFixture(t *testing.T, o compliance.Options) *fixture {
 	f.metrics = prometheus.NewRegistry()
 	o.Metrics = metrics.NewCompliance()
 	require.NoError(t, o.Metrics.Register(f.metrics))
+	o.Log = testr.New(t)
 	if o.Debounce == 0 {
 		o.Debounce = 50 * time.Millisecond
 	}
