@@ -212,7 +212,7 @@ func TestChart_defaultValuesPassTheDefaultPolicies(t *testing.T) {
 		kinds[o.Kind]++
 	}
 	assert.Equal(t, map[string]int{
-		"CustomResourceDefinition":         6, // with Person
+		"CustomResourceDefinition":         7, // with Person, and openreports.io Report
 		"ServiceAccount":                   3, // operator, syncer, runner
 		"ClusterRole":                      6, // operator(-namespace), syncer(-namespace), sluice-viewer, sluice-approver
 		"ClusterRoleBinding":               2,
