@@ -463,7 +463,11 @@ func (s *Scanner) scan(ctx context.Context, ns string, w *nsWatch, full bool) er
 	if err != nil {
 		return err
 	}
-	if w.last == nil {
+	// A full pass reads the Report again (one GET per namespace and
+	// interval), so one deleted or edited by hand is written back even
+	// when nothing it reports changed.
+	if w.last == nil || full {
+		w.last = nil
 		prev := &openreports.Report{}
 		err := s.o.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: ReportName}, prev)
 		switch {

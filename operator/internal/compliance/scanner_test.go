@@ -79,6 +79,7 @@ func TestScanner_violationsCarryProvenanceAndClearWhenFixed(t *testing.T) {
 	// change and its approvers; -o json is the Report.
 	var out bytes.Buffer
 	require.NoError(t, plugin.Run(ctx, []string{"report", ns}, &out, &out, f.env.Config))
+	t.Logf("kubectl sluice report %s:\n%s", ns, out.String())
 	require.Contains(t, out.String(), "Deployment/web")
 	require.Contains(t, out.String(), imagesDeny)
 	require.Contains(t, out.String(), strings.TrimPrefix(change, f.ctl+"/"))
@@ -86,6 +87,7 @@ func TestScanner_violationsCarryProvenanceAndClearWhenFixed(t *testing.T) {
 	require.NotContains(t, out.String(), password)
 	out.Reset()
 	require.NoError(t, plugin.Run(ctx, []string{"report"}, &out, &out, f.env.Config))
+	t.Logf("kubectl sluice report:\n%s", out.String())
 	require.Contains(t, out.String(), ns)
 	out.Reset()
 	require.NoError(t, plugin.Run(ctx, []string{"report", ns, "-o", "json"}, &out, &out, f.env.Config))
@@ -112,6 +114,11 @@ func TestScanner_violationsCarryProvenanceAndClearWhenFixed(t *testing.T) {
 	again := &openreports.Report{}
 	require.NoError(t, f.reports.Get(ctx, client.ObjectKeyFromObject(settled), again))
 	require.Equal(t, settled.ResourceVersion, again.ResourceVersion)
+
+	// Someone deletes the Report: the next full pass writes it back.
+	require.NoError(t, f.reports.Delete(ctx, again))
+	back := f.report(ns, func(r *openreports.Report) bool { return r.UID != again.UID }, "the Report written back")
+	require.Equal(t, again.Summary, back.Summary)
 }
 
 // TestScanner_reportGoesWithTheTarget: a namespace that stops being a

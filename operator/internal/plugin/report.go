@@ -133,7 +133,9 @@ func (a *app) reportOne(cmd *cobra.Command, o *reportOptions, ns string) error {
 		if p[compliance.PropertyManaged] == "true" {
 			managed = "yes"
 		}
-		msg := oneLine(res.Description)
+		// The OBJECT column names the object; the default policies' messages
+		// start with it too.
+		msg := oneLine(strings.TrimPrefix(res.Description, subjectID(res)+": "))
 		if o.output != outputWide {
 			msg = shorten(msg, 100)
 		}
@@ -160,6 +162,19 @@ func subjectOf(r openreports.ReportResult) string {
 	}
 	s := r.Subjects[0]
 	return s.Kind + "/" + s.Name
+}
+
+// subjectID names the result's object as the default policies do
+// (Kind/namespace/name).
+func subjectID(r openreports.ReportResult) string {
+	if len(r.Subjects) == 0 {
+		return ""
+	}
+	s := r.Subjects[0]
+	if s.Namespace == "" {
+		return s.Kind + "/" + s.Name
+	}
+	return s.Kind + "/" + s.Namespace + "/" + s.Name
 }
 
 func policyOf(r openreports.ReportResult) string {
