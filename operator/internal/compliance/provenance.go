@@ -3,6 +3,7 @@ package compliance
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,9 +18,20 @@ const (
 	helmReleaseNamespace = "meta.helm.sh/release-namespace"
 )
 
+// How Argo CD marks the objects of an Application (named after its
+// Release, in the Release's control namespace): the tracking annotation
+// "<app>:<group>/<kind>:<namespace>/<name>", or the instance label, where
+// an Application outside Argo CD's own namespace is "<namespace>_<app>".
+const (
+	argoTrackingID    = "argocd.argoproj.io/tracking-id"
+	argoInstanceLabel = "app.kubernetes.io/instance"
+)
+
 // provenance returns how objects of namespace ns came to be: an object
-// Helm installed for a Release whose last applied change targeted ns names
-// that Release, its applied ChangeRequest and the change's approvers. Two
+// Helm installed for a Release whose last applied change targeted ns, or
+// Argo CD synced for one whose applied change was delivered by Argo CD,
+// names that Release, its applied ChangeRequest and the change's
+// approvers. Two
 // Releases of one name applied to ns (from different control namespaces)
 // name neither: the object is not attributed rather than attributed
 // wrongly. Everything else is unmanaged.
@@ -41,6 +53,9 @@ func (s *Scanner) provenance(ctx context.Context, ns string) (func(*unstructured
 		byName[r.Name] = r
 	}
 	known := map[string]Provenance{}
+	// argo holds the releases the applied change delivered through Argo
+	// CD, by the names Argo CD marks their objects with.
+	argo := map[string]Provenance{}
 	for name, r := range byName {
 		if ambiguous[name] {
 			continue
@@ -52,6 +67,12 @@ func (s *Scanner) provenance(ctx context.Context, ns string) (func(*unstructured
 			for _, id := range cr.Status.ApprovedBy {
 				p.Approvers = append(p.Approvers, string(id))
 			}
+			// The delivery of the applied change, not the Release's
+			// current spec, which any push rewrites.
+			if cr.Spec.Delivery == sluicev1.DeliveryArgoCD {
+				argo[r.Name] = p
+				argo[r.Namespace+"_"+r.Name] = p
+			}
 		case client.IgnoreNotFound(err) != nil:
 			return nil, fmt.Errorf("read ChangeRequest %s: %w", p.ChangeRequest, err)
 		}
@@ -59,9 +80,15 @@ func (s *Scanner) provenance(ctx context.Context, ns string) (func(*unstructured
 	}
 	return func(o *unstructured.Unstructured) Provenance {
 		a := o.GetAnnotations()
-		if a[helmReleaseNamespace] != ns {
-			return Provenance{}
+		if a[helmReleaseNamespace] == ns {
+			if p, ok := known[a[helmReleaseName]]; ok {
+				return p
+			}
 		}
-		return known[a[helmReleaseName]]
+		app := o.GetLabels()[argoInstanceLabel]
+		if id, ok := a[argoTrackingID]; ok {
+			app, _, _ = strings.Cut(id, ":")
+		}
+		return argo[app]
 	}, nil
 }

@@ -36,7 +36,14 @@ func TestScanner_violationsCarryProvenanceAndClearWhenFixed(t *testing.T) {
 	f := newFixture(t, compliance.Options{Interval: 300 * time.Millisecond})
 	ctx := t.Context()
 	ns := f.target("prod")
-	release, change := f.appliedRelease("web-prod", ns, "k8s:alice", "github:bob")
+	release, change := f.appliedRelease("web-prod", ns, sluicev1.DeliveryHelm, "k8s:alice", "github:bob")
+	argoRelease, argoChange := f.appliedRelease("api-prod", ns, sluicev1.DeliveryArgoCD, "k8s:carol")
+	// What Argo CD synced for the Application of api-prod (in the control
+	// namespace, so its instance label is "<namespace>_<name>").
+	require.NoError(t, f.env.Client.Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "api-settings", Namespace: ns, Labels: map[string]string{"app.kubernetes.io/instance": f.ctl + "_api-prod"}},
+		Data:       map[string]string{"API_TOKEN": "synced-by-argo-cd-0001"},
+	}))
 
 	dep := deployment(ns, "web", "ghcr.io/acme/web:latest")
 	helmManaged(dep, "web-prod", ns)
@@ -48,8 +55,9 @@ func TestScanner_violationsCarryProvenanceAndClearWhenFixed(t *testing.T) {
 	}))
 
 	rep := f.report(ns, func(r *openreports.Report) bool {
-		return len(results(r, "Deployment", "web", imagesDeny)) > 0 && len(results(r, "ConfigMap", "handmade", secretsDeny)) > 0
-	}, "the image and the plaintext password")
+		return len(results(r, "Deployment", "web", imagesDeny)) > 0 && len(results(r, "ConfigMap", "handmade", secretsDeny)) > 0 &&
+			len(results(r, "ConfigMap", "api-settings", secretsDeny)) > 0
+	}, "the image and the plaintext passwords")
 
 	img := results(rep, "Deployment", "web", imagesDeny)[0]
 	require.Equal(t, openreports.Result("fail"), img.Result)
@@ -63,6 +71,12 @@ func TestScanner_violationsCarryProvenanceAndClearWhenFixed(t *testing.T) {
 	require.Equal(t, ns, img.Subjects[0].Namespace)
 	require.NotEmpty(t, img.Subjects[0].UID)
 
+	synced := results(rep, "ConfigMap", "api-settings", secretsDeny)[0]
+	require.Equal(t, "true", synced.Properties[compliance.PropertyManaged])
+	require.Equal(t, argoRelease, synced.Properties[compliance.PropertyRelease])
+	require.Equal(t, argoChange, synced.Properties[compliance.PropertyChangeRequest])
+	require.Equal(t, "k8s:carol", synced.Properties[compliance.PropertyApprovers])
+
 	cm := results(rep, "ConfigMap", "handmade", secretsDeny)[0]
 	require.Equal(t, "false", cm.Properties[compliance.PropertyManaged])
 	require.NotContains(t, cm.Properties, compliance.PropertyChangeRequest)
@@ -70,10 +84,11 @@ func TestScanner_violationsCarryProvenanceAndClearWhenFixed(t *testing.T) {
 	raw, err := json.Marshal(rep)
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), password, "a Secret value reached the Report")
+	require.NotContains(t, string(raw), "synced-by-argo-cd-0001", "a Secret value reached the Report")
 
 	policyResults := func(policy, result string) float64 { return f.gauge(ns, policy, result) }
 	require.GreaterOrEqual(t, policyResults(imagesDeny, "fail"), 1.0)
-	require.Equal(t, 1.0, policyResults(secretsDeny, "fail"))
+	require.Equal(t, 2.0, policyResults(secretsDeny, "fail"))
 
 	// kubectl sluice report: the table names the object, the policy, the
 	// change and its approvers; -o json is the Report.
@@ -101,7 +116,8 @@ func TestScanner_violationsCarryProvenanceAndClearWhenFixed(t *testing.T) {
 	dep.Spec.Template.Spec.Containers[0].Image = "ghcr.io/acme/web:1.4.2"
 	require.NoError(t, f.env.Client.Update(ctx, dep))
 	f.report(ns, func(r *openreports.Report) bool {
-		return len(results(r, "Deployment", "web", imagesDeny)) == 0 && len(results(r, "ConfigMap", "handmade", secretsDeny)) == 1
+		return len(results(r, "Deployment", "web", imagesDeny)) == 0 && len(results(r, "ConfigMap", "handmade", secretsDeny)) == 1 &&
+			len(results(r, "ConfigMap", "api-settings", secretsDeny)) == 1
 	}, "the image result cleared and the password result kept")
 	require.Eventually(t, func() bool { return policyResults(imagesDeny, "fail") == 0 }, time.Minute, 50*time.Millisecond,
 		"the image failure's series is still set")

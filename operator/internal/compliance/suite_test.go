@@ -217,9 +217,9 @@ func helmManaged(obj client.Object, release, ns string) {
 }
 
 // appliedRelease records, as the syncer and operator would, a Release in
-// the control namespace whose change (approved by approvers) was applied
-// to target.
-func (f *fixture) appliedRelease(name, target string, approvers ...sluicev1.Identity) (release, change string) {
+// the control namespace whose change (approved by approvers, delivered
+// by delivery) was applied to target.
+func (f *fixture) appliedRelease(name, target string, delivery sluicev1.Delivery, approvers ...sluicev1.Identity) (release, change string) {
 	f.t.Helper()
 	ctx := context.Background()
 	c := f.env.Client
@@ -227,7 +227,7 @@ func (f *fixture) appliedRelease(name, target string, approvers ...sluicev1.Iden
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ctl},
 		Spec: sluicev1.ReleaseSpec{
 			Repository: "infra", Service: "web", Environment: "prod", SourcePath: "services/web",
-			TargetNamespace: target, Chart: sluicev1.ChartSource{Path: "charts/service"},
+			TargetNamespace: target, Chart: sluicev1.ChartSource{Path: "charts/service"}, Delivery: delivery,
 		},
 	}
 	require.NoError(f.t, c.Create(ctx, rel))
@@ -240,7 +240,7 @@ func (f *fixture) appliedRelease(name, target string, approvers ...sluicev1.Iden
 			Labels: map[string]string{sluicev1.LabelRelease: name},
 		},
 		Spec: sluicev1.ChangeRequestSpec{
-			Release: name, Revision: revision, TargetNamespace: target,
+			Release: name, Revision: revision, TargetNamespace: target, Delivery: delivery,
 			Artifact:      sluicev1.ArtifactReference{URL: "http://artifacts.invalid/" + name + ".tar.gz", SHA256: sluicev1.SHA256Digest([]byte("tgz"))},
 			ContentDigest: content, ManifestDigest: manifest,
 			Verdict:        sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow},
