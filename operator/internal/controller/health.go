@@ -112,9 +112,18 @@ func (r *ReleaseReconciler) releasesOfPod(ctx context.Context, o client.Object) 
 	return out
 }
 
-// workloadNamespace is where the Release's workload runs: where it was
+// workloadNamespace is where the Release's workload runs: where the
+// change holding the lock is being applied (an applier that waits for the
+// pods to be ready keeps a change Applying while its pods cannot pull
+// their image: that is when it matters most), else where the release was
 // last applied; "" when nothing was applied yet.
-func workloadNamespace(rel *sluicev1.Release) string {
+func workloadNamespace(rel *sluicev1.Release, changes []sluicev1.ChangeRequest) string {
+	for i := range changes {
+		cr := &changes[i]
+		if cr.Name == rel.Status.CurrentChange && cr.Status.Phase == sluicev1.PhaseApplying && !cr.IsDelete() {
+			return cr.Spec.TargetNamespace
+		}
+	}
 	if rel.Status.AppliedChange == "" {
 		return ""
 	}
@@ -128,7 +137,7 @@ func workloadNamespace(rel *sluicev1.Release) string {
 // keeps the first stuck one for the summary (Degraded).
 func (r *ReleaseReconciler) reconcileWorkload(ctx context.Context, s *releaseScope) rreconcile.Result {
 	s.stuck = nil
-	ns := workloadNamespace(s.rel)
+	ns := workloadNamespace(s.rel, s.all)
 	if ns == "" {
 		return rreconcile.Next()
 	}

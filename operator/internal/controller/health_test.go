@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/podhealth"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
 )
@@ -174,4 +176,32 @@ func TestReleaseHealth_longMessagesAreTruncated(t *testing.T) {
 		_, err := f.op.release.Reconcile(ctx(t), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rel)})
 		return err == nil && f.op.releaseClient.writes.Load() == before
 	}, waitFor, 20*time.Millisecond, "a truncated message is not written again")
+}
+
+// An applier that waits for the pods (Helm's --wait) keeps its change
+// Applying while a pod cannot pull its image: the Release is Degraded by
+// that pod then, not only after the apply times out.
+func TestReleaseHealth_aChangeStillApplyingIsDegradedByItsPods(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	f := newFixture(t)
+	f.op = startOperator(t, f.ns, operatorConfig{applier: &testapplier.Applier{Client: env.Client, BeforeEffect: func(ctx context.Context, _ applier.Request) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}})
+	rel := f.release("checkout", "prod", twoOf, nil, func(r *sluicev1.Release) { r.Spec.TargetNamespace = "checkout-" + f.ns })
+	require.NoError(t, f.c.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rel.Spec.TargetNamespace}}))
+	cr := f.change(rel, twoOf)
+	f.decide(cr, "k8s:alice", sluicev1.DecisionApprove)
+	f.decide(cr, "k8s:bob", sluicev1.DecisionApprove)
+	f.phase(cr, sluicev1.PhaseApplying)
+
+	f.pod(rel.Spec.TargetNamespace, "web-1", rel.Name, waitingCS("ImagePullBackOff", `Back-off pulling image "registry.invalid/web:2"`, 0))
+	c := f.degraded(rel.Name, "ImagePullFailed while applying", func(c *metav1.Condition) bool { return c.Status == metav1.ConditionTrue })
+	require.Equal(t, sluicev1.ReasonImagePullFailed, c.Reason)
+	require.Empty(t, f.getRelease(rel.Name).Status.AppliedChange, "nothing was applied yet")
 }
