@@ -901,8 +901,11 @@ func notReached(st DiagnosisStep, why string) DiagnosisStep {
 	return st
 }
 
-// clip bounds a message from a kubelet, a registry or a condition.
-func clip(s string) string { return text.Truncate(s, maxDiagnoseMessage-len("…")) }
+// clip bounds a message from a kubelet, a registry or a condition, and
+// removes the credentials of any URL in it.
+func clip(s string) string {
+	return text.Truncate(podhealth.Redact(s), maxDiagnoseMessage-len("…"))
+}
 
 // printDiagnosis writes the text form of diagnose: the first failing (or
 // waiting) step with what to do, then every step, then the pods.

@@ -89,7 +89,7 @@ func createPod(t *testing.T, p *corev1.Pod, status corev1.PodStatus) *corev1.Pod
 var pullFailed = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 	Name: "web", Image: "registry.invalid/web:2",
 	State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull",
-		Message: `failed to pull and unpack image "registry.invalid/web:2": failed to resolve reference: not found`}},
+		Message: `failed to pull and unpack image "registry.invalid/web:2": failed to resolve reference: not found: Head "https://robot:s3cret@registry.invalid/v2/web/manifests/2"`}},
 }}}
 
 var crashing = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
@@ -163,6 +163,8 @@ func TestDiagnose_aReleaseWithAStuckPodNamesTheImageFirst(t *testing.T) {
 	require.Regexp(t, `web-1\s+Pending\s+web\s+registry.invalid/web:2\s+Waiting: ErrImagePull\s+0`, steps)
 	require.Regexp(t, `worker-5d8f-x1 \(ReplicaSet/worker-5d8f\)\s+Running\s+worker\s+registry.invalid/worker:1\s+Waiting: CrashLoopBackOff\s+4\s+Error \(exit code 2\): config file missing`, steps)
 	require.NotContains(t, out, "other-1")
+	require.NotContains(t, out, "s3cret", "no credentials of a URL in a kubelet's message")
+	require.Contains(t, out, "https://***@registry.invalid/v2/web/manifests/2")
 
 	// The same by the change's name, as JSON.
 	out, _, err = sluiceAs(t, env.Config, "diagnose", cr.Name, "-n", diagNS, "-o", "json")
@@ -182,6 +184,7 @@ func TestDiagnose_aReleaseWithAStuckPodNamesTheImageFirst(t *testing.T) {
 	require.Equal(t, "registry.invalid/web:2", d.Pods[0].Problems[0].Image)
 	require.Equal(t, sluicev1.ReasonCrashLooping, d.Pods[1].Problems[0].Reason)
 	require.Equal(t, "ReplicaSet/worker-5d8f", d.Pods[1].Owner)
+	require.NotContains(t, out, "s3cret")
 }
 
 // carol may read Sluice's objects but not the target namespace's pods:

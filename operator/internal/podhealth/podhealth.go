@@ -8,6 +8,7 @@ package podhealth
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -82,12 +83,12 @@ func Problems(pod *corev1.Pod) []Problem {
 	}
 	var out []Problem
 	if pod.Status.Phase == corev1.PodFailed {
-		out = append(out, Problem{Reason: sluicev1.ReasonPodFailed, Pod: pod.Name, State: orDefault(pod.Status.Reason, "Failed"), Message: pod.Status.Message})
+		out = append(out, Problem{Reason: sluicev1.ReasonPodFailed, Pod: pod.Name, State: orDefault(pod.Status.Reason, "Failed"), Message: Redact(pod.Status.Message)})
 		return out
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			out = append(out, Problem{Reason: sluicev1.ReasonUnschedulable, Pod: pod.Name, State: c.Reason, Message: c.Message})
+			out = append(out, Problem{Reason: sluicev1.ReasonUnschedulable, Pod: pod.Name, State: c.Reason, Message: Redact(c.Message)})
 		}
 	}
 	images := specImages(pod)
@@ -106,7 +107,7 @@ func Problems(pod *corev1.Pod) []Problem {
 			// the memory limit is what to fix.
 			p.Reason, p.State, p.Message = sluicev1.ReasonOOMKilled, last.Reason, exitMessage(last)
 		case w != nil && waitingReasons[w.Reason] != "":
-			p.Reason, p.State, p.Message = waitingReasons[w.Reason], w.Reason, w.Message
+			p.Reason, p.State, p.Message = waitingReasons[w.Reason], w.Reason, Redact(w.Message)
 			if w.Reason == "CrashLoopBackOff" && last != nil {
 				p.Message = strings.TrimSpace(p.Message + "; last exit: " + exitMessage(last))
 			}
@@ -157,10 +158,20 @@ func specImages(pod *corev1.Pod) map[string]string {
 func exitMessage(t *corev1.ContainerStateTerminated) string {
 	s := fmt.Sprintf("%s (exit code %d)", orDefault(t.Reason, "Error"), t.ExitCode)
 	if t.Message != "" {
-		s += ": " + t.Message
+		s += ": " + Redact(t.Message)
 	}
 	return s
 }
+
+// userinfo matches the credentials of a URL ("scheme://user:secret@").
+var userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s"']+@`)
+
+// Redact removes the credentials of any URL in a kubelet's or a
+// registry's message (a registry or proxy address may carry them), so
+// neither the Release's condition nor diagnose repeats them. The kubelet
+// names missing ConfigMap and Secret keys, never their values, and pods
+// hold no Secret data in their status.
+func Redact(msg string) string { return userinfo.ReplaceAllString(msg, "${1}***@") }
 
 func orDefault(s, def string) string {
 	if s == "" {

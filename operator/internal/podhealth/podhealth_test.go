@@ -135,3 +135,22 @@ func TestSlim_keepsWhatHealthReadsAndNoEnvironment(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// Credentials in a URL of a kubelet's message never reach a Problem.
+func TestProblems_redactURLCredentials(t *testing.T) {
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "reg.example.com/web:2"}}},
+		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "web", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason: "ErrImagePull", Message: `failed to do request: Head "https://robot:s3cr3t-token@reg.example.com/v2/web/manifests/2": proxyconnect tcp: dial http://u:p@proxy:3128`}}}}}}
+	ps := Problems(&p)
+	if len(ps) != 1 {
+		t.Fatalf("want one problem, got %v", ps)
+	}
+	for _, secret := range []string{"s3cr3t-token", "robot", "u:p@"} {
+		if strings.Contains(ps[0].Message, secret) {
+			t.Errorf("the message keeps %q: %s", secret, ps[0].Message)
+		}
+	}
+	if !strings.Contains(ps[0].Message, `"https://***@reg.example.com/v2/web/manifests/2"`) || !strings.Contains(ps[0].Message, "http://***@proxy:3128") {
+		t.Errorf("the message lost more than the credentials: %s", ps[0].Message)
+	}
+}
