@@ -10,7 +10,11 @@ const (
 	ConditionReconciling = "Reconciling"
 	// ConditionProgressing is True while a Release has a change in flight.
 	ConditionProgressing = "Progressing"
-	// ConditionDegraded is True when a Release's last change failed.
+	// ConditionDegraded is True when a Release's last change failed, or
+	// when a pod of its applied workload is stuck (reasons
+	// ImagePullFailed, CrashLooping, OOMKilled, Unschedulable,
+	// CreateContainerConfigError, PodFailed), with the pod, container,
+	// image and the kubelet's or scheduler's message.
 	ConditionDegraded = "Degraded"
 	// ConditionSynced is the syncer's view of a Release (the operator
 	// preserves it): True when its inputs at the newest commit have a
@@ -137,6 +141,25 @@ const (
 	ReasonReappliesApproved = "ReappliesApproved"
 	// ReasonReleaseNotFound: the change's Release does not exist.
 	ReasonReleaseNotFound = "ReleaseNotFound"
+
+	// ReasonImagePullFailed: a pod of the release cannot pull its image
+	// (ErrImagePull, ImagePullBackOff, InvalidImageName).
+	ReasonImagePullFailed = "ImagePullFailed"
+	// ReasonCrashLooping: a container of the release restarts in a loop
+	// (CrashLoopBackOff).
+	ReasonCrashLooping = "CrashLooping"
+	// ReasonOOMKilled: a container of the release was killed for lack of
+	// memory and has not run again since.
+	ReasonOOMKilled = "OOMKilled"
+	// ReasonUnschedulable: the scheduler finds no node for a pod of the
+	// release.
+	ReasonUnschedulable = "Unschedulable"
+	// ReasonCreateContainerConfigError: a container of the release cannot
+	// be created from its spec (a missing ConfigMap, Secret or key).
+	ReasonCreateContainerConfigError = "CreateContainerConfigError"
+	// ReasonPodFailed: a pod of the release ended in phase Failed
+	// (evicted, or its containers failed with restartPolicy Never).
+	ReasonPodFailed = "PodFailed"
 )
 
 // Finalizers.

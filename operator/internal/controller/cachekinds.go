@@ -24,23 +24,33 @@ type kindsCache struct {
 	cache.Cache
 	scheme *runtime.Scheme
 
+	// selectors are the label selectors of the kinds configured with one.
+	selectors map[schema.GroupVersionKind]string
+
 	mu    sync.Mutex
 	kinds map[CachedKind]bool
 }
 
-// CachedKind is a kind the cache holds an informer for, and whether the
-// informer keeps the objects' metadata only.
+// CachedKind is a kind the cache holds an informer for, whether the
+// informer keeps the objects' metadata only, and the label selector that
+// limits it to some objects ("" for all).
 type CachedKind struct {
 	schema.GroupVersionKind
 	MetadataOnly bool
+	Selector     string
 }
 
-// String names the kind, "(metadata)" after a metadata-only one.
+// String names the kind, "(metadata)" after a metadata-only one and the
+// selector after a label-selected one.
 func (k CachedKind) String() string {
+	s := k.GroupVersionKind.String()
 	if k.MetadataOnly {
-		return k.GroupVersionKind.String() + " (metadata)"
+		s += " (metadata)"
 	}
-	return k.GroupVersionKind.String()
+	if k.Selector != "" {
+		s += " (selected by " + k.Selector + ")"
+	}
+	return s
 }
 
 // newKindsCache is a cache.NewCacheFunc building the cache as
@@ -50,7 +60,14 @@ func newKindsCache(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kindsCache{Cache: c, scheme: opts.Scheme, kinds: map[CachedKind]bool{}}, nil
+	k := &kindsCache{Cache: c, scheme: opts.Scheme, kinds: map[CachedKind]bool{}, selectors: map[schema.GroupVersionKind]string{}}
+	for obj, by := range opts.ByObject {
+		gvk, err := apiutil.GVKForObject(obj, opts.Scheme)
+		if err == nil && by.Label != nil && !by.Label.Empty() {
+			k.selectors[gvk] = by.Label.String()
+		}
+	}
+	return k, nil
 }
 
 // note records the kind of obj (a typed object or list, an unstructured
@@ -77,7 +94,7 @@ func (k *kindsCache) noteKind(gvk schema.GroupVersionKind, metadata bool) {
 	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.kinds[CachedKind{GroupVersionKind: gvk, MetadataOnly: metadata}] = true
+	k.kinds[CachedKind{GroupVersionKind: gvk, MetadataOnly: metadata, Selector: k.selectors[gvk]}] = true
 }
 
 // Get implements client.Reader.

@@ -94,7 +94,8 @@ func NewManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (ctrl.M
 	}
 	// managedFields are never read by the operator and are a large part
 	// of every cached object.
-	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	// Pods: every namespace, label-selected and slimmed (health.go).
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: PodCache()}}
 	if len(o.Namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range o.Namespaces {

@@ -16,6 +16,7 @@ import (
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/podhealth"
 	"github.com/sluice-gitops/sluice/runtime/reconcile"
 )
 
@@ -37,6 +38,7 @@ const MaxHistory = 20
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases/finalizers,verbs=update
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=changerequests;approvals,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 type ReleaseReconciler struct {
 	Client    client.Client
 	APIReader client.Reader
@@ -70,6 +72,8 @@ type releaseScope struct {
 	all []sluicev1.ChangeRequest
 	// after is the soonest a step asked to look again (zero: never).
 	after time.Duration
+	// stuck is the first stuck pod of the applied workload (health.go).
+	stuck *podhealth.Problem
 }
 
 // requeue asks to look at the release again after d at the latest; the
@@ -121,6 +125,7 @@ func (r *ReleaseReconciler) pass(ctx context.Context, rel *sluicev1.Release) rec
 		{Name: "changes", Run: r.loadChanges},
 		{Name: "lock", Run: r.reconcileLock},
 		{Name: "applied", Run: r.reconcileApplied},
+		{Name: "workload", Run: r.reconcileWorkload},
 		{Name: "history", Run: r.reconcileHistory},
 		{Name: "retention", Run: r.reconcileRetention},
 		{Name: "approvals", Run: r.reconcileApprovalGC},
@@ -271,8 +276,9 @@ func (r *ReleaseReconciler) reconcileHistory(_ context.Context, s *releaseScope)
 	return reconcile.Next()
 }
 
-// summarize sets Ready, Progressing and Degraded from the lock and the
-// newest non-preview change, and observedGeneration, once, at the end of
+// summarize sets Ready, Progressing and Degraded from the lock, the
+// newest non-preview change and the workload's pods, and
+// observedGeneration, once, at the end of
 // a pass without error.
 func (s *releaseScope) summarize() {
 	var newest *sluicev1.ChangeRequest
@@ -304,11 +310,11 @@ func (s *releaseScope) summarize() {
 		lastEnded = cr
 		break
 	}
-	if lastEnded != nil && lastEnded.Status.Phase == sluicev1.PhaseFailed {
-		set(sluicev1.ConditionDegraded, metav1.ConditionTrue, changeReason(lastEnded), fmt.Sprintf("%s failed", lastEnded.Name))
-	} else {
-		set(sluicev1.ConditionDegraded, metav1.ConditionFalse, sluicev1.ReasonSucceeded, "the last change did not fail")
+	if lastEnded != nil && lastEnded.Status.Phase != sluicev1.PhaseFailed {
+		lastEnded = nil
 	}
+	// ... or a pod of the applied workload is stuck (health.go).
+	s.setDegraded(lastEnded)
 
 	// Ready: the newest change is applied.
 	switch {

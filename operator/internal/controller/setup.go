@@ -76,6 +76,7 @@ func IndexFields(ctx context.Context, mgr ctrl.Manager) error {
 		{&sluicev1.Approval{}, IndexRelease, func(o client.Object) []string {
 			return []string{o.(*sluicev1.Approval).Spec.Release}
 		}},
+		{&sluicev1.Release{}, IndexReleaseTarget, releaseTargets},
 	} {
 		if err := idx.IndexField(ctx, spec.obj, spec.field, spec.fn); err != nil {
 			return fmt.Errorf("index %T by %s: %w", spec.obj, spec.field, err)

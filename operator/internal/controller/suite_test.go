@@ -159,8 +159,9 @@ type operatorConfig struct {
 func startOperator(t testing.TB, ns string, cfg operatorConfig) *operator {
 	t.Helper()
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}, DefaultTransform: cache.TransformStripManagedFields()},
+		Scheme: env.Scheme,
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}, DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: PodCache()}},
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})

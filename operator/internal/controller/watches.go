@@ -45,7 +45,7 @@ func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts contro
 }
 
 // SetupWithManager watches Releases, the phase changes of their
-// ChangeRequests and new Approvals.
+// ChangeRequests, new Approvals and the health of their pods (health.go).
 func (r *ReleaseReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("release").
@@ -53,6 +53,7 @@ func (r *ReleaseReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.O
 		Watches(&sluicev1.Release{}, summarizeLater(self, lockFreed), builder.WithPredicates(releaseLockChanged())).
 		Watches(&sluicev1.ChangeRequest{}, summarizeLater(releaseOf, r.lockMayMove), builder.WithPredicates(changePhaseChanged())).
 		Watches(&sluicev1.Approval{}, handler.EnqueueRequestsFromMapFunc(releaseOf), builder.WithPredicates(createdOnly())).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.releasesOfPod), builder.WithPredicates(podHealthChanged())).
 		WithOptions(opts).
 		Complete(r)
 }

@@ -105,6 +105,7 @@ and kubectl sluice approve records one in your own Kubernetes name.`,
 		newDecideCommand(a, sluicev1.DecisionRevoke),
 		newWaitCommand(a),
 		newAuditCommand(a),
+		newDiagnoseCommand(a),
 		newReportCommand(a),
 	)
 	return root

@@ -14,10 +14,13 @@ import (
 	"github.com/sluice-gitops/sluice/operator/internal/controller"
 )
 
-// ownKind tells a kind the operator's cache may hold: the Sluice kinds, and
-// Namespaces as metadata only (their labels select approval policies).
+// ownKind tells a kind the operator's cache may hold: the Sluice kinds,
+// Namespaces as metadata only (their labels select approval policies), and
+// Pods selected by the Helm instance label (the Release's Degraded
+// condition reads its workload's pods), never all of them.
 func ownKind(k controller.CachedKind) bool {
-	return k.Group == sluicev1.GroupVersion.Group || (k.Group == "" && k.Kind == "Namespace" && k.MetadataOnly)
+	return k.Group == sluicev1.GroupVersion.Group || (k.Group == "" && k.Kind == "Namespace" && k.MetadataOnly) ||
+		(k.Group == "" && k.Kind == "Pod" && k.Selector == "app.kubernetes.io/instance")
 }
 
 // TestManager_cachesOnlyTheOperatorsOwnKinds runs the operator's manager as
