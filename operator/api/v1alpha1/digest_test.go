@@ -177,3 +177,20 @@ func TestComputeRollbackApprovalDigest_bindsTheRollbackClaim(t *testing.T) {
 		t.Fatal("ExpectedApprovalDigest leaves spec.rollback out")
 	}
 }
+
+func TestRollbackChangeRequestName(t *testing.T) {
+	for _, c := range []struct {
+		of      string
+		attempt int32
+		want    string
+	}{
+		{"web-prod-bbbbbbbbbb", 1, "web-prod-rb-bbbbbbbbbb"},
+		{"web-prod-bbbbbbbbbb-r2", 1, "web-prod-rb-bbbbbbbbbb-r2"},
+		{"web-prod-bbbbbbbbbb", 3, "web-prod-rb-bbbbbbbbbb-r3"},
+		{"other", 1, "web-prod-rb-" + ShortSHA(strings.TrimPrefix(string(SHA256Digest([]byte("other"))), "sha256:"))},
+	} {
+		if got := RollbackChangeRequestName("web-prod", c.of, c.attempt); got != c.want {
+			t.Errorf("RollbackChangeRequestName(web-prod, %s, %d) = %s, want %s", c.of, c.attempt, got, c.want)
+		}
+	}
+}
