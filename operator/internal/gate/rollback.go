@@ -76,6 +76,10 @@ func RollbackRefusal(rule Rule, rel *sluicev1.Release, cr, to *sluicev1.ChangeRe
 	return ""
 }
 
+// rollbackRefusal is RollbackRefusal; the attack test removes it to show
+// what it guards against.
+var rollbackRefusal = RollbackRefusal
+
 // sameContent says how a rollback's content differs from the verified
 // change's; "" when it is the same.
 func sameContent(cr, to *sluicev1.ChangeRequest) string {
@@ -109,7 +113,7 @@ func rolledBack(d Decision, in Inputs, cr *sluicev1.ChangeRequest) Decision {
 		d.Message = fmt.Sprintf("rollback of %s to verified %s: %s", rb.Of, rb.To, d.Message)
 		return d
 	}
-	if why := RollbackRefusal(d.Rule, in.Release, cr, in.RollbackTarget); why != "" {
+	if why := rollbackRefusal(d.Rule, in.Release, cr, in.RollbackTarget); why != "" {
 		d.Message = fmt.Sprintf("rollback of %s to verified %s waits for approval: %s; %s", rb.Of, rb.To, why, d.Message)
 		return d
 	}

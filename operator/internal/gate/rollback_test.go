@@ -306,3 +306,45 @@ func TestGate_rollback(t *testing.T) {
 		})
 	}
 }
+
+// Attack: a change that claims to be a rollback (spec.rollback) of the
+// failed change, back to content that was never verified (here the
+// failed content itself, under a rule that says rollback: auto, as a
+// pusher may write approval.rollback: auto in service.yaml). With the
+// guard removed (RollbackRefusal) the claim would pass without a single
+// approval; with it the change waits and the message says why. The same
+// rule on a change that claims nothing never takes the rollback path.
+func TestGate_forgedRollbackClaimsNeedTheGuard(t *testing.T) {
+	f := newRollbackFixture()
+	// The release as a pusher would like it: the rollback decision
+	// stands, but the claimed target is not what was verified.
+	forged := change(func(c *sluicev1.ChangeRequest) {
+		c.Name = "checkout-prod-forged0000"
+		c.Spec.ContentDigest = sluicev1.SHA256Digest([]byte("never verified"))
+		c.Spec.Revision = "f" + c.Spec.Revision[1:]
+		c.Spec.Rule = sluicev1.ApprovalRule{Required: 2, Rollback: sluicev1.RollbackAuto}
+		c.Spec.Rollback = &sluicev1.RollbackSpec{Of: badName, To: goodName}
+	})
+	plain := change(func(c *sluicev1.ChangeRequest) {
+		c.Name = "checkout-prod-plain00000"
+		c.Spec.ContentDigest = sluicev1.SHA256Digest([]byte("a plain push"))
+		c.Spec.Rule = sluicev1.ApprovalRule{Required: 2, Rollback: sluicev1.RollbackAuto}
+	})
+	in := Inputs{Release: f.rel, RollbackTarget: f.good}
+
+	defer func(g func(Rule, *sluicev1.Release, *sluicev1.ChangeRequest, *sluicev1.ChangeRequest) string) {
+		rollbackRefusal = g
+	}(rollbackRefusal)
+	rollbackRefusal = func(Rule, *sluicev1.Release, *sluicev1.ChangeRequest, *sluicev1.ChangeRequest) string { return "" }
+	if d, _ := Decide(in, forged, nil); !d.Passed {
+		t.Fatalf("without the guard the forged rollback should pass (the attack works): %s %s", d.Reason, d.Message)
+	}
+	rollbackRefusal = RollbackRefusal
+	d, _ := Decide(in, forged, nil)
+	if d.Passed || !strings.Contains(d.Message, "its content is not exactly the verified content of "+goodName) {
+		t.Fatalf("with the guard the forged rollback passed or says nothing: passed=%v %s %s", d.Passed, d.Reason, d.Message)
+	}
+	if d, _ := Decide(in, plain, nil); d.Passed || d.Reason == sluicev1.ReasonRollbackAuto {
+		t.Fatalf("rollback: auto let a change that is no rollback pass: %s %s", d.Reason, d.Message)
+	}
+}
