@@ -176,20 +176,25 @@ func (r *ReleaseReconciler) decideRollback(s *releaseScope) {
 	})
 }
 
-// newerChange returns a change of the release newer than failed that
-// waits (is not terminal) or was applied; nil when there is none.
+// newerChange returns a change of the release that waits (is not
+// terminal) or that was applied after failed (the Release records
+// another applied change: changes apply one at a time, so it came
+// later); nil when there is none. Creation times have one-second
+// resolution, so "newer" is never read from them.
 func newerChange(s *releaseScope, failed *sluicev1.ChangeRequest) *sluicev1.ChangeRequest {
 	for i := range s.all {
 		cr := &s.all[i]
-		if cr.Name == failed.Name {
-			return nil
-		}
-		if isPreview(cr) || newestFirst(*cr, *failed) >= 0 {
-			continue
-		}
-		if !cr.Status.Phase.IsTerminal() || cr.Status.Phase.WasApplied() {
+		if cr.Name != failed.Name && !isPreview(cr) && !cr.Status.Phase.IsTerminal() {
 			return cr
 		}
+	}
+	if applied := s.rel.Status.AppliedChange; applied != "" && applied != failed.Name {
+		for i := range s.all {
+			if s.all[i].Name == applied {
+				return &s.all[i]
+			}
+		}
+		return &sluicev1.ChangeRequest{ObjectMeta: metav1.ObjectMeta{Name: applied}, Status: sluicev1.ChangeRequestStatus{Phase: sluicev1.PhaseApplied}}
 	}
 	return nil
 }
