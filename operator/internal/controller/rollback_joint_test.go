@@ -209,15 +209,44 @@ func (j *jointFixture) sync() {
 // pushChange pushes web at tag (marked bad when bad) and returns its
 // ChangeRequest once the syncer created it.
 func (j *jointFixture) pushChange(tag string, bad bool) *sluicev1.ChangeRequest {
+	cr, _ := j.pushChangeTimed(tag, bad)
+	return cr
+}
+
+// pushChangeTimed is pushChange, and also returns when the change was
+// first seen (looked for every 5ms from before the sync).
+func (j *jointFixture) pushChangeTimed(tag string, bad bool) (*sluicev1.ChangeRequest, time.Time) {
 	j.t.Helper()
 	sha := j.repo.push(tag)
 	if bad {
 		j.markBad(sha)
 	}
+	key := client.ObjectKey{Namespace: j.ns, Name: sluicev1.ChangeRequestName("web-prod", sha, 1)}
+	seen := make(chan time.Time, 1)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			if err := j.c.Get(ctx(j.t), key, &sluicev1.ChangeRequest{}); err == nil {
+				seen <- time.Now()
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
 	j.sync()
 	cr := &sluicev1.ChangeRequest{}
-	require.NoError(j.t, j.c.Get(ctx(j.t), client.ObjectKey{Namespace: j.ns, Name: sluicev1.ChangeRequestName("web-prod", sha, 1)}, cr))
-	return cr
+	require.NoError(j.t, j.c.Get(ctx(j.t), key, cr))
+	var at time.Time
+	select {
+	case at = <-seen:
+	case <-time.After(waitFor):
+	}
+	close(stop)
+	return cr, at
 }
 
 func (j *jointFixture) markBad(sha string) {
@@ -316,8 +345,7 @@ func TestRollbackJoint_quarantineHoldsFailedContent(t *testing.T) {
 	v1 := j.pushChange("1.0.0", false)
 	j.decide(v1, "k8s:alice", sluicev1.DecisionApprove)
 	j.waitChange(v1.Name, "verified", inPhase(sluicev1.PhaseVerified))
-	v2 := j.pushChange("2.0.0", true)
-	_, v2Created := j.waitChange(v2.Name, "seen", func(*sluicev1.ChangeRequest) bool { return true })
+	v2, v2Created := j.pushChangeTimed("2.0.0", true)
 	_, v2Applied := j.waitChange(v2.Name, "applied without a person", wasApplied)
 	failed, _ := j.waitChange(v2.Name, "verification failed", inPhase(sluicev1.PhaseVerificationFailed))
 	rbName := sluicev1.RollbackChangeRequestName("web-prod", v2.Name, 1)
