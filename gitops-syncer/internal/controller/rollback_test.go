@@ -156,3 +156,46 @@ func TestRollback_anAnnotationWithoutTheOperatorsDecisionIsIgnored(t *testing.T)
 	}
 	require.Nil(t, meta.FindStatusCondition(getRelease(t, ns, "alpha-staging").Status.Conditions, sluicev1.ConditionRolledBack))
 }
+
+// A verified change whose revision is gone from the repository, or whose
+// artifact rebuilt from git is not its recorded content, is declined
+// with the reason; no rollback ChangeRequest is made.
+func TestRollback_aGoneRevisionOrAnotherArtifactIsDeclined(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(spec *sluicev1.ChangeRequestSpec)
+		want string
+	}{
+		{"revision gone", func(s *sluicev1.ChangeRequestSpec) { s.Revision = strings.Repeat("d", 40) }, "is gone from the repository"},
+		{"another artifact", func(s *sluicev1.ChangeRequestSpec) {
+			s.ContentDigest = sluicev1.SHA256Digest([]byte("other content"))
+		}, "is not the verified one"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := newNamespace(t)
+			fixture := seedHelmRepo(t, t.TempDir(), "infra")
+			startSyncer(t, ns, "")
+			repo := newRepository(t, ns, "infra", fixture.FileURL())
+			v1, v2 := verifiedThenFailed(t, ns, fixture, repo)
+			// A verified change that records what the case says.
+			other := &sluicev1.ChangeRequest{ObjectMeta: metav1.ObjectMeta{Name: "alpha-staging-other00000", Namespace: ns, Labels: v1.Labels}, Spec: *v1.Spec.DeepCopy()}
+			c.edit(&other.Spec)
+			other.Spec.ApprovalDigest = other.ExpectedApprovalDigest()
+			require.NoError(t, k8s.Create(context.Background(), other))
+			setPhase(t, other, sluicev1.PhaseVerified)
+
+			askRollback(t, ns, "alpha-staging", v2.Name, other.Name)
+			var cond *metav1.Condition
+			require.Eventually(t, func() bool {
+				cond = meta.FindStatusCondition(getRelease(t, ns, "alpha-staging").Status.Conditions, sluicev1.ConditionRolledBack)
+				return cond != nil
+			}, 2*time.Minute, 50*time.Millisecond)
+			require.Equal(t, sluicev1.ReasonRollbackDeclined, cond.Reason)
+			require.Contains(t, cond.Message, "rollback of "+v2.Name+" to "+other.Name+" declined: ")
+			require.Contains(t, cond.Message, c.want)
+			for _, cr := range changeRequests(t, ns) {
+				require.Nil(t, cr.Spec.Rollback, "a declined rollback created %s", cr.Name)
+			}
+		})
+	}
+}
