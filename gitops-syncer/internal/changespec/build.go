@@ -71,6 +71,10 @@ type Change struct {
 	InputsErr error
 	// Replan is the re-plan request the change answers ("" for none).
 	Replan string
+	// Rollback marks a rollback the operator asked for (the failed
+	// change and the verified one it returns to): recorded in the spec,
+	// in the approval digest and as an info finding.
+	Rollback *sluicev1.RollbackSpec
 	// Verification is the environment's verification block in
 	// service.yaml (VerificationBlockOf); Build resolves it over the
 	// Repository's defaults and records it, in the approval digest.
@@ -125,6 +129,11 @@ func Build(c Change) *sluicev1.ChangeRequest {
 		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "terraform.modules",
 			Message: c.InputsErr.Error(), File: manifestFile})
 	}
+	if rb := c.Rollback; rb != nil {
+		spec.Rollback = rb.DeepCopy()
+		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityInfo, Source: "rollback", Policy: "rollback",
+			Message: fmt.Sprintf("rollback of %s to %s: %s failed its verification; this returns the release to the verified revision %s", rb.Of, rb.To, rb.Of, sluicev1.ShortSHA(c.Revision))})
+	}
 	if c.Operation != sluicev1.OperationDelete {
 		v, err := resolveVerification(repo, c.Verification)
 		if err != nil {
@@ -139,8 +148,8 @@ func Build(c Change) *sluicev1.ChangeRequest {
 		// A removal is never less than high risk.
 		spec.Verdict.Risk = sluicev1.RiskHigh
 	}
-	spec.ApprovalDigest = sluicev1.ComputeChangeApprovalDigest(repo.Namespace, c.Release, c.Operation, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest,
-		sluicev1.VerificationDigest(spec.Verification))
+	spec.ApprovalDigest = sluicev1.ComputeRollbackApprovalDigest(repo.Namespace, c.Release, c.Operation, spec.ContentDigest, spec.ManifestDigest, spec.PlanDigest,
+		sluicev1.VerificationDigest(spec.Verification), spec.Rollback)
 	cr := &sluicev1.ChangeRequest{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      c.Name,

@@ -23,7 +23,8 @@ const MaxFindings = 500
 
 // RuleOf converts a manifest environment's approval block to the API rule.
 func RuleOf(a manifest.Approval) sluicev1.ApprovalRule {
-	rule := sluicev1.ApprovalRule{Required: int32(a.Required), AllowAuthor: a.AllowAuthor, AutoApproveRisk: sluicev1.AutoApproveRisk(a.AutoApproveRisk)}
+	rule := sluicev1.ApprovalRule{Required: int32(a.Required), AllowAuthor: a.AllowAuthor, AutoApproveRisk: sluicev1.AutoApproveRisk(a.AutoApproveRisk),
+		Rollback: sluicev1.RollbackMode(a.Rollback)}
 	for _, id := range a.Approvers {
 		rule.Approvers = append(rule.Approvers, sluicev1.Identity(id))
 	}

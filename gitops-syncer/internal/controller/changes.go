@@ -50,6 +50,18 @@ type changePlan struct {
 	source *sluicev1.ChangeSource
 	// pushes are the Repository's recorded pushes (freshPushes).
 	pushes []sluicev1.PushRecord
+	// rollback, when set, makes the change the rollback the operator
+	// asked for, rebuilt at target's revision (rollback.go).
+	rollback *sluicev1.RollbackSpec
+	target   *sluicev1.ChangeRequest
+}
+
+// name is the ChangeRequest name of attempt n of the change.
+func (p *changePlan) name(n int32) string {
+	if p.rollback != nil {
+		return sluicev1.RollbackChangeRequestName(p.release.Name, p.rollback.Of, n)
+	}
+	return sluicev1.ChangeRequestName(p.release.Name, p.revision, n)
 }
 
 // mergedPR is a previewed pull request whose head is in the history of a
@@ -201,7 +213,14 @@ func (r *RepositoryReconciler) resumePoint(ctx context.Context, plan *changePlan
 	var atRev []*sluicev1.ChangeRequest
 	for i := range list.Items {
 		cr := &list.Items[i]
-		if cr.Spec.Revision == plan.revision && cr.Spec.PullRequest == nil {
+		if plan.rollback != nil {
+			// A rollback resumes only a rollback of the same failed change.
+			if rb := cr.Spec.Rollback; rb != nil && rb.Of == plan.rollback.Of {
+				atRev = append(atRev, cr)
+			}
+			continue
+		}
+		if cr.Spec.Revision == plan.revision && cr.Spec.PullRequest == nil && cr.Spec.Rollback == nil {
 			atRev = append(atRev, cr)
 		}
 	}

@@ -61,7 +61,8 @@ func TestSync_removedEnvironmentProposesADeleteChangeAndRemovesNothing(t *testin
 	waitHandled(t, repo, requestReconcile(t, repo))
 	applied := changeRequests(t, ns)[sluicev1.ChangeRequestName("gamma-staging", first, 1)]
 	require.NotEmpty(t, applied.Name)
-	appliedRule := sluicev1.ApprovalRule{Required: 1, Approvers: []sluicev1.Identity{"k8s:alice"}, AutoApproveRisk: sluicev1.AutoApproveNone}
+	// Rollback is what the API server defaults it to.
+	appliedRule := sluicev1.ApprovalRule{Required: 1, Approvers: []sluicev1.Identity{"k8s:alice"}, AutoApproveRisk: sluicev1.AutoApproveNone, Rollback: sluicev1.RollbackApproval}
 	markAppliedWithRule(t, ns, applied, appliedRule)
 
 	// A pusher removes staging from the manifest.

@@ -33,6 +33,9 @@ func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Re
 	if err := run.storeArtifact(); err != nil {
 		return "", err
 	}
+	if err := run.checkRollbackContent(); err != nil {
+		return "", err
+	}
 	existing, attempt, err := r.resumePoint(ctx, plan)
 	if err != nil {
 		return "", err
@@ -90,7 +93,7 @@ func (run *planRun) storeArtifact() error {
 // carry the change (its content differs, or its plan is lost and a new
 // plan differs): only the next attempt can.
 func (run *planRun) attempt(ctx context.Context, n int32, existing *sluicev1.ChangeRequest) (bool, error) {
-	if existing == nil || existing.Name != sluicev1.ChangeRequestName(run.plan.release.Name, run.plan.revision, n) {
+	if existing == nil || existing.Name != run.plan.name(n) {
 		found, err := run.create(ctx, n)
 		if err != nil || found == nil {
 			return true, err
@@ -145,6 +148,9 @@ func (run *planRun) create(ctx context.Context, n int32) (found *sluicev1.Change
 	if err != nil {
 		return nil, err
 	}
+	if err := checkRollbackPlan(run.plan, res); err != nil {
+		return nil, err
+	}
 	if unchanged, err := run.recordIfUnchanged(ctx, res); err != nil || unchanged {
 		return nil, err
 	}
@@ -188,7 +194,7 @@ func (run *planRun) validation(ctx context.Context) (*validation.Result, error) 
 // applied (unchangedFromApplied, recordUnchanged) and reports whether it
 // did; a re-plan always makes a new ChangeRequest.
 func (run *planRun) recordIfUnchanged(ctx context.Context, res *validation.Result) (bool, error) {
-	if run.plan.replan != "" {
+	if run.plan.replan != "" || run.plan.rollback != nil {
 		return false, nil
 	}
 	applied, err := run.r.unchangedFromApplied(ctx, run.plan, res)
@@ -202,6 +208,12 @@ func (run *planRun) recordIfUnchanged(ctx context.Context, res *validation.Resul
 // log line.
 func (run *planRun) announce(ctx context.Context, cr *sluicev1.ChangeRequest) {
 	rel := run.plan.release
+	if rb := cr.Spec.Rollback; rb != nil {
+		run.r.event(rel, corev1.EventTypeNormal, eventRollbackProposed,
+			fmt.Sprintf("Rollback ChangeRequest %s: rollback of %s to %s (revision %s): verdict %s, risk %s", cr.Name, rb.Of, rb.To, sluicev1.ShortSHA(run.plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
+		log.FromContext(ctx).Info("Created rollback ChangeRequest", "release", rel.Name, "changeRequest", cr.Name, "of", rb.Of, "to", rb.To)
+		return
+	}
 	run.r.event(rel, corev1.EventTypeNormal, eventChangeRequestCreated,
 		fmt.Sprintf("ChangeRequest %s for %s: verdict %s, risk %s", cr.Name, sluicev1.ShortSHA(run.plan.revision), cr.Spec.Verdict.Result, cr.Spec.Verdict.Risk))
 	log.FromContext(ctx).Info("Created ChangeRequest", "release", rel.Name, "changeRequest", cr.Name, "verdict", cr.Spec.Verdict.Result)
@@ -292,6 +304,9 @@ func (run *planRun) people(ctx context.Context) (changePeople, error) {
 // (changespec.Build): its people and what the manifest at the revision
 // says (plan.spec, plan.source).
 func (run *planRun) newChangeRequest(ctx context.Context, attempt int32) (*sluicev1.ChangeRequest, error) {
+	if run.plan.rollback != nil {
+		return run.newRollback(attempt), nil
+	}
 	people, err := run.people(ctx)
 	if err != nil {
 		return nil, err

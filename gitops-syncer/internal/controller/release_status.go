@@ -21,6 +21,9 @@ import (
 // recordChange records a ChangeRequest on its Release: the spec from the
 // change (adoptSpec), then the syncer's status.
 func (r *RepositoryReconciler) recordChange(ctx context.Context, plan *changePlan, cr *sluicev1.ChangeRequest) error {
+	if plan.rollback != nil {
+		return r.recordRollback(ctx, plan.release, cr)
+	}
 	if err := r.adoptSpec(ctx, plan, cr); err != nil {
 		return err
 	}

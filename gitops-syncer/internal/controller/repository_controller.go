@@ -1,11 +1,13 @@
 // Package controller holds the syncer's Repository reconciler: it polls
 // each Repository's remote head, and for every new commit works out which
 // releases (service × environment) changed, builds their artifacts, has them
-// validated, and records Releases, ChangeRequests and plan Secrets.
+// validated, and records Releases, ChangeRequests and plan Secrets; and it
+// answers the operator's rollback requests (rollback.go).
 package controller
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -98,7 +100,8 @@ type syncMemo struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the reconciler: Repository changes (spec or
-// annotations), Release re-plan annotations, and the Trigger channel.
+// annotations), Release re-plan and rollback annotations, and the Trigger
+// channel.
 func (r *RepositoryReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
@@ -114,7 +117,8 @@ func (r *RepositoryReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		GenericFunc: func(event.GenericEvent) bool { return false },
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			return e.ObjectOld.GetAnnotations()[sluicev1.AnnotationReplan] != e.ObjectNew.GetAnnotations()[sluicev1.AnnotationReplan]
+			return e.ObjectOld.GetAnnotations()[sluicev1.AnnotationReplan] != e.ObjectNew.GetAnnotations()[sluicev1.AnnotationReplan] ||
+				!maps.Equal(sluicev1.RollbackRequests(e.ObjectOld.GetAnnotations()), sluicev1.RollbackRequests(e.ObjectNew.GetAnnotations()))
 		},
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -157,6 +161,7 @@ func (r *RepositoryReconciler) pass(ctx context.Context, repo *sluicev1.Reposito
 	res := reconcile.RunSteps(ctx, s, []reconcile.Step[*repoScope]{
 		{Name: "suspend", Run: r.reconcileSuspend},
 		{Name: "sync", Run: r.reconcileSync},
+		{Name: "rollbacks", Run: r.reconcileRollbacks},
 		{Name: "poll", Run: r.reconcilePoll},
 	})
 	// Only a pass that ended without a failure processed the generation

@@ -18,7 +18,7 @@
 //	    Terraform *EnvTerraform; Delivery Delivery; Approval Approval;
 //	    Verification map[string]any }
 //	type EnvTerraform struct{ Vars map[string]string; Workspace string }
-//	type Approval struct{ Required int; Approvers []string; AllowAuthor bool; AutoApproveRisk AutoApproveRisk }
+//	type Approval struct{ Required int; Approvers []string; AllowAuthor bool; AutoApproveRisk AutoApproveRisk; Rollback RollbackMode }
 //	type Delivery string      // DeliveryHelm (default), DeliveryArgoCD
 //	type AutoApproveRisk string // AutoApproveNone (default), AutoApproveLow, AutoApproveMedium, AutoApproveHigh
 //	type Problem struct{ File string; Line int; Message string }
@@ -158,7 +158,20 @@ type Approval struct {
 	Approvers       []string        `yaml:"approvers" json:"approvers,omitempty"`
 	AllowAuthor     bool            `yaml:"allowAuthor" json:"allowAuthor"`
 	AutoApproveRisk AutoApproveRisk `yaml:"autoApproveRisk" json:"autoApproveRisk"`
+	// Rollback is "auto" or "approval" (the default): whether a rollback
+	// to the last verified revision may pass without approvals.
+	Rollback RollbackMode `yaml:"rollback" json:"rollback,omitempty"`
 }
+
+// RollbackMode says how a rollback passes the gate.
+type RollbackMode string
+
+const (
+	// RollbackApproval judges a rollback like any change (the default).
+	RollbackApproval RollbackMode = "approval"
+	// RollbackAuto lets an exact rollback to verified content through.
+	RollbackAuto RollbackMode = "auto"
+)
 
 // Problem is one error in a manifest, located by file and line (0 when the
 // line is not known).
@@ -451,6 +464,11 @@ func (s *Service) validate() []Problem {
 		default:
 			add(p+".approval.autoApproveRisk", "autoApproveRisk %q must be none, low, medium or high", a.AutoApproveRisk)
 		}
+		switch a.Rollback {
+		case "", RollbackApproval, RollbackAuto:
+		default:
+			add(p+".approval.rollback", "rollback %q must be auto or approval", a.Rollback)
+		}
 	}
 	return out
 }
@@ -463,6 +481,9 @@ func (s *Service) setDefaults() {
 		}
 		if e.Approval.AutoApproveRisk == "" {
 			e.Approval.AutoApproveRisk = AutoApproveNone
+		}
+		if e.Approval.Rollback == "" {
+			e.Approval.Rollback = RollbackApproval
 		}
 	}
 }

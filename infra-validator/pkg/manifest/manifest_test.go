@@ -35,6 +35,9 @@ func TestParse_designExampleIsAcceptedWithDefaults(t *testing.T) {
 	if staging.Approval.AutoApproveRisk != AutoApproveLow || prod.Approval.AutoApproveRisk != AutoApproveNone {
 		t.Errorf("autoApproveRisk defaults: %q %q", staging.Approval.AutoApproveRisk, prod.Approval.AutoApproveRisk)
 	}
+	if staging.Approval.Rollback != RollbackApproval || prod.Approval.Rollback != RollbackApproval {
+		t.Errorf("rollback defaults to approval: %q %q", staging.Approval.Rollback, prod.Approval.Rollback)
+	}
 	if got := staging.Terraform.Vars["env"]; got != "staging" || staging.Terraform.Workspace != "staging" {
 		t.Errorf("terraform: %+v", staging.Terraform)
 	}
@@ -60,6 +63,7 @@ func TestParse_rejectsBadManifestsWithFileAndLine(t *testing.T) {
 		{"an approver without a known prefix", strings.Replace(base, "github:alice", "alice", 1), "approver \"alice\"", 20},
 		{"an email approver", strings.Replace(base, "github:alice", "email:a@example.com", 1), "approver", 20},
 		{"an unknown delivery", strings.Replace(base, "delivery: argocd", "delivery: flux", 1), "helm or argocd", 19},
+		{"an unknown rollback mode", strings.Replace(base, "autoApproveRisk: low", "autoApproveRisk: low, rollback: always", 1), "rollback \"always\" must be auto or approval", 14},
 		{"an unknown auto-approve risk", strings.Replace(base, "autoApproveRisk: low", "autoApproveRisk: some", 1), "none, low, medium or high", 14},
 		{"a values path with ..", strings.Replace(base, "values: [values.yaml]", "values: [../other/values.yaml]", 1), "'..'", 6},
 		{"an absolute chart path", strings.Replace(base, "chart: {path: charts/service}", "chart: {path: /etc/charts}", 1), "relative", 5},
@@ -319,4 +323,15 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestParse_approvalRollbackAutoIsRead(t *testing.T) {
+	base := string(readSample(t))
+	svc, err := Parse([]byte(strings.Replace(base, "autoApproveRisk: low", "autoApproveRisk: low, rollback: auto", 1)), "services/checkout/service.yaml")
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if got := svc.Environments[0].Approval.Rollback; got != RollbackAuto {
+		t.Fatalf("staging approval.rollback = %q, want auto", got)
+	}
 }

@@ -315,6 +315,14 @@ type ChangeRequestSpec struct {
 	// +optional
 	Verification *VerificationSpec `json:"verification,omitempty"`
 
+	// Rollback marks a change the syncer built, on the operator's request,
+	// to return the release to its last verified change after a change
+	// failed its verification. It is part of approvalDigest: a change can
+	// only claim to be a rollback where that claim is what was digested
+	// (and approved).
+	// +optional
+	Rollback *RollbackSpec `json:"rollback,omitempty"`
+
 	// PolicyBundleDigest is the digest of the policy bundle the syncer's
 	// validator judged this change with (every policy and data file, by
 	// path, sorted; see policy.BundleDigest). It records which rules the
@@ -322,6 +330,20 @@ type ChangeRequestSpec struct {
 	// policies decide the verdict, not what is applied.
 	// +optional
 	PolicyBundleDigest Digest `json:"policyBundleDigest,omitempty"`
+}
+
+// RollbackSpec names the change a rollback undoes and the verified change
+// it returns to.
+type RollbackSpec struct {
+	// Of is the ChangeRequest whose verification failed.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Of string `json:"of"`
+	// To is the verified ChangeRequest whose revision the rollback was
+	// built from.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	To string `json:"to"`
 }
 
 // ChangeSource is the release's source as recorded at a change's revision:

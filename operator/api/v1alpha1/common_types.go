@@ -116,6 +116,37 @@ type ApprovalRule struct {
 	// +listType=atomic
 	// +optional
 	AllOf []ApproverList `json:"allOf,omitempty"`
+
+	// Rollback says whether a rollback (a change that returns the release
+	// to its last verified change after a failed verification) may pass
+	// without approvals: "auto" lets one through when its content is
+	// exactly the verified content it returns to (and, for Terraform, its
+	// fresh plan destroys and replaces nothing); "approval" (the default)
+	// judges it like any change. When rules combine, approval wins.
+	// +kubebuilder:default=approval
+	// +optional
+	Rollback RollbackMode `json:"rollback,omitempty"`
+}
+
+// RollbackMode says how a rollback passes the gate.
+// +kubebuilder:validation:Enum=auto;approval
+type RollbackMode string
+
+const (
+	// RollbackAuto lets an exact rollback to verified content pass without
+	// approvals.
+	RollbackAuto RollbackMode = "auto"
+	// RollbackApproval judges a rollback like any change (the default).
+	RollbackApproval RollbackMode = "approval"
+)
+
+// OrDefault is m, or approval when m is empty or unknown (the API's
+// default, and the strictest value).
+func (m RollbackMode) OrDefault() RollbackMode {
+	if m == RollbackAuto {
+		return RollbackAuto
+	}
+	return RollbackApproval
 }
 
 // ApproverList is one list of approver identities.

@@ -199,6 +199,12 @@ const (
 	// the rest is the applied ChangeRequest's name. The syncer copies the
 	// value onto the re-plan's ChangeRequest.
 	DriftRevertPrefix = "drift-revert-"
+	// AnnotationRollbackPrefix + <failed ChangeRequest> on a Release asks
+	// the syncer for a rollback of that change; the value is the verified
+	// ChangeRequest to return to. The operator writes it once its status
+	// recorded the decision; the syncer answers with a ChangeRequest whose
+	// spec.rollback names both.
+	AnnotationRollbackPrefix = "gitops.sluice.dev/rollback-"
 	// AnnotationReconcileRequestedAt on a Repository asks for a sync now.
 	AnnotationReconcileRequestedAt = "gitops.sluice.dev/reconcile-requested-at"
 	// AnnotationTraceParent carries the W3C trace context from the webhook

@@ -47,6 +47,16 @@ func ComputeOperationApprovalDigest(namespace, release string, op Operation, con
 // needs a new approval, while the digest of a change without one stays
 // what it always was.
 func ComputeChangeApprovalDigest(namespace, release string, op Operation, content, manifest, plan, verification Digest) Digest {
+	return ComputeRollbackApprovalDigest(namespace, release, op, content, manifest, plan, verification, nil)
+}
+
+// ComputeRollbackApprovalDigest is ComputeChangeApprovalDigest of a change
+// that says it is a rollback: "rollback:<of>\nrollback-to:<to>\n" is
+// appended last when rollback is set, so a change cannot claim to be a
+// rollback (which a rule may let through without approvals) unless the
+// claim is part of what its digest binds; every other digest stays what it
+// always was.
+func ComputeRollbackApprovalDigest(namespace, release string, op Operation, content, manifest, plan, verification Digest, rollback *RollbackSpec) Digest {
 	var b strings.Builder
 	fmt.Fprintf(&b, "release:%s/%s\ncontent:%s\nmanifest:%s\nplan:%s\n", namespace, release, content, manifest, plan)
 	if op == OperationDelete {
@@ -55,11 +65,14 @@ func ComputeChangeApprovalDigest(namespace, release string, op Operation, conten
 	if verification != "" {
 		fmt.Fprintf(&b, "verification:%s\n", verification)
 	}
+	if rollback != nil {
+		fmt.Fprintf(&b, "rollback:%s\nrollback-to:%s\n", rollback.Of, rollback.To)
+	}
 	return SHA256Digest([]byte(b.String()))
 }
 
 // ExpectedApprovalDigest recomputes the approvalDigest of a ChangeRequest
 // from its own fields.
 func (c *ChangeRequest) ExpectedApprovalDigest() Digest {
-	return ComputeChangeApprovalDigest(c.Namespace, c.Spec.Release, c.Spec.Operation, c.Spec.ContentDigest, c.Spec.ManifestDigest, c.Spec.PlanDigest, VerificationDigest(c.Spec.Verification))
+	return ComputeRollbackApprovalDigest(c.Namespace, c.Spec.Release, c.Spec.Operation, c.Spec.ContentDigest, c.Spec.ManifestDigest, c.Spec.PlanDigest, VerificationDigest(c.Spec.Verification), c.Spec.Rollback)
 }

@@ -148,3 +148,49 @@ func TestDeleteChangeRequestName(t *testing.T) {
 		t.Errorf("attempt 2 = %s", got)
 	}
 }
+
+// A rollback's claim is part of its digest: the same content without the
+// claim, or with another failed or verified change named, digests
+// otherwise (the vector was computed with sha256sum over the preimage).
+func TestComputeRollbackApprovalDigest_bindsTheRollbackClaim(t *testing.T) {
+	a := Digest("sha256:" + strings.Repeat("a", 64))
+	rb := &RollbackSpec{Of: "web-prod-bbbbbbbbbb", To: "web-prod-aaaaaaaaaa"}
+	got := ComputeRollbackApprovalDigest("team-a", "web-prod", OperationApply, a, "", "", "", rb)
+	if want := Digest("sha256:f676c3986fe1c5b9e8f55cf1a4bc99d81067ea72b756dcc03ca3dc06030f2ca9"); got != want {
+		t.Fatalf("rollback digest = %s, want %s", got, want)
+	}
+	if plain := ComputeChangeApprovalDigest("team-a", "web-prod", OperationApply, a, "", "", ""); plain == got {
+		t.Fatal("a rollback digests like the same content without the claim")
+	}
+	if ComputeRollbackApprovalDigest("team-a", "web-prod", OperationApply, a, "", "", "", nil) != ComputeChangeApprovalDigest("team-a", "web-prod", OperationApply, a, "", "", "") {
+		t.Fatal("a change that is no rollback digests otherwise than it always did")
+	}
+	for _, other := range []*RollbackSpec{{Of: "web-prod-cccccccccc", To: rb.To}, {Of: rb.Of, To: "web-prod-dddddddddd"}} {
+		if ComputeRollbackApprovalDigest("team-a", "web-prod", OperationApply, a, "", "", "", other) == got {
+			t.Fatalf("rollback %+v digests like %+v", other, rb)
+		}
+	}
+	cr := &ChangeRequest{}
+	cr.Namespace = "team-a"
+	cr.Spec = ChangeRequestSpec{Release: "web-prod", ContentDigest: a, Rollback: rb}
+	if cr.ExpectedApprovalDigest() != got {
+		t.Fatal("ExpectedApprovalDigest leaves spec.rollback out")
+	}
+}
+
+func TestRollbackChangeRequestName(t *testing.T) {
+	for _, c := range []struct {
+		of      string
+		attempt int32
+		want    string
+	}{
+		{"web-prod-bbbbbbbbbb", 1, "web-prod-rb-bbbbbbbbbb"},
+		{"web-prod-bbbbbbbbbb-r2", 1, "web-prod-rb-bbbbbbbbbb-r2"},
+		{"web-prod-bbbbbbbbbb", 3, "web-prod-rb-bbbbbbbbbb-r3"},
+		{"other", 1, "web-prod-rb-" + ShortSHA(strings.TrimPrefix(string(SHA256Digest([]byte("other"))), "sha256:"))},
+	} {
+		if got := RollbackChangeRequestName("web-prod", c.of, c.attempt); got != c.want {
+			t.Errorf("RollbackChangeRequestName(web-prod, %s, %d) = %s, want %s", c.of, c.attempt, got, c.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // ReleaseName is "<service>-<environment>".
@@ -48,6 +49,22 @@ func PlanSecretName(changeRequest string, chunk int) string {
 // left the tracked branch at that commit.
 func DeleteChangeRequestName(release, commit string, attempt int32) string {
 	name := release + "-del-" + ShortSHA(commit)
+	if attempt > 1 {
+		name += "-r" + strconv.Itoa(int(attempt))
+	}
+	return name
+}
+
+// RollbackChangeRequestName is "<release>-rb-<the failed change's name
+// without its release prefix>", with "-rN" for attempt N > 1: the rollback
+// of the failed ChangeRequest of. One name per failed change, so a syncer
+// that restarts creates nothing twice.
+func RollbackChangeRequestName(release, of string, attempt int32) string {
+	suffix, ok := strings.CutPrefix(of, release+"-")
+	if !ok || suffix == "" {
+		suffix = ShortSHA(strings.TrimPrefix(string(SHA256Digest([]byte(of))), "sha256:"))
+	}
+	name := release + "-rb-" + suffix
 	if attempt > 1 {
 		name += "-r" + strconv.Itoa(int(attempt))
 	}

@@ -115,6 +115,66 @@ type ReleaseHistoryEntry struct {
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 }
 
+// VerifiedChange names a change that was applied and verified.
+type VerifiedChange struct {
+	// ChangeRequest is the change's name.
+	ChangeRequest string `json:"changeRequest"`
+	// Revision is the change's commit.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// ApprovalDigest of the change.
+	// +optional
+	ApprovalDigest Digest `json:"approvalDigest,omitempty"`
+	// ContentDigest of the change.
+	// +optional
+	ContentDigest Digest `json:"contentDigest,omitempty"`
+	// VerifiedAt is when its verification passed.
+	// +optional
+	VerifiedAt *metav1.Time `json:"verifiedAt,omitempty"`
+}
+
+// MaxQuarantine is how many failed changes a Release's quarantine keeps.
+const MaxQuarantine = 16
+
+// QuarantineEntry is a change whose verification failed.
+type QuarantineEntry struct {
+	// ChangeRequest is the failed change's name.
+	ChangeRequest string `json:"changeRequest"`
+	// ApprovalDigest of the failed change.
+	ApprovalDigest Digest `json:"approvalDigest"`
+	// ContentDigest of the failed change: the same content pushed again
+	// (under another commit, or with another plan) is caught by it.
+	// +optional
+	ContentDigest Digest `json:"contentDigest,omitempty"`
+	// At is when the failure was recorded.
+	// +optional
+	At *metav1.Time `json:"at,omitempty"`
+}
+
+// RollbackDecision is what the operator decided when a change failed its
+// verification.
+type RollbackDecision struct {
+	// Of is the change whose verification failed.
+	Of string `json:"of"`
+	// To is the verified change to return to; empty when there is no
+	// rollback.
+	// +optional
+	To string `json:"to,omitempty"`
+	// Requested is true when a rollback was asked of the syncer (the
+	// Release annotation AnnotationRollbackPrefix+Of).
+	// +optional
+	Requested bool `json:"requested,omitempty"`
+	// Reason is a RolledBack condition reason.
+	Reason string `json:"reason"`
+	// Message says why.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
+	// DecidedAt is when the decision was taken.
+	// +optional
+	DecidedAt *metav1.Time `json:"decidedAt,omitempty"`
+}
+
 // ReleaseStatus is what has been synced and applied for a release.
 type ReleaseStatus struct {
 	// ObservedGeneration is the generation the operator's conditions describe.
@@ -182,6 +242,23 @@ type ReleaseStatus struct {
 	// differs from the last applied change (see the Drifted condition).
 	// +optional
 	Drift *DriftStatus `json:"drift,omitempty"`
+
+	// LastVerified is the last change of the release that was applied and
+	// Verified: what a rollback returns to.
+	// +optional
+	LastVerified *VerifiedChange `json:"lastVerified,omitempty"`
+
+	// Quarantine lists the changes whose verification failed, newest
+	// first (at most MaxQuarantine): a change with one of their
+	// approvalDigests or content digests is never auto-approved.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Quarantine []QuarantineEntry `json:"quarantine,omitempty"`
+
+	// Rollback is the operator's last rollback decision, taken when a
+	// change failed its verification.
+	// +optional
+	Rollback *RollbackDecision `json:"rollback,omitempty"`
 
 	// History is the newest terminal changes, newest first.
 	// +kubebuilder:validation:MaxItems=20

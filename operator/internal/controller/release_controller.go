@@ -74,6 +74,9 @@ type releaseScope struct {
 	after time.Duration
 	// stuck is the first stuck pod of the applied workload (health.go).
 	stuck *podhealth.Problem
+	// afterWrite run once the pass's status write is stored (Events of
+	// what it decided).
+	afterWrite []func()
 }
 
 // requeue asks to look at the release again after d at the latest; the
@@ -108,7 +111,10 @@ func (r *ReleaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // summary's. The summary's write the operator's status fields once, at
 // the end, only when they changed; the lock repair comes first (the
 // applied change it records feeds the rest), then the applied change,
-// the history, and the clean-ups that delete objects last (gc.go).
+// the history, the rollback records and decision (rollback.go), and the
+// clean-ups that delete objects last (gc.go). A rollback decision is
+// asked of the syncer (an annotation) only after the status holding it is
+// stored.
 func (r *ReleaseReconciler) pass(ctx context.Context, rel *sluicev1.Release) reconcile.Result {
 	if !rel.DeletionTimestamp.IsZero() {
 		return reconcile.RunSteps(ctx, rel, r.deleteSteps())
@@ -127,6 +133,7 @@ func (r *ReleaseReconciler) pass(ctx context.Context, rel *sluicev1.Release) rec
 		{Name: "applied", Run: r.reconcileApplied},
 		{Name: "workload", Run: r.reconcileWorkload},
 		{Name: "history", Run: r.reconcileHistory},
+		{Name: "rollback", Run: r.reconcileRollback},
 		{Name: "retention", Run: r.reconcileRetention},
 		{Name: "approvals", Run: r.reconcileApprovalGC},
 	})
@@ -138,6 +145,14 @@ func (r *ReleaseReconciler) pass(ctx context.Context, rel *sluicev1.Release) rec
 		}
 	}
 	_, err := s.patch.Patch(ctx, rel)
+	if err == nil {
+		for _, fn := range s.afterWrite {
+			fn()
+		}
+		// The rollback decision is stored; only now is it asked of
+		// the syncer.
+		err = r.requestRollback(ctx, rel)
+	}
 	return reconcile.Settle(ctx, r.APIReader, rel, res, err)
 }
 

@@ -119,7 +119,8 @@ func approvalCreatedOrDeleted() predicate.Predicate {
 // releaseGateInputsChanged passes Release events that can change the
 // decision on its changes: creation and deletion, labels (policies select
 // by them), environment, target namespace, the applied rule and namespace
-// and the latest change. The syncer's lastSyncedTree and the conditions
+// the latest change, and the rollback records the gate reads (decision,
+// last verified change, quarantine). The syncer's lastSyncedTree and the conditions
 // are skipped; the apply lock moving wakes only its new holder
 // (releaseLockMoved, lockHolder).
 func releaseGateInputsChanged() predicate.Predicate {
@@ -137,7 +138,10 @@ func releaseGateInputsChanged() predicate.Predicate {
 				o.Spec.TargetNamespace != n.Spec.TargetNamespace ||
 				o.Status.AppliedTargetNamespace != n.Status.AppliedTargetNamespace ||
 				o.Status.LatestChange != n.Status.LatestChange ||
-				!equality.Semantic.DeepEqual(o.Status.AppliedRule, n.Status.AppliedRule)
+				!equality.Semantic.DeepEqual(o.Status.AppliedRule, n.Status.AppliedRule) ||
+				!equality.Semantic.DeepEqual(o.Status.Rollback, n.Status.Rollback) ||
+				!equality.Semantic.DeepEqual(o.Status.LastVerified, n.Status.LastVerified) ||
+				!equality.Semantic.DeepEqual(o.Status.Quarantine, n.Status.Quarantine)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}

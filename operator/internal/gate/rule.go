@@ -57,6 +57,9 @@ type Rule struct {
 	AllowAuthor bool
 	// AutoApproveRisk is the lowest of the sources ("none" lowest).
 	AutoApproveRisk sluicev1.AutoApproveRisk
+	// RollbackAuto is true only when every source says rollback: auto
+	// (approval, the default, wins).
+	RollbackAuto bool
 	// Origins lists where the sources came from, in order.
 	Origins []string
 	// NewToNamespace is true when the change goes to a namespace its
@@ -109,7 +112,7 @@ func normalizeAutoApprove(a sluicev1.AutoApproveRisk) sluicev1.AutoApproveRisk {
 // the rule is the strictest possible: nobody may approve and nothing
 // auto-approves, though Required is 0.
 func Strictest(sources ...Source) Rule {
-	r := Rule{AllowAuthor: true, AutoApproveRisk: sluicev1.AutoApproveHigh}
+	r := Rule{AllowAuthor: true, AutoApproveRisk: sluicev1.AutoApproveHigh, RollbackAuto: true}
 	if len(sources) == 0 {
 		return Rule{NoApprovers: true, AutoApproveRisk: sluicev1.AutoApproveNone}
 	}
@@ -120,6 +123,7 @@ func Strictest(sources ...Source) Rule {
 			r.Required = s.Rule.Required
 		}
 		r.AllowAuthor = r.AllowAuthor && s.Rule.AllowAuthor
+		r.RollbackAuto = r.RollbackAuto && s.Rule.Rollback.OrDefault() == sluicev1.RollbackAuto
 		if autoRank(s.Rule.AutoApproveRisk) < autoRank(r.AutoApproveRisk) {
 			r.AutoApproveRisk = normalizeAutoApprove(s.Rule.AutoApproveRisk)
 		}
@@ -309,6 +313,10 @@ func (r Rule) API() sluicev1.ApprovalRule {
 		AllowAuthor:     r.AllowAuthor,
 		AutoApproveRisk: normalizeAutoApprove(r.AutoApproveRisk),
 		NoApprovers:     r.NoApprovers,
+		Rollback:        sluicev1.RollbackApproval,
+	}
+	if r.RollbackAuto {
+		out.Rollback = sluicev1.RollbackAuto
 	}
 	if len(r.ApproverLists) > 0 {
 		out.Approvers = slices.Clone(r.ApproverLists[0])
@@ -347,5 +355,8 @@ func (r Rule) String() string {
 		b.WriteString(", authors excluded")
 	}
 	fmt.Fprintf(&b, ", auto-approve %s", normalizeAutoApprove(r.AutoApproveRisk))
+	if r.RollbackAuto {
+		b.WriteString(", rollback auto")
+	}
 	return b.String()
 }

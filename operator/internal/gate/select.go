@@ -29,6 +29,10 @@ type Inputs struct {
 	Namespace *corev1.Namespace
 	// People say which identities are one person.
 	People People
+	// RollbackTarget is the verified change a rollback returns to
+	// (spec.rollback.to), nil when the change is no rollback or that
+	// change is gone.
+	RollbackTarget *sluicev1.ChangeRequest
 }
 
 // PolicySelects reports whether an ApprovalPolicy selects a Release whose
@@ -215,11 +219,21 @@ func EffectiveRule(in Inputs, cr *sluicev1.ChangeRequest) (Rule, []error) {
 }
 
 // Decide is the whole gate: the effective rule from the inputs, then
-// EvaluateFor with the inputs' People, and a change that re-applies its
-// Release's applied digest passes without new approvals (reapplied).
-// Rule errors are policies with an invalid selector (included anyway).
+// EvaluateFor with the inputs' People; a change that re-applies its
+// Release's applied digest passes without new approvals (reapplied), and
+// so does an exact rollback to verified content under rule rollback: auto
+// (rolledBack). A change caught by the Release's quarantine is judged by
+// quarantineRule and takes none of those auto paths. Rule errors are
+// policies with an invalid selector (included anyway).
 func Decide(in Inputs, cr *sluicev1.ChangeRequest, approvals []sluicev1.Approval) (Decision, []error) {
 	rule, errs := EffectiveRule(in, cr)
+	if in.Release != nil {
+		if q := in.Release.Quarantined(cr); q != nil {
+			d := EvaluateFor(cr, quarantineRule(rule), approvals, in.People)
+			return quarantined(d, q), errs
+		}
+	}
 	d := EvaluateFor(cr, rule, approvals, in.People)
-	return reapplied(d, in.Release, cr), errs
+	d = reapplied(d, in.Release, cr)
+	return rolledBack(d, in, cr), errs
 }

@@ -45,6 +45,10 @@ type Description struct {
 	// Approvals are the Approvals that bind to this change (its release and
 	// approvalDigest), oldest first.
 	Approvals []ApprovalSummary `json:"approvals"`
+	// Quarantined is the entry of the Release's quarantine that catches
+	// the change (a change with its approvalDigest or content failed
+	// verification): it is never auto-approved. Nil when none does.
+	Quarantined *sluicev1.QuarantineEntry `json:"quarantined,omitempty"`
 }
 
 // GateSummary is the gate's decision as describe reports it.
@@ -164,6 +168,7 @@ func (a *app) describe(cmd *cobra.Command, name string) (*Description, error) {
 		d.Gate.Candidates = nil
 	}
 	d.Approvals = approvalSummaries(cr, dec, approvals.Items)
+	d.Quarantined = rel.Quarantined(cr)
 	return d, nil
 }
 
@@ -329,6 +334,9 @@ func (a *app) printDescription(w io.Writer, d *Description) error {
 	for _, kv := range deletionFields(cr) {
 		field(kv[0], kv[1])
 	}
+	for _, kv := range rollbackFields(d) {
+		field(kv[0], kv[1])
+	}
 	field("Digests", "")
 	field("  approval", string(cr.Spec.ApprovalDigest))
 	field("  content", string(cr.Spec.ContentDigest))
@@ -443,4 +451,22 @@ func printVerification(w io.Writer, cr *sluicev1.ChangeRequest, now time.Time) e
 		t.row("  "+m.Check, string(m.Phase), orNone(m.Value), age(now, metav1.Time{Time: m.Time.Time}), m.Query, m.Message)
 	}
 	return t.flush()
+}
+
+// rollbackFields are describe's lines on rollbacks: what a rollback undoes
+// and returns to, and the quarantine entry that catches the change (the
+// gate's line says how it was judged).
+func rollbackFields(d *Description) [][2]string {
+	var out [][2]string
+	if rb := d.ChangeRequest.Spec.Rollback; rb != nil {
+		out = append(out, [2]string{"Rollback", fmt.Sprintf("of %s (its verification failed), back to the verified %s", rb.Of, rb.To)})
+	}
+	if q := d.Quarantined; q != nil {
+		what := "approvalDigest"
+		if q.ApprovalDigest != d.ChangeRequest.Spec.ApprovalDigest {
+			what = "content " + string(q.ContentDigest)
+		}
+		out = append(out, [2]string{"Quarantined", fmt.Sprintf("yes: %s failed its verification with this %s; never auto-approved, needs at least 1 explicit approval", q.ChangeRequest, what)})
+	}
+	return out
 }

@@ -36,3 +36,24 @@ func TestPrintVerification_showsTheMeasurements(t *testing.T) {
 		t.Fatalf("a change without verification printed %q (%v)", none.String(), err)
 	}
 }
+
+// describe says what a rollback undoes and returns to, and that a change
+// caught by its Release's quarantine is never auto-approved, and why.
+func TestRollbackFields_showRollbackAndQuarantine(t *testing.T) {
+	cr := &sluicev1.ChangeRequest{Spec: sluicev1.ChangeRequestSpec{ApprovalDigest: "sha256:b", ContentDigest: "sha256:c",
+		Rollback: &sluicev1.RollbackSpec{Of: "web-prod-2222222222", To: "web-prod-1111111111"}}}
+	d := &Description{ChangeRequest: cr, Quarantined: &sluicev1.QuarantineEntry{ChangeRequest: "web-prod-2222222222", ApprovalDigest: "sha256:a", ContentDigest: "sha256:c"}}
+	got := rollbackFields(d)
+	if len(got) != 2 {
+		t.Fatalf("fields %v", got)
+	}
+	if got[0][0] != "Rollback" || !strings.Contains(got[0][1], "of web-prod-2222222222") || !strings.Contains(got[0][1], "back to the verified web-prod-1111111111") {
+		t.Errorf("rollback line %v", got[0])
+	}
+	if got[1][0] != "Quarantined" || !strings.Contains(got[1][1], "web-prod-2222222222 failed its verification with this content sha256:c") || !strings.Contains(got[1][1], "never auto-approved") {
+		t.Errorf("quarantine line %v", got[1])
+	}
+	if f := rollbackFields(&Description{ChangeRequest: &sluicev1.ChangeRequest{}}); len(f) != 0 {
+		t.Errorf("a plain change shows %v", f)
+	}
+}

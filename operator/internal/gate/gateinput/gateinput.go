@@ -81,5 +81,16 @@ func load(ctx context.Context, r client.Reader, cr *sluicev1.ChangeRequest, rel 
 		return in, nil, fmt.Errorf("list Persons: %w", err)
 	}
 	in.People = gate.NewPeople(people.Items)
+	if rb := cr.Spec.Rollback; rb != nil {
+		to := &sluicev1.ChangeRequest{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: rb.To}, to)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return in, nil, fmt.Errorf("get rollback target ChangeRequest %s: %w", rb.To, err)
+		default:
+			in.RollbackTarget = to
+		}
+	}
 	return in, warnings, nil
 }
