@@ -54,7 +54,8 @@ func kustomizationFile(repoRoot, dir string) (string, error) {
 // the repository (with "..", or through a symlink) or does not exist, a
 // remote base (git or http URL), Helm chart inflation (helmCharts,
 // helmGlobals, HelmChartInflationGenerator) and exec or container KRM
-// functions in generators, transformers and validators.
+// functions in generators, transformers and validators. With an error it
+// still returns what it could walk.
 func KustomizeInputs(repoRoot, dir string) ([]string, error) {
 	dir, err := cleanDir(dir)
 	if err != nil {
@@ -63,7 +64,7 @@ func KustomizeInputs(repoRoot, dir string) ([]string, error) {
 	w := &kwalk{repoRoot: repoRoot, seen: map[string]bool{}}
 	w.visit(dir, Problem{File: dir})
 	if len(w.problems) > 0 {
-		return nil, &Error{Problems: w.problems}
+		return coverSorted(w.inputs), &Error{Problems: w.problems}
 	}
 	return coverSorted(w.inputs), nil
 }

@@ -234,10 +234,11 @@ func (s *Service) Inputs(repoRoot string) ([]string, error) {
 	}
 	for _, e := range s.Environments {
 		if d := s.KustomizeDir(e.Name); d != "" {
-			in, err := KustomizeInputs(repoRoot, d)
-			if err != nil {
-				return nil, err
-			}
+			// A walk that fails still lists what it reached; the build
+			// reports the problem, with file and line, for that
+			// environment alone.
+			in, _ := KustomizeInputs(repoRoot, d)
+			queue = append(queue, d)
 			queue = append(queue, in...)
 		}
 	}
