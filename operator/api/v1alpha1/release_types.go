@@ -6,7 +6,7 @@ import (
 
 // ChartSource is where a release's Helm chart comes from: a folder in the
 // repository, or a chart repository.
-// +kubebuilder:validation:XValidation:rule="has(self.path) != has(self.repo)",message="exactly one of path or repo must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.path), has(self.repo), has(self.kustomize), has(self.manifests)].filter(x, x).size() == 1",message="exactly one of path, repo, kustomize or manifests must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.repo) || (has(self.name) && has(self.version))",message="a chart repository needs name and version"
 type ChartSource struct {
 	// Path of the chart folder, relative to the repository root.
