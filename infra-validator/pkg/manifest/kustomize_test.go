@@ -15,6 +15,7 @@ func TestParse_environmentSources(t *testing.T) {
 		{"both", "environments:\n  - name: a\n    namespace: a\n    kustomize: {path: k}\n    manifests: {path: m}\n", "not both"},
 		{"values with kustomize", "environments:\n  - name: a\n    namespace: a\n    values: [v.yaml]\n    kustomize: {path: k}\n", "values files go with a chart"},
 		{"path out", "environments:\n  - name: a\n    namespace: a\n    kustomize: {path: ../k}\n", "must not contain '..'"},
+		{"argocd delivery", "environments:\n  - name: a\n    namespace: a\n    delivery: argocd\n    kustomize: {path: k}\n", "not supported yet"},
 		{"bad glob", "environments:\n  - name: a\n    namespace: a\n    manifests: {path: m, exclude: ['[']}\n", "relative glob"},
 		{"unknown field", "environments:\n  - name: a\n    namespace: a\n    manifests: {path: m, recursive: true}\n", "recursive"},
 	}

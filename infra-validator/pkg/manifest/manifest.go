@@ -512,6 +512,9 @@ func (s *Service) validateSource(e *Environment, p string, add func(string, stri
 	if len(e.Values) > 0 {
 		add(p+".values", "environment %q: values files go with a chart, not with kustomize or manifests", e.Name)
 	}
+	if e.Delivery == DeliveryArgoCD {
+		add(p+".delivery", "environment %q: delivery argocd of a kustomize overlay or manifests folder is not supported yet; use delivery helm", e.Name)
+	}
 	if k := e.Kustomize; k != nil {
 		if err := checkRelPath(k.Path); err != nil {
 			add(p+".kustomize.path", "environment %q kustomize.path: %v", e.Name, err)
