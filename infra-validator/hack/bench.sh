@@ -11,8 +11,14 @@
 #   4. time per chart of the library (render + schema + policy) vs `helm template`;
 #   5. peak memory of the CLI on a 10,000-resource plan;
 #   6. terraform through the sandboxed runner vs bare terraform;
-#   7. CPU time of rendering the pull-request comment vs validating, 2,000-resource plan.
-# Installs conftest v0.71.1 and helm v3.22.0 into bin/tools when missing.
+#   7. CPU time of rendering the pull-request comment vs validating, 2,000-resource plan;
+#   8. Kustomize build of a 500-object overlay: the library (package sources,
+#      as the validator and the Helm applier build) vs the `kustomize build`
+#      CLI of the same module version (--reorder none: the library keeps
+#      input order, Helm sorts by kind at install), alternating, same output checked.
+# Installs conftest v0.71.1, helm v3.22.0 and kustomize v5.8.2 (the CLI of
+# sigs.k8s.io/kustomize/api v0.21.2, the library's version) into bin/tools
+# when missing.
 # BENCH_SMOKE=1 (make bench-smoke) runs one short iteration of each (one
 # run per timing, one iteration per Go benchmark): its figures mean
 # nothing, it shows every benchmark still runs to its end.
@@ -23,6 +29,7 @@ MOD=$ROOT/infra-validator
 TOOLS=$ROOT/bin/tools
 CONFTEST_VERSION=v0.71.1
 HELM_VERSION=v3.22.0
+KUSTOMIZE_VERSION=v5.8.2
 RUNS=${BENCH_RUNS:-9}
 if [ -n "${BENCH_SMOKE:-}" ]; then
 	RUNS=1 BENCH_TIME=1x
@@ -38,6 +45,7 @@ install_tool() { # name module@version
 }
 install_tool conftest "github.com/open-policy-agent/conftest@$CONFTEST_VERSION"
 install_tool helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+install_tool kustomize "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
 CONFTEST=$TOOLS/conftest
 HELM=$TOOLS/helm
 
@@ -128,3 +136,13 @@ echo "== 7. pull-request comment vs validation, 2,000-resource plan (Go benchmar
 (cd "$MOD" && go test -run '^$' -bench '^BenchmarkReviewVsValidate2000$' -benchtime "${BENCH_TIME:-20x}" ./pkg/review) |
 	awk '/^BenchmarkReviewVsValidate2000/ { for (i = 1; i < NF; i++) m[$(i + 1)] = $i
 		printf "  validate %.1f ms, render the comment %.1f ms: %.1f%% of the validation (target < 10%%)\n", m["validate-cpu-ns/op"] / 1e6, m["render-cpu-ns/op"] / 1e6, m["render-%"] }'
+echo
+
+echo "== 8. Kustomize build, 500-object overlay: library vs kustomize build (median of $RUNS alternating runs, ms, process start included)"
+"$BT" genoverlay 500 "$WORK/overlay500"
+"$BT" kustomize "$WORK/overlay500/overlay" >"$WORK/kustomize-lib.yaml"
+"$TOOLS/kustomize" build --reorder none --load-restrictor LoadRestrictionsNone "$WORK/overlay500/overlay" >"$WORK/kustomize-cli.yaml"
+same=$(cmp -s "$WORK/kustomize-lib.yaml" "$WORK/kustomize-cli.yaml" && echo "same output" || echo "OUTPUT DIFFERS")
+read -r kcli klib < <("$BT" pair "$RUNS" "$TOOLS/kustomize" build --reorder none --load-restrictor LoadRestrictionsNone "$WORK/overlay500/overlay" -- "$BT" kustomize "$WORK/overlay500/overlay")
+printf "  %-34s %12s %12s %10s %s\n" "overlay" "kustomize" "library" "speed-up" "target library <= CLI"
+printf "  %-34s %12s %12s %10s %s (%s)\n" "500 objects" "$kcli" "$klib" "$(ratio "$kcli" "$klib")" "$(verdict "$kcli" "$klib" 1)" "$same"

@@ -210,7 +210,14 @@ func TestValidation_rejectsBadInputWithReadableMessages(t *testing.T) {
 			rel.Spec.Chart.Name = "x"
 			rel.Spec.Chart.Version = "1.0.0"
 			return rel
-		}, []string{"exactly one of path or repo"}},
+		}, []string{"exactly one of path, repo"}},
+		{"both a chart path and a Kustomize overlay", func() client.Object {
+			rel := &sluicev1.Release{}
+			loadSample(t, "release.yaml", rel, ns)
+			rel.Name = "chart-and-overlay"
+			rel.Spec.Chart.Kustomize = &sluicev1.KustomizeSource{Path: "services/x/overlays/prod"}
+			return rel
+		}, []string{"exactly one of path, repo, kustomize or manifests"}},
 		{"a negative interval", func() client.Object {
 			repo := &sluicev1.Repository{}
 			loadSample(t, "repository.yaml", repo, ns)

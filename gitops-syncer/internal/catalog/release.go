@@ -44,7 +44,21 @@ func releaseInputs(e *Entry, env, scratch string) (ReleaseInputs, error) {
 		return ReleaseInputs{}, err
 	}
 	queue := append([]string{}, values...)
-	if d := svc.ChartDir(); d != "" {
+	if e, ok := svc.Environment(env); ok && e.Source() != manifest.SourceChart {
+		// The release reads its overlay (and what the overlay's build
+		// reads, bases elsewhere in the repository included) or its
+		// manifests folder, not the service's chart and values. A walk
+		// that fails lists what it reached; validating the release
+		// reports the problem.
+		if d := svc.KustomizeDir(env); d != "" {
+			in, _ := manifest.KustomizeInputs(scratch, d)
+			queue = append(queue, d)
+			queue = append(queue, in...)
+		}
+		if d := svc.ManifestsDir(env); d != "" {
+			queue = append(queue, d)
+		}
+	} else if d := svc.ChartDir(); d != "" {
 		queue = append(queue, d)
 	}
 	if d := svc.TerraformDir(); d != "" {

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
@@ -23,7 +25,8 @@ func (e *AbsentError) Error() string { return e.msg }
 
 // ExtractRelease writes the release (service folder svcDir, holding service
 // with environment env) as it was at commit rev into dir, an empty folder:
-// the service folder, its chart folder and Terraform folder, through the
+// the service folder, its chart folder and Terraform folder (and what a
+// Kustomize overlay of env reads elsewhere in the repository), through the
 // artifact builder and extractor so symlinks and paths stay confined. It
 // returns the parsed manifest: the "previous" release a change's Helm risk
 // is rated against, for the branch sync and previews alike. A release that
@@ -56,7 +59,17 @@ func ExtractRelease(cache *git.Repo, rev, svcDir, service, env, dir string) (*ma
 	if _, ok := svc.Environment(env); !ok {
 		return nil, &AbsentError{msg: fmt.Sprintf("%s at %s has no environment %q", file, short, env)}
 	}
-	art, err := artifact.Build(fsys, Folders(svc))
+	folders := Folders(svc)
+	if d := svc.KustomizeDir(env); d != "" {
+		// The overlay's bases may be anywhere in the repository: walk it
+		// on a skeleton of the commit, as the catalog does.
+		in, err := kustomizeInputs(fsys, d, dir)
+		if err != nil {
+			return nil, fmt.Errorf("kustomize inputs at %s: %w", short, err)
+		}
+		folders = append(folders, in...)
+	}
+	art, err := artifact.Build(fsys, folders)
 	if err != nil {
 		return nil, fmt.Errorf("collect inputs at %s: %w", short, err)
 	}
@@ -64,4 +77,20 @@ func ExtractRelease(cache *git.Repo, rev, svcDir, service, env, dir string) (*ma
 		return nil, fmt.Errorf("extract inputs at %s: %w", short, err)
 	}
 	return svc, nil
+}
+
+// kustomizeInputs walks the overlay in folder overlay of fsys on a
+// skeleton of fsys (WriteSkeleton) in a scratch folder beside dir and
+// returns what its build reads; a walk that fails returns what it reached.
+func kustomizeInputs(fsys fs.FS, overlay, dir string) ([]string, error) {
+	scratch, err := os.MkdirTemp(filepath.Dir(dir), "skeleton-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	if err := WriteSkeleton(fsys, scratch); err != nil {
+		return nil, err
+	}
+	in, _ := manifest.KustomizeInputs(scratch, overlay)
+	return in, nil
 }

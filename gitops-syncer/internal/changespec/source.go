@@ -2,6 +2,7 @@ package changespec
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -9,7 +10,9 @@ import (
 
 // SourceOf is what a change of svc's environment envName acts on, as the
 // manifest says: the service folder, chart, values files (the service's,
-// then the environment's) and Terraform stack. Every ChangeRequest records
+// then the environment's) and Terraform stack. An environment deploying a
+// Kustomize overlay or a manifests folder names it in the chart source
+// instead of the service's chart. Every ChangeRequest records
 // it (spec.source); appliers read it there, never from a Release's spec.
 func SourceOf(svc *manifest.Service, envName string) (*sluicev1.ChangeSource, error) {
 	env, ok := svc.Environment(envName)
@@ -19,6 +22,16 @@ func SourceOf(svc *manifest.Service, envName string) (*sluicev1.ChangeSource, er
 	chart := sluicev1.ChartSource{Repo: svc.Chart.Repo, Name: svc.Chart.Name, Version: svc.Chart.Version}
 	if d := svc.ChartDir(); d != "" {
 		chart = sluicev1.ChartSource{Path: sluicev1.RelativePath(d)}
+	}
+	switch env.Source() {
+	case manifest.SourceKustomize:
+		chart = sluicev1.ChartSource{Kustomize: &sluicev1.KustomizeSource{Path: sluicev1.RelativePath(svc.KustomizeDir(env.Name))}}
+	case manifest.SourceManifests:
+		m := env.Manifests
+		chart = sluicev1.ChartSource{Manifests: &sluicev1.ManifestsSource{
+			Path: sluicev1.RelativePath(svc.ManifestsDir(env.Name)), Recurse: m.Recurse,
+			Include: slices.Clone(m.Include), Exclude: slices.Clone(m.Exclude),
+		}}
 	}
 	var values []sluicev1.RelativePath
 	for _, v := range append(append([]string{}, svc.Values...), env.Values...) {

@@ -7,6 +7,10 @@
 //	benchtool pair N CMD_A... -- CMD_B...   run A and B alternately N times each, print
 //	                                        both median wall times in ms (alternating
 //	                                        spreads a busy machine's noise over both)
+//	benchtool genoverlay N DIR              write a Kustomize overlay of N objects under DIR
+//	                                        (DIR/base, DIR/overlay)
+//	benchtool kustomize DIR                 build the overlay DIR with the library
+//	                                        (package sources), print the YAML
 //	benchtool peak CMD ARGS...              run CMD once, print its peak RSS
 //	benchtool compare IV CONFTEST SUBCMD FILE [conftest flags...]
 //	                                        print both tools' failures and warnings
@@ -28,6 +32,7 @@ import (
 	"time"
 
 	"github.com/sluice-gitops/sluice/infra-validator/internal/benchdata"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
 )
 
 func main() {
@@ -104,6 +109,29 @@ func run(args []string) error {
 		}
 		fmt.Printf("%.1f %.1f\n", median(ta), median(tb))
 		return nil
+	case "genoverlay":
+		if len(args) != 3 {
+			return errors.New("usage: benchtool genoverlay N DIR")
+		}
+		n, err := strconv.Atoi(args[1])
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad count %q", args[1])
+		}
+		return genOverlay(n, args[2])
+	case "kustomize":
+		if len(args) != 2 {
+			return errors.New("usage: benchtool kustomize DIR")
+		}
+		dir, err := filepath.Abs(args[1])
+		if err != nil {
+			return err
+		}
+		f, err := sources.Kustomize(filepath.Dir(dir), filepath.Base(dir))
+		if err != nil {
+			return err
+		}
+		_, err = os.Stdout.Write(f.Data)
+		return err
 	case "peak":
 		cmd := exec.Command(args[1], args[2:]...)
 		cmd.Stdout, cmd.Stderr = nil, nil
@@ -293,4 +321,43 @@ func normReport(raw []byte) ([]string, error) {
 	}
 	sort.Strings(lines)
 	return lines, nil
+}
+
+// genOverlay writes a base of n objects (half Deployments, half ConfigMaps,
+// one file each) and an overlay over it with a name prefix, labels, a
+// namespace, a strategic-merge patch and a generated ConfigMap: the
+// transformations teams' overlays use.
+func genOverlay(n int, dir string) error {
+	base, overlay := filepath.Join(dir, "base"), filepath.Join(dir, "overlay")
+	for _, d := range []string{base, overlay} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	var res strings.Builder
+	res.WriteString("resources:\n")
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("obj-%04d.yaml", i)
+		var doc string
+		if i%2 == 0 {
+			doc = fmt.Sprintf("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app-%d\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: app-%d}\n  template:\n    metadata:\n      labels: {app: app-%d}\n    spec:\n      containers:\n        - name: app\n          image: registry.example/app:1.0.%d\n          env:\n            - {name: INDEX, value: \"%d\"}\n", i, i, i, i, i)
+		} else {
+			doc = fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config-%d\ndata:\n  index: \"%d\"\n  text: lorem ipsum dolor sit amet\n", i, i)
+		}
+		if err := os.WriteFile(filepath.Join(base, name), []byte(doc), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(&res, "  - %s\n", name)
+	}
+	if err := os.WriteFile(filepath.Join(base, "kustomization.yaml"), []byte(res.String()), 0o644); err != nil {
+		return err
+	}
+	k := "resources: [../base]\nnamespace: bench\nnamePrefix: staging-\nlabels:\n  - pairs: {env: staging}\n    includeSelectors: false\n" +
+		"patches:\n  - path: replicas.yaml\n    target: {kind: Deployment}\n" +
+		"configMapGenerator:\n  - name: settings\n    literals: [mode=staging]\n"
+	patch := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: any\nspec:\n  replicas: 2\n"
+	if err := os.WriteFile(filepath.Join(overlay, "replicas.yaml"), []byte(patch), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644)
 }

@@ -29,6 +29,7 @@
 // Exported API:
 //
 //	func Render(ctx context.Context, opts Options) (*Result, error)
+//	func GeneratedSource(template string) string
 //	func NewClientOnlyInstall(opts Options, pr postrender.PostRenderer) (*action.Install, error)
 //	func ManifestDigest(manifest []byte) string
 //	func ReleaseDigest(manifest []byte, hooks []*release.Hook) string
@@ -41,7 +42,7 @@
 //	func MergeValues(files []string) (map[string]any, error)
 //	func ParseManifest(manifest string) ([]Object, error)
 //	const DefaultKubeVersion = "v1.37.2"; const DefaultTimeout = 60 * time.Second
-//	type Options struct{ Chart string; ValuesFiles []string; ReleaseName, Namespace, KubeVersion string;
+//	type Options struct{ Chart string; Loaded *chart.Chart; Generated bool; ValuesFiles []string; ReleaseName, Namespace, KubeVersion string;
 //	    APIVersions []string; Timeout time.Duration; Previous string; Scheme *runtime.Scheme; SourcePrefix string;
 //	    Confine *Confinement }
 //	type Object struct{ APIVersion, Kind, Namespace, ExplicitNamespace, Name, Source string; Hook, CRDFolder bool; Object map[string]any }
@@ -81,6 +82,13 @@ const DefaultTimeout = 60 * time.Second
 type Options struct {
 	// Chart is a chart folder or packaged chart (.tgz).
 	Chart string
+	// Loaded, when set, is the chart to render instead of loading Chart
+	// (Chart then only names it in messages).
+	Loaded *chart.Chart
+	// Generated says the chart was generated from repository files
+	// (package sources): its template names are "templates/<repository
+	// path>", and findings name the repository file.
+	Generated bool
 	// ValuesFiles are merged in order, later files winning.
 	ValuesFiles []string
 	// ReleaseName and Namespace are the release's; both are required.
@@ -203,7 +211,7 @@ func NewClientOnlyInstall(opts Options, pr postrender.PostRenderer) (*action.Ins
 // Render checks a chart: values schema, client-only render with the
 // manifest digest, strict decoding, template hazards and risk.
 func Render(ctx context.Context, opts Options) (*Result, error) {
-	if opts.Chart == "" {
+	if opts.Chart == "" && opts.Loaded == nil {
 		return nil, errors.New("helm: no chart given")
 	}
 	dpr := &DigestPostRenderer{}
@@ -211,9 +219,11 @@ func Render(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("helm: %w", err)
 	}
-	ch, err := LoadChart(opts.Chart)
-	if err != nil {
-		return nil, fmt.Errorf("helm: %w", err)
+	ch := opts.Loaded
+	if ch == nil {
+		if ch, err = LoadChart(opts.Chart); err != nil {
+			return nil, fmt.Errorf("helm: %w", err)
+		}
 	}
 	vals, err := MergeValues(opts.ValuesFiles)
 	if err != nil {
@@ -342,6 +352,9 @@ func (c *checker) chartFile(name string) string {
 	if name == "" {
 		return ""
 	}
+	if c.opts.Generated {
+		return GeneratedSource(name)
+	}
 	if i := strings.Index(name, "/"); i >= 0 && !strings.HasPrefix(name, "templates/") && !strings.HasPrefix(name, "charts/") &&
 		name != "Chart.yaml" && name != "values.yaml" && name != "values.schema.json" && !strings.HasPrefix(name, "crds/") {
 		name = name[i+1:]
@@ -350,6 +363,18 @@ func (c *checker) chartFile(name string) string {
 		return name
 	}
 	return path.Join(c.opts.SourcePrefix, name)
+}
+
+// GeneratedSource turns a template name of a generated chart
+// ("<chart>/templates/<path>" or "templates/<path>") into the repository
+// file it holds.
+func GeneratedSource(name string) string {
+	if !strings.HasPrefix(name, "templates/") {
+		if _, rest, ok := strings.Cut(name, "/"); ok {
+			name = rest
+		}
+	}
+	return strings.TrimPrefix(name, "templates/")
 }
 
 var (

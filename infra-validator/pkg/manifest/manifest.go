@@ -16,7 +16,14 @@
 //	type Terraform struct{ Dir string }
 //	type Environment struct{ Name, Namespace string; Values []string;
 //	    Terraform *EnvTerraform; Delivery Delivery; Approval Approval;
-//	    Verification map[string]any }
+//	    Verification map[string]any;
+//	    Kustomize *Kustomize; Manifests *Manifests }  // Source() SourceKind
+//	type Kustomize struct{ Path string }
+//	type Manifests struct{ Path string; Recurse bool; Include, Exclude []string }
+//	type SourceKind string  // SourceChart, SourceKustomize, SourceManifests
+//	func (s *Service) KustomizeDir(env string) string; func (s *Service) ManifestsDir(env string) string
+//	func KustomizeInputs(repoRoot, dir string) ([]string, error)  // the overlay's walk and guard
+//	var KustomizationFiles []string
 //	type EnvTerraform struct{ Vars map[string]string; Workspace string }
 //	type Approval struct{ Required int; Approvers []string; AllowAuthor bool; AutoApproveRisk AutoApproveRisk; Rollback RollbackMode }
 //	type Delivery string      // DeliveryHelm (default), DeliveryArgoCD
@@ -140,10 +147,35 @@ type Environment struct {
 	Terraform *EnvTerraform `yaml:"terraform" json:"terraform,omitempty"`
 	Delivery  Delivery      `yaml:"delivery" json:"delivery"`
 	Approval  Approval      `yaml:"approval" json:"approval"`
+	// Kustomize, when set, deploys a Kustomize overlay instead of the
+	// service's chart (like a Flux Kustomization's path).
+	Kustomize *Kustomize `yaml:"kustomize" json:"kustomize,omitempty"`
+	// Manifests, when set, deploys a folder of plain YAML/JSON manifests
+	// instead of the service's chart (like an Argo CD directory source).
+	Manifests *Manifests `yaml:"manifests" json:"manifests,omitempty"`
 	// Verification is the environment's verification block, as written;
 	// the syncer decodes and validates it (the operator's API owns its
 	// schema) and carries it on every change of the environment.
 	Verification map[string]any `yaml:"verification" json:"verification,omitempty"`
+}
+
+// Kustomize is an environment's Kustomize overlay: Path is the folder
+// holding its kustomization.yaml, relative to the service folder. Its
+// bases and components may be anywhere in the repository.
+type Kustomize struct {
+	Path string `yaml:"path" json:"path"`
+}
+
+// Manifests is an environment's folder of plain manifests (*.yaml, *.yml,
+// *.json), relative to the service folder. Recurse includes subfolders;
+// Include and Exclude are glob patterns (path.Match) on file paths
+// relative to Path: a file is read when it matches an Include pattern (or
+// none is given) and no Exclude pattern.
+type Manifests struct {
+	Path    string   `yaml:"path" json:"path"`
+	Recurse bool     `yaml:"recurse" json:"recurse,omitempty"`
+	Include []string `yaml:"include" json:"include,omitempty"`
+	Exclude []string `yaml:"exclude" json:"exclude,omitempty"`
 }
 
 // EnvTerraform holds an environment's Terraform variables and workspace.
@@ -353,8 +385,10 @@ func (s *Service) validate() []Problem {
 	// Chart: a folder in the repo, or a chart repository with name and version.
 	c := s.Chart
 	switch {
+	case c.Path == "" && c.Repo == "" && c.Name == "" && c.Version == "" && s.everyEnvironmentHasSource():
+		// Every environment deploys a Kustomize overlay or manifests.
 	case c.Path == "" && c.Repo == "":
-		add("chart", "chart needs either path or repo")
+		add("chart", "chart needs either path or repo (or every environment a kustomize or manifests folder)")
 	case c.Path != "" && c.Repo != "":
 		add("chart", "chart takes path or repo, not both")
 	case c.Path != "":
@@ -439,6 +473,7 @@ func (s *Service) validate() []Problem {
 				}
 			}
 		}
+		s.validateSource(e, p, add)
 		switch e.Delivery {
 		case "", DeliveryHelm, DeliveryArgoCD:
 		default:
@@ -471,6 +506,101 @@ func (s *Service) validate() []Problem {
 		}
 	}
 	return out
+}
+
+// everyEnvironmentHasSource reports whether every environment names its own
+// Kustomize overlay or manifests folder, so the service needs no chart.
+func (s *Service) everyEnvironmentHasSource() bool {
+	for _, e := range s.Environments {
+		if e.Kustomize == nil && e.Manifests == nil {
+			return false
+		}
+	}
+	return len(s.Environments) > 0
+}
+
+// validateSource checks an environment's kustomize or manifests block.
+func (s *Service) validateSource(e *Environment, p string, add func(string, string, ...any)) {
+	if e.Kustomize == nil && e.Manifests == nil {
+		return
+	}
+	if e.Kustomize != nil && e.Manifests != nil {
+		add(p+".kustomize", "environment %q takes kustomize or manifests, not both", e.Name)
+	}
+	if len(e.Values) > 0 {
+		add(p+".values", "environment %q: values files go with a chart, not with kustomize or manifests", e.Name)
+	}
+	if e.Delivery == DeliveryArgoCD {
+		add(p+".delivery", "environment %q: delivery argocd of a kustomize overlay or manifests folder is not supported yet; use delivery helm", e.Name)
+	}
+	if k := e.Kustomize; k != nil {
+		if err := checkRelPath(k.Path); err != nil {
+			add(p+".kustomize.path", "environment %q kustomize.path: %v", e.Name, err)
+		}
+	}
+	if m := e.Manifests; m != nil {
+		if err := checkRelPath(m.Path); err != nil {
+			add(p+".manifests.path", "environment %q manifests.path: %v", e.Name, err)
+		}
+		for _, g := range []struct {
+			what  string
+			globs []string
+		}{{"include", m.Include}, {"exclude", m.Exclude}} {
+			what, globs := g.what, g.globs
+			if len(globs) > 64 {
+				add(p+".manifests."+what, "at most 64 %s patterns", what)
+			}
+			for j, g := range globs {
+				if _, err := path.Match(g, ""); err != nil || g == "" || strings.HasPrefix(g, "/") || len(g) > 256 {
+					add(fmt.Sprintf("%s.manifests.%s[%d]", p, what, j), "%s pattern %q must be a relative glob (path.Match syntax)", what, g)
+				}
+			}
+		}
+	}
+}
+
+// SourceKind says what an environment deploys.
+type SourceKind string
+
+const (
+	// SourceChart is the service's Helm chart with values files.
+	SourceChart SourceKind = "chart"
+	// SourceKustomize is a Kustomize overlay's build.
+	SourceKustomize SourceKind = "kustomize"
+	// SourceManifests is a folder of plain manifests.
+	SourceManifests SourceKind = "manifests"
+)
+
+// Source says what environment env deploys: its own Kustomize overlay or
+// manifests folder, or else the service's chart.
+func (e *Environment) Source() SourceKind {
+	switch {
+	case e.Kustomize != nil:
+		return SourceKustomize
+	case e.Manifests != nil:
+		return SourceManifests
+	}
+	return SourceChart
+}
+
+// KustomizeDir returns the environment's overlay folder relative to the
+// repository root, or "" when it deploys no overlay.
+func (s *Service) KustomizeDir(env string) string {
+	e, ok := s.Environment(env)
+	if !ok || e.Kustomize == nil {
+		return ""
+	}
+	return s.join(e.Kustomize.Path)
+}
+
+// ManifestsDir returns the environment's manifests folder relative to the
+// repository root, or "" when it deploys none.
+func (s *Service) ManifestsDir(env string) string {
+	e, ok := s.Environment(env)
+	if !ok || e.Manifests == nil {
+		return ""
+	}
+	return s.join(e.Manifests.Path)
 }
 
 func (s *Service) setDefaults() {

@@ -180,6 +180,18 @@ func (s *Service) CheckPaths(repoRoot string) error {
 	if d := s.TerraformDir(); d != "" {
 		check("terraform.dir", d, true, "terraform folder")
 	}
+	for i, e := range s.Environments {
+		p := fmt.Sprintf("environments[%d]", i)
+		if d := s.KustomizeDir(e.Name); d != "" && check(p+".kustomize.path", d, true, "kustomize folder") {
+			if _, err := kustomizationFile(repoRoot, d); err != nil {
+				problems = append(problems, Problem{File: s.File, Line: s.line(p + ".kustomize.path"),
+					Message: fmt.Sprintf("kustomize folder %s: %v", d, trimRel(err, d))})
+			}
+		}
+		if d := s.ManifestsDir(e.Name); d != "" {
+			check(p+".manifests.path", d, true, "manifests folder")
+		}
+	}
 	if len(problems) > 0 {
 		return &Error{Problems: problems}
 	}
@@ -197,7 +209,8 @@ func trimRel(err error, rel string) string {
 // uses (recursively), and the targets of symlinks found in them (which must
 // stay inside the repository). The list is sorted, without duplicates and
 // without paths already covered by a listed folder; "." stands for the whole
-// repository.
+// repository. An environment's Kustomize overlay adds what its build reads
+// (KustomizeInputs), bases outside the service folder included.
 func (s *Service) Inputs(repoRoot string) ([]string, error) {
 	root, err := realRoot(repoRoot)
 	if err != nil {
@@ -218,6 +231,16 @@ func (s *Service) Inputs(repoRoot string) ([]string, error) {
 		}
 		queue = append(queue, d)
 		queue = append(queue, mods...)
+	}
+	for _, e := range s.Environments {
+		if d := s.KustomizeDir(e.Name); d != "" {
+			// A walk that fails still lists what it reached; the build
+			// reports the problem, with file and line, for that
+			// environment alone.
+			in, _ := KustomizeInputs(repoRoot, d)
+			queue = append(queue, d)
+			queue = append(queue, in...)
+		}
 	}
 
 	seen := map[string]bool{}

@@ -6,6 +6,8 @@ import (
 	"path"
 	"strings"
 
+	"helm.sh/helm/v3/pkg/chart"
+
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
@@ -14,7 +16,11 @@ import (
 // ChartRequest says which chart to check and how to render it.
 type ChartRequest struct {
 	// Chart is a chart folder or packaged chart; ValuesFiles are merged in order.
-	Chart       string
+	Chart string
+	// Loaded and Generated: see helmcheck.Options (a chart generated from
+	// a Kustomize overlay or a manifests folder by package sources).
+	Loaded      *chart.Chart
+	Generated   bool
 	ValuesFiles []string
 	// ReleaseName and Namespace are the Helm release's.
 	ReleaseName string
@@ -54,7 +60,11 @@ func (v *Validator) CheckChart(ctx context.Context, req ChartRequest) (*ChartChe
 	}
 	docs := make([]policy.Document, 0, len(res.Objects))
 	for _, o := range res.Objects {
-		docs = append(docs, policy.Document{Path: joinSource(req.SourcePrefix, o.Source), Value: withNamespace(o)})
+		src := joinSource(req.SourcePrefix, o.Source)
+		if req.Generated {
+			src = helmcheck.GeneratedSource(o.Source)
+		}
+		docs = append(docs, policy.Document{Path: src, Value: withNamespace(o)})
 	}
 	policyFindings, err := v.engine.Eval(ctx, policy.KindKubernetes, docs)
 	if err != nil {
@@ -73,6 +83,8 @@ func (v *Validator) helmOptions(req ChartRequest) helmcheck.Options {
 	}
 	return helmcheck.Options{
 		Chart:        req.Chart,
+		Loaded:       req.Loaded,
+		Generated:    req.Generated,
 		ValuesFiles:  req.ValuesFiles,
 		ReleaseName:  req.ReleaseName,
 		Namespace:    req.Namespace,

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 )
 
@@ -142,6 +143,25 @@ func serviceChart(req ServiceRequest) (*manifest.Service, *manifest.Environment,
 	if !ok {
 		return nil, nil, ChartRequest{}, fmt.Errorf("service %s has no environment %q", svc.Name, req.Environment)
 	}
+	release := req.HelmReleaseName
+	if release == "" {
+		release = svc.Name + "-" + env.Name
+	}
+	if env.Source() != manifest.SourceChart {
+		// A Kustomize overlay or manifests folder, as a generated chart.
+		ch, err := sources.EnvironmentChart(req.RepoRoot, svc, env.Name)
+		if err != nil {
+			return nil, nil, ChartRequest{}, err
+		}
+		return svc, env, ChartRequest{
+			Chart:       string(env.Source()) + " " + svc.KustomizeDir(env.Name) + svc.ManifestsDir(env.Name),
+			Loaded:      ch,
+			Generated:   true,
+			ReleaseName: release,
+			Namespace:   env.Namespace,
+			Previous:    req.PreviousManifest,
+		}, nil
+	}
 	chartDir := svc.ChartDir()
 	if chartDir == "" {
 		return nil, nil, ChartRequest{}, fmt.Errorf("service %s: %w", svc.Name, ErrChartRepository)
@@ -161,10 +181,6 @@ func serviceChart(req ServiceRequest) (*manifest.Service, *manifest.Environment,
 			return nil, nil, ChartRequest{}, err
 		}
 		valuePaths = append(valuePaths, p)
-	}
-	release := req.HelmReleaseName
-	if release == "" {
-		release = svc.Name + "-" + env.Name
 	}
 	return svc, env, ChartRequest{
 		Chart:        chartPath,

@@ -6,7 +6,7 @@ import (
 
 // ChartSource is where a release's Helm chart comes from: a folder in the
 // repository, or a chart repository.
-// +kubebuilder:validation:XValidation:rule="has(self.path) != has(self.repo)",message="exactly one of path or repo must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.path), has(self.repo), has(self.kustomize), has(self.manifests)].filter(x, x).size() == 1",message="exactly one of path, repo, kustomize or manifests must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.repo) || (has(self.name) && has(self.version))",message="a chart repository needs name and version"
 type ChartSource struct {
 	// Path of the chart folder, relative to the repository root.
@@ -28,6 +28,56 @@ type ChartSource struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Version string `json:"version,omitempty"`
+
+	// Kustomize, when set, is the Kustomize overlay the release deploys
+	// instead of a chart; Sluice builds it in-process and installs the
+	// output as a generated chart.
+	// +optional
+	Kustomize *KustomizeSource `json:"kustomize,omitempty"`
+
+	// Manifests, when set, is the folder of plain manifests the release
+	// deploys instead of a chart, installed as a generated chart.
+	// +optional
+	Manifests *ManifestsSource `json:"manifests,omitempty"`
+}
+
+// Generated reports whether the release deploys a chart Sluice generates
+// from a Kustomize overlay or a manifests folder.
+func (c ChartSource) Generated() bool {
+	return c.Kustomize != nil || c.Manifests != nil
+}
+
+// IsSet reports whether the source names anything to install: a chart
+// folder, a chart repository, an overlay or a manifests folder.
+func (c ChartSource) IsSet() bool {
+	return c.Path != "" || c.Repo != "" || c.Generated()
+}
+
+// KustomizeSource is a Kustomize overlay in the repository.
+type KustomizeSource struct {
+	// Path of the overlay folder, relative to the repository root.
+	Path RelativePath `json:"path"`
+}
+
+// ManifestsSource is a folder of plain YAML/JSON manifests in the
+// repository.
+type ManifestsSource struct {
+	// Path of the folder, relative to the repository root.
+	Path RelativePath `json:"path"`
+	// Recurse reads subfolders too.
+	// +optional
+	Recurse bool `json:"recurse,omitempty"`
+	// Include are glob patterns selecting files (all *.yaml, *.yml and
+	// *.json when empty).
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Include []string `json:"include,omitempty"`
+	// Exclude are glob patterns of files left out.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Exclude []string `json:"exclude,omitempty"`
 }
 
 // TerraformSource is the Terraform stack of a release.

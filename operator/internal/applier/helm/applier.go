@@ -15,7 +15,9 @@
 //  4. load the chart and values the change's spec.source names (folder,
 //     environment, chart, values files; never the Release's spec, which a
 //     later push rewrites) from the verified content, and check the service
-//     manifest there agrees with the change;
+//     manifest there agrees with the change; a Kustomize overlay or a
+//     manifests folder is built into the same generated chart the
+//     validator rendered (infra-validator/pkg/sources);
 //  5. recover a release an earlier attempt left behind (pending-*, or never
 //     deployed): uninstall it when nothing was ever deployed, otherwise mark
 //     the interrupted revision failed and upgrade over it;
@@ -50,6 +52,7 @@ import (
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
@@ -496,6 +499,9 @@ func loadInputs(dir string, cr *sluicev1.ChangeRequest, src *sluicev1.ChangeSour
 	if env.Delivery != "" && string(env.Delivery) != string(sluicev1.DeliveryHelm) {
 		return nil, nil, invalid("environment %q is delivered by %q, not helm", env.Name, env.Delivery)
 	}
+	if src.Chart.Generated() {
+		return generatedInputs(dir, svc, env, src)
+	}
 	chartDir := string(src.Chart.Path)
 	if chartDir == "" {
 		return nil, nil, invalid("the chart comes from a chart repository, which the Helm applier does not fetch; use a chart folder in the repository")
@@ -540,6 +546,36 @@ func loadInputs(dir string, cr *sluicev1.ChangeRequest, src *sluicev1.ChangeSour
 		return nil, nil, invalid("values: %v", scrubPath(err, dir))
 	}
 	return ch, vals, nil
+}
+
+// generatedInputs builds the chart the validator generated for an
+// environment deploying a Kustomize overlay or a manifests folder, with the
+// same function (sources.EnvironmentChart), from the verified content, after
+// checking that the manifest there names the change's overlay or folder.
+func generatedInputs(dir string, svc *manifest.Service, env *manifest.Environment, src *sluicev1.ChangeSource) (*chart.Chart, map[string]any, error) {
+	invalid := func(format string, args ...any) error {
+		return applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved content: "+format, args...)
+	}
+	switch {
+	case src.Chart.Kustomize != nil:
+		if d := svc.KustomizeDir(env.Name); d != string(src.Chart.Kustomize.Path) {
+			return nil, nil, invalid("kustomize overlay %q differs from the change's %q", d, src.Chart.Kustomize.Path)
+		}
+	case src.Chart.Manifests != nil:
+		m := src.Chart.Manifests
+		if env.Manifests == nil || svc.ManifestsDir(env.Name) != string(m.Path) || env.Manifests.Recurse != m.Recurse ||
+			!slices.Equal(env.Manifests.Include, m.Include) || !slices.Equal(env.Manifests.Exclude, m.Exclude) {
+			return nil, nil, invalid("the manifests folder of environment %q differs from the change's %q", env.Name, m.Path)
+		}
+	}
+	if len(src.Values) > 0 {
+		return nil, nil, invalid("values files %v go with a chart, not with a generated one", src.Values)
+	}
+	ch, err := sources.EnvironmentChart(dir, svc, env.Name)
+	if err != nil {
+		return nil, nil, invalid("%v", scrubPath(err, dir))
+	}
+	return ch, map[string]any{}, nil
 }
 
 // scrubPath removes the private extraction folder from an error message, so

@@ -59,7 +59,7 @@ func (c *chain) Apply(ctx context.Context, req applier.Request) (applier.Result,
 // approved change, not the Release's spec, says what is applied).
 func hasChart(cr *sluicev1.ChangeRequest) bool {
 	src := cr.SourceOf()
-	return src != nil && (src.Chart.Path != "" || src.Chart.Repo != "")
+	return src != nil && src.Chart.IsSet()
 }
 
 // cleaningChain is a chain whose next applier cleans up after a Release.

@@ -1,0 +1,114 @@
+package helm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
+	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
+)
+
+// overlayTree is an artifact whose "web" service deploys, in staging, a
+// Kustomize overlay whose base lives outside the service folder.
+func (f *fixture) overlayTree(greeting string) map[string][]byte {
+	return map[string][]byte{
+		"services/web/service.yaml": []byte(fmt.Sprintf(`apiVersion: sluice.dev/v1alpha1
+kind: Service
+name: web
+environments:
+  - name: staging
+    namespace: %s
+    kustomize: {path: overlays/staging}
+    approval: {required: 0, autoApproveRisk: low}
+`, f.target)),
+		"services/web/overlays/staging/kustomization.yaml": []byte("resources: [../../../../bases/web]\nnamePrefix: staging-\nconfigMapGenerator:\n  - name: greeting\n    literals: [greeting=" + greeting + "]\n    options: {disableNameSuffixHash: true}\n"),
+		"bases/web/kustomization.yaml":                     []byte("resources: [config.yaml]\n"),
+		"bases/web/config.yaml":                            []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  template: '{{ .Values.kept }}'\n"),
+	}
+}
+
+// generatedDigest is the manifestDigest the validator records for an
+// overlay: its generated chart (sources.EnvironmentChart) rendered offline.
+func generatedDigest(t testing.TB, files map[string][]byte, name, ns string) sluicev1.Digest {
+	t.Helper()
+	dir := t.TempDir()
+	for n, b := range files {
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, b, 0o644))
+	}
+	svc, err := manifest.Load(dir, "services/web")
+	require.NoError(t, err)
+	ch, err := sources.EnvironmentChart(dir, svc, "staging")
+	require.NoError(t, err)
+	res, err := helmcheck.Render(context.Background(), helmcheck.Options{Loaded: ch, Generated: true, ReleaseName: name, Namespace: ns})
+	require.NoError(t, err)
+	require.NotEmpty(t, res.ManifestDigest, "findings: %v", res.Findings)
+	return sluicev1.Digest(res.ManifestDigest)
+}
+
+func (f *fixture) overlayChange(greeting, approvedGreeting string) *sluicev1.ChangeRequest {
+	f.t.Helper()
+	files := f.overlayTree(greeting)
+	tb := artifacttest.Tarball(files)
+	gz := artifacttest.Gzip(tb)
+	commit := appliertest.RandomSHA()
+	url := server.Put(f.ctl+"/"+commit+".tar.gz", gz)
+	cr := &sluicev1.ChangeRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(f.release.Name, commit, 1), Namespace: f.ctl},
+		Spec: sluicev1.ChangeRequestSpec{
+			Release: f.release.Name, Revision: commit, Attempt: 1, TargetNamespace: f.target, Delivery: sluicev1.DeliveryHelm,
+			Source: &sluicev1.ChangeSource{
+				Service: "web", Environment: "staging", Path: "services/web",
+				Chart: sluicev1.ChartSource{Kustomize: &sluicev1.KustomizeSource{Path: "services/web/overlays/staging"}},
+			},
+			Artifact:       sluicev1.ArtifactReference{URL: url, SHA256: sluicev1.SHA256Digest(gz)},
+			ContentDigest:  sluicev1.SHA256Digest(tb),
+			ManifestDigest: generatedDigest(f.t, f.overlayTree(approvedGreeting), f.release.Name, f.target),
+			Verdict:        sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow},
+		},
+	}
+	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+	return cr
+}
+
+func TestApply_aKustomizeOverlayIsInstalledAsTheValidatorRenderedIt(t *testing.T) {
+	f := newFixture(t)
+	f.release.Spec.Chart = sluicev1.ChartSource{Kustomize: &sluicev1.KustomizeSource{Path: "services/web/overlays/staging"}}
+	f.release.Spec.Values = nil
+
+	res, err := f.apply(f.overlayChange("hello", "hello"))
+	require.NoError(t, err)
+	require.Equal(t, int32(1), res.HelmRevision)
+	var cm corev1.ConfigMap
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.target, Name: "staging-web"}, &cm))
+	require.Equal(t, "{{ .Values.kept }}", cm.Data["template"], "the manifests were installed as they are, never templated")
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.target, Name: "staging-greeting"}, &cm))
+	require.Equal(t, "hello", cm.Data["greeting"])
+
+	// An upgrade is Helm revision two, with Helm's history for drift,
+	// audit and rollback as for any chart.
+	res, err = f.apply(f.overlayChange("bye", "bye"))
+	require.NoError(t, err)
+	require.Equal(t, int32(2), res.HelmRevision)
+	require.Len(t, f.helmHistory(), 2)
+}
+
+func TestApply_anOverlayBuildingOtherThanTheApprovedDigestInstallsNothing(t *testing.T) {
+	f := newFixture(t)
+	_, err := f.apply(f.overlayChange("not approved", "approved"))
+	appliertest.RequireFailure(t, err, sluicev1.ReasonManifestMismatch)
+	f.requireNothingInstalled()
+}
