@@ -3,12 +3,17 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/gate"
+	"github.com/sluice-gitops/sluice/operator/internal/gate/gateinput"
 	"github.com/sluice-gitops/sluice/operator/internal/verify"
 	"github.com/sluice-gitops/sluice/runtime/reconcile"
 )
@@ -57,7 +62,7 @@ func (r *ChangeRequestReconciler) reconcileVerify(ctx context.Context, s *change
 		return r.verified(s, "no verification to run")
 	}
 	if c := meta.FindStatusCondition(s.cr.Status.Conditions, sluicev1.ConditionVerified); c != nil && c.Reason == sluicev1.ReasonInconclusive {
-		return reconcile.Done()
+		return r.reconcileSettle(ctx, s)
 	}
 	now := r.now()
 	if st.HealthyAt == nil {
@@ -140,3 +145,79 @@ func (r *ChangeRequestReconciler) measurer() verify.Measurer {
 }
 
 var defaultMeasurer = &verify.Prometheus{}
+
+// reconcileSettle ends an inconclusive verification when a person
+// settled it: the newest Approval with decision verify-pass or
+// verify-fail given on this change since the inconclusive measurement,
+// from someone the effective rule allows (gate.MaySettle). The settle is
+// recorded (who, which Approval, why) and the change ends Verified or
+// VerificationFailed; settles that do not count are named in the
+// message, and the change waits on.
+func (r *ChangeRequestReconciler) reconcileSettle(ctx context.Context, s *changeScope) reconcile.Result {
+	st := s.cr.Status.Verification
+	var since time.Time
+	for i := len(st.Measurements) - 1; i >= 0; i-- {
+		if st.Measurements[i].Phase == sluicev1.MeasurementInconclusive {
+			// Creation times are in seconds.
+			since = st.Measurements[i].Time.Truncate(time.Second)
+			break
+		}
+	}
+	var approvals sluicev1.ApprovalList
+	if err := r.Client.List(ctx, &approvals, client.InNamespace(s.cr.Namespace), client.MatchingFields{IndexApprovalDigest: string(s.cr.Spec.ApprovalDigest)}); err != nil {
+		return reconcile.Failure(fmt.Errorf("list Approvals: %w", err))
+	}
+	var settles []*sluicev1.Approval
+	for i := range approvals.Items {
+		a := &approvals.Items[i]
+		if a.Spec.Decision.Settles() && a.Spec.ChangeRequest == s.cr.Name && !a.CreationTimestamp.Time.Before(since) {
+			settles = append(settles, a)
+		}
+	}
+	if len(settles) == 0 {
+		return reconcile.Done()
+	}
+	slices.SortFunc(settles, func(x, y *sluicev1.Approval) int {
+		if gate.Newer(x, y) {
+			return -1
+		}
+		return 1
+	})
+	in, err := gateinput.Load(ctx, r.Client, s.cr, s.release)
+	if err != nil {
+		return reconcile.Failure(err)
+	}
+	rule, _ := gate.EffectiveRule(in, s.cr)
+	var refused []string
+	for _, a := range settles {
+		ok, why := gate.MaySettle(s.cr, rule, in.People, a)
+		if !ok {
+			refused = append(refused, why)
+			continue
+		}
+		st.Settled = &sluicev1.VerificationSettlement{Approval: a.Name, Approver: a.Spec.Approver, Decision: a.Spec.Decision,
+			Reason: a.Spec.Comment, At: metav1.NewTime(r.now())}
+		msg := fmt.Sprintf("inconclusive; settled by %s: %s", a.Spec.Approver, reasonOrNone(a.Spec.Comment))
+		if a.Spec.Decision == sluicev1.DecisionVerifyPass {
+			t := metav1.NewTime(r.now())
+			st.FinishedAt = &t
+			st.Message = truncate(msg)
+			s.setCondition(sluicev1.ConditionVerified, metav1.ConditionTrue, sluicev1.ReasonSettledPass, msg)
+			s.setPhase(sluicev1.PhaseVerified, sluicev1.ReasonSettledPass, msg)
+			return reconcile.Done()
+		}
+		return r.verificationFailed(s, sluicev1.ReasonSettledFail, msg)
+	}
+	msg := truncate("inconclusive; a person decides (kubectl sluice verify settle); not counted: " + strings.Join(refused, "; "))
+	st.Message = msg
+	s.setCondition(sluicev1.ConditionVerified, metav1.ConditionUnknown, sluicev1.ReasonInconclusive, msg)
+	return reconcile.Done()
+}
+
+// reasonOrNone is a settle's reason, or says none was given.
+func reasonOrNone(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return s
+}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,8 +26,10 @@ import (
 // queries.
 type fixedMeasurer struct {
 	value float64
-	mu    sync.Mutex
-	calls int
+	// inconclusive makes every measurement inconclusive.
+	inconclusive bool
+	mu           sync.Mutex
+	calls        int
 }
 
 func (m *fixedMeasurer) Measure(_ context.Context, _ string, check *sluicev1.MetricCheck, query string, now time.Time) sluicev1.Measurement {
@@ -37,6 +40,9 @@ func (m *fixedMeasurer) Measure(_ context.Context, _ string, check *sluicev1.Met
 	phase := sluicev1.MeasurementFailed
 	if c.Holds(m.value) {
 		phase = sluicev1.MeasurementSuccessful
+	}
+	if m.inconclusive {
+		phase = sluicev1.MeasurementInconclusive
 	}
 	return sluicev1.Measurement{Check: check.Name, Query: query, Value: strconv.FormatFloat(m.value, 'g', -1, 64), Phase: phase, Time: metav1.NewMicroTime(now)}
 }
@@ -188,4 +194,44 @@ func TestVerification_aStaleCacheDoesNotMeasureAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, m.count(), "the stale pass queried Prometheus again")
 	require.Len(t, f.get(cr).Status.Verification.Measurements, 1)
+}
+
+// An inconclusive measurement stops the verification for a person: the
+// change stays Verifying. A settle from someone the rule does not allow
+// is named and does not count; an allowed approver's verify-fail ends it
+// VerificationFailed, recording who settled it and why.
+func TestVerification_inconclusiveIsSettledByAnAllowedApprover(t *testing.T) {
+	f := newFixture(t)
+	m := &fixedMeasurer{value: 0.001, inconclusive: true}
+	f.op = startOperator(t, f.ns, operatorConfig{applier: &testapplier.Applier{Client: env.Client}, measurer: m})
+	rel := f.release("checkout", "prod", twoOf, nil, func(r *sluicev1.Release) { r.Spec.TargetNamespace = "checkout-" + f.ns })
+	require.NoError(t, f.c.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rel.Spec.TargetNamespace}}))
+	cr := f.change(rel, twoOf, withVerification())
+	f.decide(cr, "k8s:alice", sluicev1.DecisionApprove)
+	f.decide(cr, "k8s:bob", sluicev1.DecisionApprove)
+	inconclusive := func(c *sluicev1.ChangeRequest) bool {
+		v := condition(c, sluicev1.ConditionVerified)
+		return c.Status.Phase == sluicev1.PhaseVerifying && v != nil && v.Reason == sluicev1.ReasonInconclusive
+	}
+	got := f.eventually(cr, "verifying, inconclusive", inconclusive)
+	require.Contains(t, condition(got, sluicev1.ConditionVerified).Message, "a person decides")
+	require.Equal(t, 1, m.count(), "no more measurements while a person decides")
+
+	f.decide(cr, "k8s:mallory", sluicev1.DecisionVerifyPass, func(a *sluicev1.Approval) { a.Spec.Comment = "trust me" })
+	got = f.eventually(cr, "mallory's settle named as not counted", func(c *sluicev1.ChangeRequest) bool {
+		return inconclusive(c) && strings.Contains(condition(c, sluicev1.ConditionVerified).Message, "k8s:mallory does not count")
+	})
+	require.Nil(t, got.Status.Verification.Settled)
+
+	f.decide(cr, "k8s:alice", sluicev1.DecisionVerifyFail, func(a *sluicev1.Approval) { a.Spec.Comment = "latency doubled" })
+	got = f.phase(cr, sluicev1.PhaseVerificationFailed)
+	st := got.Status.Verification.Settled
+	require.NotNil(t, st)
+	require.Equal(t, sluicev1.Identity("k8s:alice"), st.Approver)
+	require.Equal(t, sluicev1.DecisionVerifyFail, st.Decision)
+	require.Equal(t, "latency doubled", st.Reason)
+	c := condition(got, sluicev1.ConditionVerified)
+	require.Equal(t, sluicev1.ReasonSettledFail, c.Reason)
+	require.Contains(t, c.Message, "settled by k8s:alice: latency doubled")
+	require.Equal(t, 1, m.count())
 }

@@ -104,6 +104,7 @@ and kubectl sluice approve records one in your own Kubernetes name.`,
 		newDecideCommand(a, sluicev1.DecisionRevoke),
 		newWaitCommand(a),
 		newAuditCommand(a),
+		newVerifyCommand(a),
 	)
 	return root
 }
