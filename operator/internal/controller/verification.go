@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/gate"
@@ -79,6 +80,7 @@ func (r *ChangeRequestReconciler) reconcileVerify(ctx context.Context, s *change
 	st.Message = truncate(d.Message)
 	switch d.Outcome {
 	case verify.Passed:
+		r.noteRestored(ctx, s)
 		return r.verified(s, d.Message)
 	case verify.Failed:
 		return r.verificationFailed(s, d.Reason, d.Message)
@@ -126,8 +128,46 @@ func (r *ChangeRequestReconciler) verified(s *changeScope, msg string) reconcile
 	return reconcile.Done()
 }
 
+// noteRestored records the time to restore when s's change, about to be
+// verified, restores its release: the release's newest verification
+// failure ended after its newest other verified change. It reads the
+// release's changes from the cache; the metric is observed once the
+// Verified status is written.
+func (r *ChangeRequestReconciler) noteRestored(ctx context.Context, s *changeScope) {
+	var list sluicev1.ChangeRequestList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.cr.Namespace), client.MatchingFields{IndexRelease: s.cr.Spec.Release}); err != nil {
+		log.FromContext(ctx).Error(err, "List the release's changes for the time to restore")
+		return
+	}
+	var lastFailed, lastVerified time.Time
+	for i := range list.Items {
+		c := &list.Items[i]
+		v := c.Status.Verification
+		if c.Name == s.cr.Name || v == nil || v.FinishedAt == nil {
+			continue
+		}
+		switch at := v.FinishedAt.Time; c.Status.Phase {
+		case sluicev1.PhaseVerificationFailed:
+			if at.After(lastFailed) {
+				lastFailed = at
+			}
+		case sluicev1.PhaseVerified:
+			if at.After(lastVerified) {
+				lastVerified = at
+			}
+		}
+	}
+	if lastFailed.IsZero() || !lastFailed.After(lastVerified) {
+		return
+	}
+	restore, cr := r.now().Sub(lastFailed), s.cr
+	s.written = append(s.written, func() { r.Metrics.Restored(cr, restore) })
+}
+
 // verificationFailed ends the verification as failed.
 func (r *ChangeRequestReconciler) verificationFailed(s *changeScope, reason, msg string) reconcile.Result {
+	failed := s.cr
+	s.written = append(s.written, func() { r.Metrics.VerificationFailed(failed) })
 	t := metav1.NewTime(r.now())
 	s.cr.Status.Verification.FinishedAt = &t
 	s.cr.Status.Verification.Message = truncate(msg)
@@ -199,6 +239,7 @@ func (r *ChangeRequestReconciler) reconcileSettle(ctx context.Context, s *change
 			Reason: a.Spec.Comment, At: metav1.NewTime(r.now())}
 		msg := fmt.Sprintf("inconclusive; settled by %s: %s", a.Spec.Approver, reasonOrNone(a.Spec.Comment))
 		if a.Spec.Decision == sluicev1.DecisionVerifyPass {
+			r.noteRestored(ctx, s)
 			t := metav1.NewTime(r.now())
 			st.FinishedAt = &t
 			st.Message = truncate(msg)

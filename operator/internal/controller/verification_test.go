@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -35,16 +36,23 @@ type fixedMeasurer struct {
 func (m *fixedMeasurer) Measure(_ context.Context, _ string, check *sluicev1.MetricCheck, query string, now time.Time) sluicev1.Measurement {
 	m.mu.Lock()
 	m.calls++
+	value := m.value
 	m.mu.Unlock()
 	c, _ := sluicev1.ParseComparison(check.SuccessCondition)
 	phase := sluicev1.MeasurementFailed
-	if c.Holds(m.value) {
+	if c.Holds(value) {
 		phase = sluicev1.MeasurementSuccessful
 	}
 	if m.inconclusive {
 		phase = sluicev1.MeasurementInconclusive
 	}
-	return sluicev1.Measurement{Check: check.Name, Query: query, Value: strconv.FormatFloat(m.value, 'g', -1, 64), Phase: phase, Time: metav1.NewMicroTime(now)}
+	return sluicev1.Measurement{Check: check.Name, Query: query, Value: strconv.FormatFloat(value, 'g', -1, 64), Phase: phase, Time: metav1.NewMicroTime(now)}
+}
+
+func (m *fixedMeasurer) set(value float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.value = value
 }
 
 func (m *fixedMeasurer) count() int {
@@ -234,4 +242,49 @@ func TestVerification_inconclusiveIsSettledByAnAllowedApprover(t *testing.T) {
 	require.Equal(t, sluicev1.ReasonSettledFail, c.Reason)
 	require.Contains(t, c.Message, "settled by k8s:alice: latency doubled")
 	require.Equal(t, 1, m.count())
+}
+
+// DORA from verification, read from the registry: a release's change
+// that fails verification counts in the change failure rate, and the
+// next change of the release that is verified observes the time to
+// restore.
+func TestVerification_doraMetrics(t *testing.T) {
+	f, m, rel, bad := verifyFixture(t, 0.05)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, f.op.changes.Metrics.Register(reg))
+	f.phase(bad, sluicev1.PhaseVerificationFailed)
+
+	m.set(0.001)
+	good := f.change(rel, twoOf, withVerification())
+	f.decide(good, "k8s:alice", sluicev1.DecisionApprove)
+	f.decide(good, "k8s:bob", sluicev1.DecisionApprove)
+	f.phase(good, sluicev1.PhaseVerified)
+
+	value := func(name string) (float64, uint64) {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, fam := range families {
+			if fam.GetName() != name {
+				continue
+			}
+			for _, mt := range fam.GetMetric() {
+				for _, l := range mt.GetLabel() {
+					if l.GetName() == "namespace" && l.GetValue() == f.ns {
+						if h := mt.GetHistogram(); h != nil {
+							return h.GetSampleSum(), h.GetSampleCount()
+						}
+						return mt.GetCounter().GetValue(), 0
+					}
+				}
+			}
+		}
+		return 0, 0
+	}
+	require.Eventually(t, func() bool { _, n := value("sluice_time_to_restore_seconds"); return n == 1 }, waitFor, 50*time.Millisecond)
+	applied, _ := value("sluice_release_changes_applied_total")
+	failed, _ := value("sluice_release_changes_verification_failed_total")
+	require.Equal(t, 2.0, applied)
+	require.Equal(t, 1.0, failed, "change failure rate 1/2")
+	restore, _ := value("sluice_time_to_restore_seconds")
+	require.Greater(t, restore, 0.0)
 }
