@@ -8,7 +8,9 @@
 #    (first phase, lock hand-over, apply) and the work queues' waits;
 #  - write calls per reconcile at steady state (target 0);
 #  - the operator's memory with 10,000 ChangeRequests in its cache;
-#  - the pure gate's cost per decision (Go benchmark).
+#  - the pure gate's cost per decision (Go benchmark);
+#  - a verification pass over 100 releases with 3 checks each against a real
+#    Prometheus (make prometheus): CPU per pass and Prometheus requests per pass.
 # Knobs: SLUICE_BENCH_RELEASES, SLUICE_BENCH_PER_RELEASE, SLUICE_BENCH_CACHED;
 # SLUICE_BENCH_APISERVER_PROFILE=<file> writes a CPU profile of kube-apiserver
 # over the first SLUICE_BENCH_APISERVER_PROFILE_SECONDS (20) of the run.
@@ -17,9 +19,9 @@
 # figures mean nothing, it shows every benchmark still runs to its end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-benchtime=() installs=20x passes=3x drift_releases=100
+benchtime=() installs=20x passes=3x drift_releases=100 verify_passes=10x
 if [ -n "${BENCH_SMOKE:-}" ]; then
-	benchtime=(-benchtime 1x) installs=1x passes=1x drift_releases=3
+	benchtime=(-benchtime 1x) installs=1x passes=1x drift_releases=3 verify_passes=1x
 	export SLUICE_BENCH_RELEASES=${SLUICE_BENCH_RELEASES:-2} SLUICE_BENCH_PER_RELEASE=${SLUICE_BENCH_PER_RELEASE:-2} SLUICE_BENCH_CACHED=${SLUICE_BENCH_CACHED:-20}
 fi
 
@@ -57,3 +59,10 @@ bench -count=1 -run '^$' -bench 'BenchmarkHelmApplier|BenchmarkBareHelmInstall' 
 # drifted: the operator's CPU time per pass and its writes (must be 0).
 echo "operator: drift pass, $drift_releases releases x 20 objects (go test -bench, ${passes%x} passes)"
 bench -count=1 -timeout 20m -run '^$' -bench 'BenchmarkDriftPass' -benchtime "$passes" ./internal/drift/
+
+# A verification pass (issue 23): 100 releases x 3 PromQL checks, every check
+# due, against the real Prometheus the verify tests start: this process's CPU
+# per pass (Prometheus client and judging, not the status writes) and the
+# query requests Prometheus served per pass.
+echo "operator: verification pass, 100 releases x 3 checks, real Prometheus (go test -bench, ${verify_passes%x} passes)"
+bench -count=1 -run '^$' -bench 'BenchmarkVerificationPass' -benchtime "$verify_passes" ./internal/verify/
