@@ -288,3 +288,26 @@ func TestVerification_doraMetrics(t *testing.T) {
 	restore, _ := value("sluice_time_to_restore_seconds")
 	require.Greater(t, restore, 0.0)
 }
+
+// An allowed approver's verify-pass ends an inconclusive verification
+// Verified, and the Release records the change as applied.
+func TestVerification_inconclusiveSettledAsPassedIsVerified(t *testing.T) {
+	f := newFixture(t)
+	m := &fixedMeasurer{value: 0.001, inconclusive: true}
+	f.op = startOperator(t, f.ns, operatorConfig{applier: &testapplier.Applier{Client: env.Client}, measurer: m})
+	rel := f.release("checkout", "prod", twoOf, nil, func(r *sluicev1.Release) { r.Spec.TargetNamespace = "checkout-" + f.ns })
+	require.NoError(t, f.c.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rel.Spec.TargetNamespace}}))
+	cr := f.change(rel, twoOf, withVerification())
+	f.decide(cr, "k8s:alice", sluicev1.DecisionApprove)
+	f.decide(cr, "k8s:bob", sluicev1.DecisionApprove)
+	f.eventually(cr, "verifying, inconclusive", func(c *sluicev1.ChangeRequest) bool {
+		v := condition(c, sluicev1.ConditionVerified)
+		return c.Status.Phase == sluicev1.PhaseVerifying && v != nil && v.Reason == sluicev1.ReasonInconclusive
+	})
+	f.decide(cr, "k8s:bob", sluicev1.DecisionVerifyPass, func(a *sluicev1.Approval) { a.Spec.Comment = "no traffic at night" })
+	got := f.phase(cr, sluicev1.PhaseVerified)
+	require.Equal(t, sluicev1.ReasonSettledPass, condition(got, sluicev1.ConditionVerified).Reason)
+	require.Equal(t, sluicev1.Identity("k8s:bob"), got.Status.Verification.Settled.Approver)
+	require.NotNil(t, got.Status.Verification.FinishedAt)
+	require.Eventually(t, func() bool { return f.getRelease(rel.Name).Status.AppliedChange == cr.Name }, waitFor, 50*time.Millisecond)
+}
