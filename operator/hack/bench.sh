@@ -11,6 +11,8 @@
 #  - the pure gate's cost per decision (Go benchmark);
 #  - a live compliance pass over 10,000 objects vs conftest test over the
 #    same objects (Go benchmark).
+#  - a verification pass over 100 releases with 3 checks each against a real
+#    Prometheus (make prometheus): CPU per pass and Prometheus requests per pass.
 # Knobs: SLUICE_BENCH_RELEASES, SLUICE_BENCH_PER_RELEASE, SLUICE_BENCH_CACHED;
 # SLUICE_BENCH_APISERVER_PROFILE=<file> writes a CPU profile of kube-apiserver
 # over the first SLUICE_BENCH_APISERVER_PROFILE_SECONDS (20) of the run.
@@ -19,9 +21,9 @@
 # figures mean nothing, it shows every benchmark still runs to its end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-benchtime=() installs=20x passes=3x drift_releases=100
+benchtime=() installs=20x passes=3x drift_releases=100 verify_passes=10x
 if [ -n "${BENCH_SMOKE:-}" ]; then
-	benchtime=(-benchtime 1x) installs=1x passes=1x drift_releases=3
+	benchtime=(-benchtime 1x) installs=1x passes=1x drift_releases=3 verify_passes=1x
 	export SLUICE_BENCH_RELEASES=${SLUICE_BENCH_RELEASES:-2} SLUICE_BENCH_PER_RELEASE=${SLUICE_BENCH_PER_RELEASE:-2} SLUICE_BENCH_CACHED=${SLUICE_BENCH_CACHED:-20}
 fi
 
@@ -76,3 +78,9 @@ compliance_objects=10000
 [ -n "${BENCH_SMOKE:-}" ] && compliance_objects=200
 echo "operator: live compliance pass over $compliance_objects objects vs conftest test (go test -bench)"
 CONFTEST=$tools/conftest COMPLIANCE_OBJECTS=$compliance_objects bench -count=1 -timeout 30m -run '^$' -bench 'BenchmarkCompliancePass' -benchtime 1x ./internal/compliance/
+# A verification pass (issue 23): 100 releases x 3 PromQL checks, every check
+# due, against the real Prometheus the verify tests start: this process's CPU
+# per pass (Prometheus client and judging, not the status writes) and the
+# query requests Prometheus served per pass.
+echo "operator: verification pass, 100 releases x 3 checks, real Prometheus (go test -bench, ${verify_passes%x} passes)"
+bench -count=1 -run '^$' -bench 'BenchmarkVerificationPass' -benchtime "$verify_passes" ./internal/verify/

@@ -20,8 +20,9 @@ import (
 // its own view of service.yaml (the shared fields and its own environment
 // entry, never another environment's), its values files, the chart folder,
 // the Terraform stack with its local modules, and whatever symlinks among
-// them point at. A change to anything else of the service folder is not a
-// change of this release.
+// them point at, and the check templates its verification block names
+// (Argo Rollouts AnalysisTemplates, Flagger MetricTemplates). A change to
+// anything else of the service folder is not a change of this release.
 type ReleaseInputs struct {
 	// Paths are the repository paths the release reads besides
 	// service.yaml, sorted, without paths inside a listed folder.
@@ -44,6 +45,7 @@ func releaseInputs(e *Entry, env, scratch string) (ReleaseInputs, error) {
 		return ReleaseInputs{}, err
 	}
 	queue := append([]string{}, values...)
+	queue = append(queue, verificationTemplates(svc, env)...)
 	if e, ok := svc.Environment(env); ok && e.Source() != manifest.SourceChart {
 		// The release reads its overlay (and what the overlay's build
 		// reads, bases elsewhere in the repository included) or its
@@ -184,4 +186,28 @@ func ViewAt(fsys fs.FS, dir, env string) (string, bool) {
 	svc.Dir = dir
 	v, err := View(svc, env)
 	return v, err == nil
+}
+
+// verificationTemplates are the repository paths of the templates the
+// verification block of environment env names (analysisTemplate or
+// metricTemplate, relative to the service folder). A path that leaves the
+// folder is left out here: building the change refuses it.
+func verificationTemplates(svc *manifest.Service, env string) []string {
+	e, ok := svc.Environment(env)
+	if !ok || e.Verification == nil {
+		return nil
+	}
+	refs, _ := e.Verification["templates"].([]any)
+	var out []string
+	for _, r := range refs {
+		m, _ := r.(map[string]any)
+		for _, key := range []string{"analysisTemplate", "metricTemplate"} {
+			rel, _ := m[key].(string)
+			if rel == "" || strings.Contains(rel, `\`) || !fs.ValidPath(rel) || rel == "." {
+				continue
+			}
+			out = append(out, path.Join(svc.Dir, rel))
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package changespec
 
 import (
 	"fmt"
+	"io/fs"
 	"path"
 	"strconv"
 
@@ -79,6 +80,9 @@ type Change struct {
 	// service.yaml (VerificationBlockOf); Build resolves it over the
 	// Repository's defaults and records it, in the approval digest.
 	Verification map[string]any
+	// Files is the repository at Revision: the verification's templates
+	// are read from it (nil: a block naming templates is a deny finding).
+	Files fs.FS
 }
 
 // Build assembles the immutable record of a change: the spec, the verdict
@@ -135,7 +139,7 @@ func Build(c Change) *sluicev1.ChangeRequest {
 			Message: fmt.Sprintf("rollback of %s to %s: %s failed its verification; this returns the release to the verified revision %s", rb.Of, rb.To, rb.Of, sluicev1.ShortSHA(c.Revision))})
 	}
 	if c.Operation != sluicev1.OperationDelete {
-		v, err := resolveVerification(repo, c.Verification)
+		v, err := resolveVerification(repo, c.Verification, c.Files, c.ServiceDir)
 		if err != nil {
 			findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "verification",
 				Message: err.Error(), File: manifestFile})

@@ -313,6 +313,11 @@ func (run *planRun) newChangeRequest(ctx context.Context, attempt int32) (*sluic
 	}
 	plan, spec := run.plan, run.plan.spec
 	rel := plan.release
+	// The verification's templates are read from the revision.
+	files, err := run.cache.FS(plan.revision)
+	if err != nil {
+		return nil, err
+	}
 	previous := ""
 	if prev := rel.Status.LastSyncedCommit; prev != plan.revision && len(prev) >= 40 {
 		previous = prev
@@ -342,6 +347,7 @@ func (run *planRun) newChangeRequest(ctx context.Context, attempt int32) (*sluic
 		InputsErr:         plan.inputsErr,
 		Replan:            plan.replan,
 		Verification:      changespec.VerificationBlockOf(plan.service, plan.env),
+		Files:             files,
 
 		MergedPullRequests: people.merged,
 	}), nil

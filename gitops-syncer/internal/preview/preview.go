@@ -438,6 +438,7 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 		Findings:          findings,
 		InputsErr:         e.InputsErr,
 		Verification:      changespec.VerificationBlockOf(e.Service, env.Name),
+		Files:             fsys,
 	})
 	// Owned by its Release when the Release exists and is this
 	// Repository's, otherwise by the Repository (a new service).

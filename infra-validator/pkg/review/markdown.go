@@ -248,6 +248,7 @@ func sectionItems(s *Section) []item {
 		b.WriteString("\n")
 	}
 	writeApproval(&b, s)
+	writeVerification(&b, s)
 	items := []item{{text: b.String()}}
 	items = append(items, findingItems(s)...)
 	items = append(items, planItems(s)...)
@@ -388,6 +389,41 @@ func writeApproval(b *strings.Builder, s *Section) {
 		fmt.Fprintf(b, " · phase %s", esc(a.Phase))
 	}
 	fmt.Fprintf(b, "  \nA review of this commit approves %s.\n\n", code(a.Digest))
+}
+
+// writeVerification writes the verification after apply with its
+// measurements (the newest 10), when there is one.
+func writeVerification(b *strings.Builder, s *Section) {
+	v := s.Verification
+	if v == nil {
+		return
+	}
+	fmt.Fprintf(b, "**Verification**: %s", esc(v.Phase))
+	if v.Message != "" {
+		fmt.Fprintf(b, " · %s", esc(text.Truncate(oneLine(v.Message), 300)))
+	}
+	if v.SettledBy != "" {
+		fmt.Fprintf(b, " · settled by %s: %s", code(v.SettledBy), esc(text.Truncate(oneLine(v.SettledReason), 300)))
+	}
+	b.WriteString("\n\n")
+	if len(v.Measurements) == 0 {
+		return
+	}
+	ms := v.Measurements
+	older := int(v.Dropped)
+	if len(ms) > 10 {
+		older += len(ms) - 10
+		ms = ms[len(ms)-10:]
+	}
+	b.WriteString("| check | result | value | time | note |\n|---|---|---|---|---|\n")
+	for _, m := range ms {
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", esc(m.Check), esc(m.Phase), codeOrEmpty(m.Value), esc(m.Time),
+			esc(text.Truncate(oneLine(m.Message), 200)))
+	}
+	if older > 0 {
+		fmt.Fprintf(b, "\n%d older measurements not shown (kubectl sluice describe %s).\n", older, esc(s.Change))
+	}
+	b.WriteString("\n")
 }
 
 func seeMore(s *Section) string {

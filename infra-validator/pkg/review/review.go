@@ -76,6 +76,10 @@ type Section struct {
 	HasManifest bool
 	ManifestErr string
 	Approval    Approval
+	// Verification is the verification after apply as the operator
+	// recorded it; nil before the change is verified (and for previews,
+	// which are never applied).
+	Verification *Verification `json:",omitempty"`
 	// Trimmed: the stored section lost its plan attributes and diff lines
 	// to fit a ConfigMap (Trim).
 	Trimmed bool `json:",omitempty"`
@@ -191,7 +195,44 @@ func Build(in Input) (*Section, error) {
 		}
 	}
 	s.Approval = approvalOf(cr)
+	s.Verification = verificationOf(cr)
 	return s, nil
+}
+
+// Verification is a change's verification after apply, as shown.
+type Verification struct {
+	Phase   string
+	Message string
+	// SettledBy and SettledReason: who settled an inconclusive
+	// verification, and why.
+	SettledBy, SettledReason string
+	// Measurements are the newest measurements, oldest first; Dropped
+	// counts older ones left out.
+	Measurements []Measurement
+	Dropped      int32
+}
+
+// Measurement is one measurement as shown.
+type Measurement struct {
+	Check, Phase, Value, Message, Query, Time string
+}
+
+// verificationOf reads the verification the operator recorded (nil for
+// none).
+func verificationOf(cr *sluicev1.ChangeRequest) *Verification {
+	st := cr.Status.Verification
+	if st == nil {
+		return nil
+	}
+	v := &Verification{Phase: string(cr.Status.Phase), Message: st.Message, Dropped: st.MeasurementsDropped}
+	if s := st.Settled; s != nil {
+		v.SettledBy, v.SettledReason = string(s.Approver), s.Reason
+	}
+	for _, m := range st.Measurements {
+		v.Measurements = append(v.Measurements, Measurement{Check: m.Check, Phase: string(m.Phase), Value: m.Value, Message: m.Message,
+			Query: m.Query, Time: m.Time.UTC().Format("2006-01-02T15:04:05Z")})
+	}
+	return v
 }
 
 // approvalOf reads the rule and approvals the operator recorded, or the

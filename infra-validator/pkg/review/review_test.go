@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -450,5 +451,34 @@ func TestBuild_theValidatorsPlanSecretsHideWhatBuildsOwnWalkHides(t *testing.T) 
 		if strings.Contains(b.String(), secret) {
 			t.Fatalf("%q is shown", secret)
 		}
+	}
+}
+
+// A verified change's section shows its verification: the phase, who
+// settled it and why, and the measurements as evidence (untrusted text
+// stays inert).
+func TestMarkdown_showsTheVerification(t *testing.T) {
+	cr := testChange()
+	cr.Status.Phase = sluicev1.PhaseVerified
+	at := metav1.NewMicroTime(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+	cr.Status.Verification = &sluicev1.VerificationStatus{Message: "error-rate 2/2 measured, 0 failed",
+		Settled: &sluicev1.VerificationSettlement{Approver: "k8s:alice", Reason: "quiet <b>night</b>"},
+		Measurements: []sluicev1.Measurement{
+			{Check: "error-rate", Phase: sluicev1.MeasurementInconclusive, Message: "no series | x", Query: "q", Time: at},
+			{Check: "error-rate", Phase: sluicev1.MeasurementSuccessful, Value: "0.001", Query: "q", Time: at},
+		}}
+	s, err := Build(Input{Change: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := strings.Join(Markdown([]*Section{s}, 60000, 1), "\n")
+	for _, want := range []string{"**Verification**: Verified", "settled by `k8s:alice`: quiet &lt;b&gt;night&lt;/b&gt;",
+		"| error-rate | Inconclusive |  | 2026-12-04T12:00:00Z | no series \\| x |", "| error-rate | Successful | `0.001` |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the comment does not show %q:\n%s", want, md)
+		}
+	}
+	if none, _ := Build(Input{Change: testChange()}); none.Verification != nil {
+		t.Fatal("a change not verified shows a verification")
 	}
 }

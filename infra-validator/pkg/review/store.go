@@ -126,5 +126,6 @@ func Decode(data []byte) (*Section, error) {
 func WithApproval(s *Section, cr *sluicev1.ChangeRequest) *Section {
 	t := *s
 	t.Approval = approvalOf(cr)
+	t.Verification = verificationOf(cr)
 	return &t
 }

@@ -5,7 +5,7 @@ import (
 )
 
 // Decision is an approver's decision on a change.
-// +kubebuilder:validation:Enum=approve;reject;revoke
+// +kubebuilder:validation:Enum=approve;reject;revoke;verify-pass;verify-fail
 type Decision string
 
 const (
@@ -15,7 +15,17 @@ const (
 	DecisionReject Decision = "reject"
 	// DecisionRevoke withdraws the approver's earlier decision.
 	DecisionRevoke Decision = "revoke"
+	// DecisionVerifyPass settles the inconclusive verification of the
+	// change it names (ChangeRequest) as passed: Verified. It is no
+	// approval: the gate never counts it.
+	DecisionVerifyPass Decision = "verify-pass"
+	// DecisionVerifyFail settles it as failed: VerificationFailed.
+	DecisionVerifyFail Decision = "verify-fail"
 )
+
+// Settles reports whether d settles a verification rather than deciding
+// on the change (the gate ignores such decisions).
+func (d Decision) Settles() bool { return d == DecisionVerifyPass || d == DecisionVerifyFail }
 
 // ApprovalSource says where an Approval came from.
 // +kubebuilder:validation:Enum=kubernetes;pull-request

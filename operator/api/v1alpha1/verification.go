@@ -77,6 +77,52 @@ func (c Comparison) Holds(v float64) bool {
 	return false
 }
 
+// Condition is a parsed success or failure condition: one comparison, or
+// several joined by && (all hold) or || (any holds), not mixed, e.g.
+// "result >= 99 && result <= 100".
+type Condition struct {
+	// Comparisons are the parts, in order.
+	Comparisons []Comparison
+	// Any is true for ||, false for && (or a single comparison).
+	Any bool
+}
+
+// ParseCondition parses a condition; && and || may not be mixed (write
+// two checks instead), and each part is a ParseComparison.
+func ParseCondition(s string) (Condition, error) {
+	and, or := strings.Contains(s, "&&"), strings.Contains(s, "||")
+	if and && or {
+		return Condition{}, fmt.Errorf("condition %q mixes && and ||; use one of them (or two checks)", s)
+	}
+	sep := "&&"
+	if or {
+		sep = "||"
+	}
+	var c Condition
+	c.Any = or
+	for _, part := range strings.Split(s, sep) {
+		cmp, err := ParseComparison(part)
+		if err != nil {
+			if and || or {
+				return Condition{}, fmt.Errorf("condition %q: %w", s, err)
+			}
+			return Condition{}, err
+		}
+		c.Comparisons = append(c.Comparisons, cmp)
+	}
+	return c, nil
+}
+
+// Holds reports whether v meets the condition.
+func (c Condition) Holds(v float64) bool {
+	for _, cmp := range c.Comparisons {
+		if cmp.Holds(v) == c.Any {
+			return c.Any
+		}
+	}
+	return !c.Any
+}
+
 // QueryData is what a check's query template may use.
 type QueryData struct {
 	// Release is the Release's name.
@@ -203,7 +249,7 @@ func (c *MetricCheck) problems() []string {
 		if cond == "" {
 			continue
 		}
-		if _, err := ParseComparison(cond); err != nil {
+		if _, err := ParseCondition(cond); err != nil {
 			out = append(out, err.Error())
 		}
 	}
@@ -212,6 +258,9 @@ func (c *MetricCheck) problems() []string {
 	}
 	if c.Count < 0 || c.Count > 100 {
 		out = append(out, fmt.Sprintf("count must be between 1 and 100, not %d", c.Count))
+	}
+	if c.InconclusiveLimit < 0 {
+		out = append(out, "inconclusiveLimit must not be negative")
 	}
 	if c.FailureLimit < 0 {
 		out = append(out, "failureLimit must not be negative")

@@ -95,6 +95,42 @@ func TestParseComparison_readsEveryOperator(t *testing.T) {
 	}
 }
 
+// A condition joins comparisons with && or ||, never both (a range like
+// Flagger's thresholdRange needs &&).
+func TestParseCondition_joinsComparisons(t *testing.T) {
+	tests := []struct {
+		cond      string
+		value     float64
+		wantHolds bool
+	}{
+		{"result >= 99 && result <= 100", 99.5, true},
+		{"result >= 99 && result <= 100", 98, false},
+		{"result >= 99 && result <= 100", 101, false},
+		{"result < 1 || result > 5", 0, true},
+		{"result < 1 || result > 5", 3, false},
+		{"result < 1 || result > 5", 6, true},
+		{"result < 1", 0, true},
+	}
+	for _, tt := range tests {
+		c, err := ParseCondition(tt.cond)
+		if err != nil {
+			t.Fatalf("ParseCondition(%q): %v", tt.cond, err)
+		}
+		if got := c.Holds(tt.value); got != tt.wantHolds {
+			t.Errorf("%q holds for %v = %v, want %v", tt.cond, tt.value, got, tt.wantHolds)
+		}
+	}
+	for cond, want := range map[string]string{
+		"result > 1 && result < 5 || result == 9": "mixes && and ||",
+		"result > 1 && len(result) == 0":          `must start with "result"`,
+		"result > 1 &&":                           `must start with "result"`,
+	} {
+		if _, err := ParseCondition(cond); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseCondition(%q) = %v, want an error saying %q", cond, err, want)
+		}
+	}
+}
+
 func TestRenderQuery_fillsTheDocumentedFields(t *testing.T) {
 	got, err := RenderQuery(`x{ns="{{ .Namespace }}",r="{{ .Release }}",rev="{{ .Revision }}",at="{{ .AppliedAt }}"}`,
 		QueryData{Release: "r1", Namespace: "n1", Revision: "abc", AppliedAt: "2026-01-02T03:04:05Z"})

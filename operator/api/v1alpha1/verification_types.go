@@ -97,6 +97,13 @@ type MetricCheck struct {
 	// +optional
 	FailureLimit int32 `json:"failureLimit,omitempty"`
 
+	// InconclusiveLimit is how many inconclusive measurements are
+	// tolerated (counted, neither passing nor failing); one more stops the
+	// verification and asks a person (default 0: the first one does).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	InconclusiveLimit int32 `json:"inconclusiveLimit,omitempty"`
+
 	// NoData is what a measurement without data counts as: fail (the
 	// default) or inconclusive.
 	// +optional
@@ -154,6 +161,9 @@ type CheckStatus struct {
 	// Failed counts the failed (and errored) measurements.
 	// +optional
 	Failed int32 `json:"failed,omitempty"`
+	// Inconclusive counts the inconclusive measurements.
+	// +optional
+	Inconclusive int32 `json:"inconclusive,omitempty"`
 	// LastAt is when the last measurement was taken; the next is due an
 	// interval later (microseconds, so a restart keeps the interval).
 	// +optional
@@ -200,6 +210,29 @@ type VerificationStatus struct {
 	// +kubebuilder:validation:MaxLength=2048
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Settled records the person who ended an inconclusive verification
+	// (kubectl sluice verify settle), with why.
+	// +optional
+	Settled *VerificationSettlement `json:"settled,omitempty"`
+}
+
+// VerificationSettlement is a person's decision on an inconclusive
+// verification, taken from their Approval (decision verify-pass or
+// verify-fail) on the change.
+type VerificationSettlement struct {
+	// Approval names the Approval that settled it.
+	// +kubebuilder:validation:MaxLength=253
+	Approval string `json:"approval"`
+	// Approver is who settled it.
+	Approver Identity `json:"approver"`
+	// Decision is verify-pass or verify-fail.
+	Decision Decision `json:"decision"`
+	// Reason is the Approval's comment: why.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// At is when the verification was settled.
+	At metav1.Time `json:"at"`
 }
 
 // ConditionVerified (ChangeRequest): how its verification stands.
@@ -224,6 +257,12 @@ const (
 	// ReasonInconclusive: a measurement was inconclusive; the
 	// verification stops and a person decides.
 	ReasonInconclusive = "Inconclusive"
+	// ReasonSettledPass: a person settled an inconclusive verification as
+	// passed.
+	ReasonSettledPass = "SettledPass"
+	// ReasonSettledFail: a person settled an inconclusive verification as
+	// failed.
+	ReasonSettledFail = "SettledFail"
 	// ReasonInvalidVerification: the verification spec cannot be run.
 	ReasonInvalidVerification = "InvalidVerification"
 )

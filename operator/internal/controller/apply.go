@@ -138,7 +138,11 @@ func (r *ChangeRequestReconciler) reconcileApply(ctx context.Context, s *changeS
 		}}, err)
 	}
 	lead := finished.Sub(s.cr.CreationTimestamp.Time)
-	s.written = append(s.written, func() { r.Metrics.Apply(app.Name(), metrics.ResultApplied, took, lead) })
+	applied := s.cr
+	s.written = append(s.written, func() {
+		r.Metrics.Apply(app.Name(), metrics.ResultApplied, took, lead)
+		r.Metrics.ChangeApplied(applied)
+	})
 	s.cr.Status.Apply.Message = truncate(res.Message)
 	s.cr.Status.Apply.HelmRevision = res.HelmRevision
 	s.cr.Status.Apply.Terraform = res.Terraform

@@ -3,12 +3,18 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/gate"
+	"github.com/sluice-gitops/sluice/operator/internal/gate/gateinput"
 	"github.com/sluice-gitops/sluice/operator/internal/verify"
 	"github.com/sluice-gitops/sluice/runtime/reconcile"
 )
@@ -57,7 +63,7 @@ func (r *ChangeRequestReconciler) reconcileVerify(ctx context.Context, s *change
 		return r.verified(s, "no verification to run")
 	}
 	if c := meta.FindStatusCondition(s.cr.Status.Conditions, sluicev1.ConditionVerified); c != nil && c.Reason == sluicev1.ReasonInconclusive {
-		return reconcile.Done()
+		return r.reconcileSettle(ctx, s)
 	}
 	now := r.now()
 	if st.HealthyAt == nil {
@@ -74,6 +80,7 @@ func (r *ChangeRequestReconciler) reconcileVerify(ctx context.Context, s *change
 	st.Message = truncate(d.Message)
 	switch d.Outcome {
 	case verify.Passed:
+		r.noteRestored(ctx, s)
 		return r.verified(s, d.Message)
 	case verify.Failed:
 		return r.verificationFailed(s, d.Reason, d.Message)
@@ -121,8 +128,46 @@ func (r *ChangeRequestReconciler) verified(s *changeScope, msg string) reconcile
 	return reconcile.Done()
 }
 
+// noteRestored records the time to restore when s's change, about to be
+// verified, restores its release: the release's newest verification
+// failure ended after its newest other verified change. It reads the
+// release's changes from the cache; the metric is observed once the
+// Verified status is written.
+func (r *ChangeRequestReconciler) noteRestored(ctx context.Context, s *changeScope) {
+	var list sluicev1.ChangeRequestList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.cr.Namespace), client.MatchingFields{IndexRelease: s.cr.Spec.Release}); err != nil {
+		log.FromContext(ctx).Error(err, "List the release's changes for the time to restore")
+		return
+	}
+	var lastFailed, lastVerified time.Time
+	for i := range list.Items {
+		c := &list.Items[i]
+		v := c.Status.Verification
+		if c.Name == s.cr.Name || v == nil || v.FinishedAt == nil {
+			continue
+		}
+		switch at := v.FinishedAt.Time; c.Status.Phase {
+		case sluicev1.PhaseVerificationFailed:
+			if at.After(lastFailed) {
+				lastFailed = at
+			}
+		case sluicev1.PhaseVerified:
+			if at.After(lastVerified) {
+				lastVerified = at
+			}
+		}
+	}
+	if lastFailed.IsZero() || !lastFailed.After(lastVerified) {
+		return
+	}
+	restore, cr := r.now().Sub(lastFailed), s.cr
+	s.written = append(s.written, func() { r.Metrics.Restored(cr, restore) })
+}
+
 // verificationFailed ends the verification as failed.
 func (r *ChangeRequestReconciler) verificationFailed(s *changeScope, reason, msg string) reconcile.Result {
+	failed := s.cr
+	s.written = append(s.written, func() { r.Metrics.VerificationFailed(failed) })
 	t := metav1.NewTime(r.now())
 	s.cr.Status.Verification.FinishedAt = &t
 	s.cr.Status.Verification.Message = truncate(msg)
@@ -140,3 +185,80 @@ func (r *ChangeRequestReconciler) measurer() verify.Measurer {
 }
 
 var defaultMeasurer = &verify.Prometheus{}
+
+// reconcileSettle ends an inconclusive verification when a person
+// settled it: the newest Approval with decision verify-pass or
+// verify-fail given on this change since the inconclusive measurement,
+// from someone the effective rule allows (gate.MaySettle). The settle is
+// recorded (who, which Approval, why) and the change ends Verified or
+// VerificationFailed; settles that do not count are named in the
+// message, and the change waits on.
+func (r *ChangeRequestReconciler) reconcileSettle(ctx context.Context, s *changeScope) reconcile.Result {
+	st := s.cr.Status.Verification
+	var since time.Time
+	for i := len(st.Measurements) - 1; i >= 0; i-- {
+		if st.Measurements[i].Phase == sluicev1.MeasurementInconclusive {
+			// Creation times are in seconds.
+			since = st.Measurements[i].Time.Truncate(time.Second)
+			break
+		}
+	}
+	var approvals sluicev1.ApprovalList
+	if err := r.Client.List(ctx, &approvals, client.InNamespace(s.cr.Namespace), client.MatchingFields{IndexApprovalDigest: string(s.cr.Spec.ApprovalDigest)}); err != nil {
+		return reconcile.Failure(fmt.Errorf("list Approvals: %w", err))
+	}
+	var settles []*sluicev1.Approval
+	for i := range approvals.Items {
+		a := &approvals.Items[i]
+		if a.Spec.Decision.Settles() && a.Spec.ChangeRequest == s.cr.Name && !a.CreationTimestamp.Time.Before(since) {
+			settles = append(settles, a)
+		}
+	}
+	if len(settles) == 0 {
+		return reconcile.Done()
+	}
+	slices.SortFunc(settles, func(x, y *sluicev1.Approval) int {
+		if gate.Newer(x, y) {
+			return -1
+		}
+		return 1
+	})
+	in, err := gateinput.Load(ctx, r.Client, s.cr, s.release)
+	if err != nil {
+		return reconcile.Failure(err)
+	}
+	rule, _ := gate.EffectiveRule(in, s.cr)
+	var refused []string
+	for _, a := range settles {
+		ok, why := gate.MaySettle(s.cr, rule, in.People, a)
+		if !ok {
+			refused = append(refused, why)
+			continue
+		}
+		st.Settled = &sluicev1.VerificationSettlement{Approval: a.Name, Approver: a.Spec.Approver, Decision: a.Spec.Decision,
+			Reason: a.Spec.Comment, At: metav1.NewTime(r.now())}
+		msg := fmt.Sprintf("inconclusive; settled by %s: %s", a.Spec.Approver, reasonOrNone(a.Spec.Comment))
+		if a.Spec.Decision == sluicev1.DecisionVerifyPass {
+			r.noteRestored(ctx, s)
+			t := metav1.NewTime(r.now())
+			st.FinishedAt = &t
+			st.Message = truncate(msg)
+			s.setCondition(sluicev1.ConditionVerified, metav1.ConditionTrue, sluicev1.ReasonSettledPass, msg)
+			s.setPhase(sluicev1.PhaseVerified, sluicev1.ReasonSettledPass, msg)
+			return reconcile.Done()
+		}
+		return r.verificationFailed(s, sluicev1.ReasonSettledFail, msg)
+	}
+	msg := truncate("inconclusive; a person decides (kubectl sluice verify settle); not counted: " + strings.Join(refused, "; "))
+	st.Message = msg
+	s.setCondition(sluicev1.ConditionVerified, metav1.ConditionUnknown, sluicev1.ReasonInconclusive, msg)
+	return reconcile.Done()
+}
+
+// reasonOrNone is a settle's reason, or says none was given.
+func reasonOrNone(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return s
+}

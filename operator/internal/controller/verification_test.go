@@ -3,10 +3,12 @@ package controller
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,20 +27,32 @@ import (
 // queries.
 type fixedMeasurer struct {
 	value float64
-	mu    sync.Mutex
-	calls int
+	// inconclusive makes every measurement inconclusive.
+	inconclusive bool
+	mu           sync.Mutex
+	calls        int
 }
 
 func (m *fixedMeasurer) Measure(_ context.Context, _ string, check *sluicev1.MetricCheck, query string, now time.Time) sluicev1.Measurement {
 	m.mu.Lock()
 	m.calls++
+	value := m.value
 	m.mu.Unlock()
 	c, _ := sluicev1.ParseComparison(check.SuccessCondition)
 	phase := sluicev1.MeasurementFailed
-	if c.Holds(m.value) {
+	if c.Holds(value) {
 		phase = sluicev1.MeasurementSuccessful
 	}
-	return sluicev1.Measurement{Check: check.Name, Query: query, Value: strconv.FormatFloat(m.value, 'g', -1, 64), Phase: phase, Time: metav1.NewMicroTime(now)}
+	if m.inconclusive {
+		phase = sluicev1.MeasurementInconclusive
+	}
+	return sluicev1.Measurement{Check: check.Name, Query: query, Value: strconv.FormatFloat(value, 'g', -1, 64), Phase: phase, Time: metav1.NewMicroTime(now)}
+}
+
+func (m *fixedMeasurer) set(value float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.value = value
 }
 
 func (m *fixedMeasurer) count() int {
@@ -188,4 +202,112 @@ func TestVerification_aStaleCacheDoesNotMeasureAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, m.count(), "the stale pass queried Prometheus again")
 	require.Len(t, f.get(cr).Status.Verification.Measurements, 1)
+}
+
+// An inconclusive measurement stops the verification for a person: the
+// change stays Verifying. A settle from someone the rule does not allow
+// is named and does not count; an allowed approver's verify-fail ends it
+// VerificationFailed, recording who settled it and why.
+func TestVerification_inconclusiveIsSettledByAnAllowedApprover(t *testing.T) {
+	f := newFixture(t)
+	m := &fixedMeasurer{value: 0.001, inconclusive: true}
+	f.op = startOperator(t, f.ns, operatorConfig{applier: &testapplier.Applier{Client: env.Client}, measurer: m})
+	rel := f.release("checkout", "prod", twoOf, nil, func(r *sluicev1.Release) { r.Spec.TargetNamespace = "checkout-" + f.ns })
+	require.NoError(t, f.c.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rel.Spec.TargetNamespace}}))
+	cr := f.change(rel, twoOf, withVerification())
+	f.decide(cr, "k8s:alice", sluicev1.DecisionApprove)
+	f.decide(cr, "k8s:bob", sluicev1.DecisionApprove)
+	inconclusive := func(c *sluicev1.ChangeRequest) bool {
+		v := condition(c, sluicev1.ConditionVerified)
+		return c.Status.Phase == sluicev1.PhaseVerifying && v != nil && v.Reason == sluicev1.ReasonInconclusive
+	}
+	got := f.eventually(cr, "verifying, inconclusive", inconclusive)
+	require.Contains(t, condition(got, sluicev1.ConditionVerified).Message, "a person decides")
+	require.Equal(t, 1, m.count(), "no more measurements while a person decides")
+
+	f.decide(cr, "k8s:mallory", sluicev1.DecisionVerifyPass, func(a *sluicev1.Approval) { a.Spec.Comment = "trust me" })
+	got = f.eventually(cr, "mallory's settle named as not counted", func(c *sluicev1.ChangeRequest) bool {
+		return inconclusive(c) && strings.Contains(condition(c, sluicev1.ConditionVerified).Message, "k8s:mallory does not count")
+	})
+	require.Nil(t, got.Status.Verification.Settled)
+
+	f.decide(cr, "k8s:alice", sluicev1.DecisionVerifyFail, func(a *sluicev1.Approval) { a.Spec.Comment = "latency doubled" })
+	got = f.phase(cr, sluicev1.PhaseVerificationFailed)
+	st := got.Status.Verification.Settled
+	require.NotNil(t, st)
+	require.Equal(t, sluicev1.Identity("k8s:alice"), st.Approver)
+	require.Equal(t, sluicev1.DecisionVerifyFail, st.Decision)
+	require.Equal(t, "latency doubled", st.Reason)
+	c := condition(got, sluicev1.ConditionVerified)
+	require.Equal(t, sluicev1.ReasonSettledFail, c.Reason)
+	require.Contains(t, c.Message, "settled by k8s:alice: latency doubled")
+	require.Equal(t, 1, m.count())
+}
+
+// DORA from verification, read from the registry: a release's change
+// that fails verification counts in the change failure rate, and the
+// next change of the release that is verified observes the time to
+// restore.
+func TestVerification_doraMetrics(t *testing.T) {
+	f, m, rel, bad := verifyFixture(t, 0.05)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, f.op.changes.Metrics.Register(reg))
+	f.phase(bad, sluicev1.PhaseVerificationFailed)
+
+	m.set(0.001)
+	good := f.change(rel, twoOf, withVerification())
+	f.decide(good, "k8s:alice", sluicev1.DecisionApprove)
+	f.decide(good, "k8s:bob", sluicev1.DecisionApprove)
+	f.phase(good, sluicev1.PhaseVerified)
+
+	value := func(name string) (float64, uint64) {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, fam := range families {
+			if fam.GetName() != name {
+				continue
+			}
+			for _, mt := range fam.GetMetric() {
+				for _, l := range mt.GetLabel() {
+					if l.GetName() == "namespace" && l.GetValue() == f.ns {
+						if h := mt.GetHistogram(); h != nil {
+							return h.GetSampleSum(), h.GetSampleCount()
+						}
+						return mt.GetCounter().GetValue(), 0
+					}
+				}
+			}
+		}
+		return 0, 0
+	}
+	require.Eventually(t, func() bool { _, n := value("sluice_time_to_restore_seconds"); return n == 1 }, waitFor, 50*time.Millisecond)
+	applied, _ := value("sluice_release_changes_applied_total")
+	failed, _ := value("sluice_release_changes_verification_failed_total")
+	require.Equal(t, 2.0, applied)
+	require.Equal(t, 1.0, failed, "change failure rate 1/2")
+	restore, _ := value("sluice_time_to_restore_seconds")
+	require.Greater(t, restore, 0.0)
+}
+
+// An allowed approver's verify-pass ends an inconclusive verification
+// Verified, and the Release records the change as applied.
+func TestVerification_inconclusiveSettledAsPassedIsVerified(t *testing.T) {
+	f := newFixture(t)
+	m := &fixedMeasurer{value: 0.001, inconclusive: true}
+	f.op = startOperator(t, f.ns, operatorConfig{applier: &testapplier.Applier{Client: env.Client}, measurer: m})
+	rel := f.release("checkout", "prod", twoOf, nil, func(r *sluicev1.Release) { r.Spec.TargetNamespace = "checkout-" + f.ns })
+	require.NoError(t, f.c.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rel.Spec.TargetNamespace}}))
+	cr := f.change(rel, twoOf, withVerification())
+	f.decide(cr, "k8s:alice", sluicev1.DecisionApprove)
+	f.decide(cr, "k8s:bob", sluicev1.DecisionApprove)
+	f.eventually(cr, "verifying, inconclusive", func(c *sluicev1.ChangeRequest) bool {
+		v := condition(c, sluicev1.ConditionVerified)
+		return c.Status.Phase == sluicev1.PhaseVerifying && v != nil && v.Reason == sluicev1.ReasonInconclusive
+	})
+	f.decide(cr, "k8s:bob", sluicev1.DecisionVerifyPass, func(a *sluicev1.Approval) { a.Spec.Comment = "no traffic at night" })
+	got := f.phase(cr, sluicev1.PhaseVerified)
+	require.Equal(t, sluicev1.ReasonSettledPass, condition(got, sluicev1.ConditionVerified).Reason)
+	require.Equal(t, sluicev1.Identity("k8s:bob"), got.Status.Verification.Settled.Approver)
+	require.NotNil(t, got.Status.Verification.FinishedAt)
+	require.Eventually(t, func() bool { return f.getRelease(rel.Name).Status.AppliedChange == cr.Name }, waitFor, 50*time.Millisecond)
 }

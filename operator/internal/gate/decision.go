@@ -190,6 +190,10 @@ func Standing(cr *sluicev1.ChangeRequest, approvals []sluicev1.Approval) (map[sl
 	var ignored []Ignored
 	for i := range approvals {
 		a := &approvals[i]
+		if a.Spec.Decision.Settles() {
+			// A settle of a verification is no decision on the change.
+			continue
+		}
 		switch {
 		case a.Spec.Release != cr.Spec.Release || (a.Namespace != "" && cr.Namespace != "" && a.Namespace != cr.Namespace):
 			ignored = append(ignored, Ignored{Approval: a.Name, Approver: a.Spec.Approver, Decision: a.Spec.Decision, Why: IgnoredOtherRelease})

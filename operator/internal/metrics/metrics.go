@@ -1,6 +1,8 @@
 // Package metrics holds the operator's sluice_* Prometheus metrics: changes
 // by phase, phase transitions, approval wait, apply duration by applier and
-// result, and DORA-style figures (lead time, changes applied and failed).
+// result, and DORA figures (lead time, changes applied and failed, and
+// from verification the change failure rate and time to restore by
+// release, dora.go).
 package metrics
 
 import (
@@ -31,6 +33,7 @@ type Recorder struct {
 	applied       *prometheus.CounterVec
 	failed        *prometheus.CounterVec
 	phases        *phaseCollector
+	dora          *dora
 }
 
 // New creates the metrics. reader (usually the manager's cached client)
@@ -64,6 +67,7 @@ func New(reader client.Reader) *Recorder {
 			Name: "sluice_changes_failed_total",
 			Help: "Changes whose apply failed, by applier (change failure rate with sluice_changes_applied_total).",
 		}, []string{"applier"}),
+		dora: newDORA(),
 		phases: &phaseCollector{
 			reader: reader,
 			desc:   prometheus.NewDesc("sluice_changerequests", "ChangeRequests by namespace and phase.", []string{"namespace", "phase"}, nil),
@@ -76,7 +80,10 @@ func New(reader client.Reader) *Recorder {
 // earlier Recorder (a manager started again in the same process) is
 // replaced, so the metrics always describe the running manager.
 func (r *Recorder) Register(reg prometheus.Registerer) error {
-	return kitmetrics.Register(reg, r.transitions, r.approvalWait, r.applyDuration, r.leadTime, r.applied, r.failed, r.phases)
+	if err := kitmetrics.Register(reg, r.transitions, r.approvalWait, r.applyDuration, r.leadTime, r.applied, r.failed, r.phases); err != nil {
+		return err
+	}
+	return r.dora.register(reg)
 }
 
 // Transition counts a phase change.

@@ -69,6 +69,25 @@ type Attestation struct {
 	// it (lineage, serial, resources digest).
 	TerraformState *sluicev1.TerraformApplyResult `json:"terraformState,omitempty"`
 	TraceID        string                         `json:"traceID,omitempty"`
+	// Verification is the verification after apply of the change: its
+	// outcome (phase), who settled it when it was inconclusive, and the
+	// measurements kept as evidence; absent for a change without one.
+	Verification *AttestedVerification `json:"verification,omitempty"`
+}
+
+// AttestedVerification is a change's verification as audit records it.
+type AttestedVerification struct {
+	Phase  string                       `json:"phase"`
+	Spec   *sluicev1.VerificationSpec   `json:"spec,omitempty"`
+	Status *sluicev1.VerificationStatus `json:"status,omitempty"`
+}
+
+// verificationOf is cr's verification for an attestation (nil for none).
+func verificationOf(cr *sluicev1.ChangeRequest) *AttestedVerification {
+	if cr.Spec.Verification == nil && cr.Status.Verification == nil {
+		return nil
+	}
+	return &AttestedVerification{Phase: phaseOf(cr), Spec: cr.Spec.Verification, Status: cr.Status.Verification}
 }
 
 // AttestedApprover is one standing approval that counted.
@@ -235,6 +254,7 @@ func (a *app) auditRelease(ctx context.Context, rel *sluicev1.Release, run *audi
 	at.Rule = cr.Status.EffectiveRule
 	at.PolicyBundleDigest = string(cr.Spec.PolicyBundleDigest)
 	at.TraceID = tracing.TraceID(tracing.Extract(ctx, cr.Annotations[sluicev1.AnnotationTraceParent]))
+	at.Verification = verificationOf(cr)
 	if cr.Status.Apply != nil {
 		at.HelmRevision = cr.Status.Apply.HelmRevision
 		at.TerraformState = cr.Status.Apply.Terraform

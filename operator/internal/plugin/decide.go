@@ -221,6 +221,10 @@ func pastTense(d sluicev1.Decision) string {
 		return "approved"
 	case sluicev1.DecisionReject:
 		return "rejected"
+	case sluicev1.DecisionVerifyPass:
+		return "settled as passed the verification of"
+	case sluicev1.DecisionVerifyFail:
+		return "settled as failed the verification of"
 	case sluicev1.DecisionRevoke:
 		return "revoked a decision on"
 	}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -55,5 +56,30 @@ func TestRollbackFields_showRollbackAndQuarantine(t *testing.T) {
 	}
 	if f := rollbackFields(&Description{ChangeRequest: &sluicev1.ChangeRequest{}}); len(f) != 0 {
 		t.Errorf("a plain change shows %v", f)
+	}
+}
+
+// audit -o json carries the applied change's verification: its outcome,
+// spec, settle and measurements, as JSON a compliance tool can store.
+func TestAuditJSON_carriesTheVerification(t *testing.T) {
+	cr := &sluicev1.ChangeRequest{}
+	if verificationOf(cr) != nil {
+		t.Fatal("a change without verification attests one")
+	}
+	cr.Spec.Verification = &sluicev1.VerificationSpec{PrometheusURL: "http://p:9090", Checks: []sluicev1.MetricCheck{{Name: "error-rate", Query: "q", SuccessCondition: "result < 1"}}}
+	cr.Status.Phase = sluicev1.PhaseVerified
+	cr.Status.Verification = &sluicev1.VerificationStatus{
+		Settled:      &sluicev1.VerificationSettlement{Approver: "k8s:alice", Decision: sluicev1.DecisionVerifyPass, Reason: "quiet night"},
+		Measurements: []sluicev1.Measurement{{Check: "error-rate", Phase: sluicev1.MeasurementInconclusive, Query: "q", Message: "no series"}},
+	}
+	b, err := json.Marshal(Attestation{Verification: verificationOf(cr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"verification":{"phase":"Verified"`, `"checks":[{"name":"error-rate"`, `"settled":{"approval":"","approver":"k8s:alice","decision":"verify-pass","reason":"quiet night"`,
+		`"measurements":[{"check":"error-rate","query":"q","phase":"Inconclusive","message":"no series"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("audit JSON lacks %s:\n%s", want, b)
+		}
 	}
 }

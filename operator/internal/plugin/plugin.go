@@ -107,6 +107,7 @@ and kubectl sluice approve records one in your own Kubernetes name.`,
 		newAuditCommand(a),
 		newDiagnoseCommand(a),
 		newReportCommand(a),
+		newVerifyCommand(a),
 	)
 	return root
 }

@@ -64,9 +64,10 @@ func Advance(ctx context.Context, m Measurer, spec *sluicev1.VerificationSpec, s
 		}
 		got := measure(ctx, m, spec, check, data, now)
 		record(st, cs, got)
-		if got.Phase == sluicev1.MeasurementInconclusive {
+		if got.Phase == sluicev1.MeasurementInconclusive && cs.Inconclusive > check.InconclusiveLimit {
 			return Decision{Outcome: Inconclusive, Reason: sluicev1.ReasonInconclusive,
-				Message: fmt.Sprintf("check %s was inconclusive (%s); a person decides", check.Name, got.Message)}
+				Message: fmt.Sprintf("check %s was inconclusive %d of %d measurements (inconclusiveLimit %d): %s; a person decides (kubectl sluice verify settle)",
+					check.Name, cs.Inconclusive, cs.Measured, check.InconclusiveLimit, got.Message)}
 		}
 		if cs.Failed > check.FailureLimit {
 			return Decision{Outcome: Failed, Reason: sluicev1.ReasonChecksFailed,
@@ -104,8 +105,11 @@ func measure(ctx context.Context, m Measurer, spec *sluicev1.VerificationSpec, c
 // record counts got in cs and keeps it among st's newest measurements.
 func record(st *sluicev1.VerificationStatus, cs *sluicev1.CheckStatus, got sluicev1.Measurement) {
 	cs.Measured++
-	if got.Phase == sluicev1.MeasurementFailed || got.Phase == sluicev1.MeasurementError {
+	switch got.Phase {
+	case sluicev1.MeasurementFailed, sluicev1.MeasurementError:
 		cs.Failed++
+	case sluicev1.MeasurementInconclusive:
+		cs.Inconclusive++
 	}
 	t := got.Time
 	cs.LastAt = &t

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +87,25 @@ func TestAdvance_keepsTheNewestMeasurements(t *testing.T) {
 	if len(st.Measurements) != sluicev1.MaxMeasurements || st.MeasurementsDropped != 40-sluicev1.MaxMeasurements || st.Checks[0].Measured != 40 ||
 		!st.Measurements[len(st.Measurements)-1].Time.Time.Equal(now.Add(39*time.Minute)) {
 		t.Fatalf("kept %d, dropped %d, measured %d", len(st.Measurements), st.MeasurementsDropped, st.Checks[0].Measured)
+	}
+}
+
+// inconclusiveLimit tolerates that many inconclusive measurements (they
+// neither pass nor fail); one more stops the verification for a person.
+func TestAdvance_inconclusiveLimit(t *testing.T) {
+	// Between the conditions: neither success (< 1) nor failure (> 5).
+	m := &scripted{values: []float64{3, 0, 3}}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	sp := spec(3, 0, 0)
+	sp.Checks[0].FailureCondition, sp.Checks[0].InconclusiveLimit = "result > 5", 1
+	st := &sluicev1.VerificationStatus{}
+	d := Advance(context.Background(), m, sp, st, sluicev1.QueryData{}, now)
+	if d.Outcome != Pending || st.Checks[0].Inconclusive != 1 {
+		t.Fatalf("first inconclusive is tolerated: %+v, %+v", d, st.Checks)
+	}
+	d = Advance(context.Background(), m, sp, st, sluicev1.QueryData{}, now.Add(time.Minute))
+	d = Advance(context.Background(), m, sp, st, sluicev1.QueryData{}, now.Add(2*time.Minute))
+	if d.Outcome != Inconclusive || st.Checks[0].Inconclusive != 2 || st.Checks[0].Failed != 0 || !strings.Contains(d.Message, "inconclusiveLimit 1") {
+		t.Fatalf("second inconclusive: %+v, %+v", d, st.Checks)
 	}
 }

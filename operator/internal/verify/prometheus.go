@@ -87,15 +87,15 @@ func (p *Prometheus) Measure(ctx context.Context, url string, check *sluicev1.Me
 // change was built; a condition that does not parse here is an error, not
 // a pass).
 func judge(check *sluicev1.MetricCheck, v float64) (sluicev1.MeasurementPhase, string) {
-	var success, failure *sluicev1.Comparison
+	var success, failure *sluicev1.Condition
 	for _, c := range []struct {
 		text string
-		into **sluicev1.Comparison
+		into **sluicev1.Condition
 	}{{check.SuccessCondition, &success}, {check.FailureCondition, &failure}} {
 		if c.text == "" {
 			continue
 		}
-		cmp, err := sluicev1.ParseComparison(c.text)
+		cmp, err := sluicev1.ParseCondition(c.text)
 		if err != nil {
 			return sluicev1.MeasurementError, err.Error()
 		}
