@@ -68,6 +68,10 @@ func (c *cluster) installSluice(ctx context.Context) error {
 			"replicas": 2,
 			// A change is Applied only once the chart's pods are Ready.
 			"helm": map[string]any{"wait": true},
+			// The operator's state server keeps the Terraform state of
+			// approved applies in the control namespace: its rights there
+			// are bound only in these.
+			"watchNamespaces": []any{controlNS},
 		},
 		"syncer": map[string]any{
 			// The infra repository is served by the test from the node.
@@ -78,8 +82,26 @@ func (c *cluster) installSluice(ctx context.Context) error {
 			"watchNamespaces": []any{controlNS},
 		},
 	}
-	r, err := c.helmInstall(ctx, sluiceNS, releaseName, filepath.Join(c.root, "charts", "sluice"), vals)
+	dir := filepath.Join(c.root, "charts", "sluice")
+	// A node kept up between runs (up.sh, then the test binary run by hand
+	// more than once) already has the release: upgrade it to these values.
+	cfg, err := c.helmConfig(sluiceNS)
 	if err != nil {
+		return err
+	}
+	var r *release.Release
+	if _, gerr := action.NewGet(cfg).Run(releaseName); gerr == nil {
+		ch, err := loader.Load(dir)
+		if err != nil {
+			return fmt.Errorf("loading chart %s: %w", dir, err)
+		}
+		up := action.NewUpgrade(cfg)
+		up.Namespace, up.Wait, up.Timeout = sluiceNS, true, helmWait
+		r, err = up.RunWithContext(ctx, releaseName, ch, vals)
+		if err != nil {
+			return err
+		}
+	} else if r, err = c.helmInstall(ctx, sluiceNS, releaseName, dir, vals); err != nil {
 		return err
 	}
 	if r.Info.Status != release.StatusDeployed {
