@@ -149,7 +149,7 @@ config:
 }
 
 // targetNamespaces are where the tests' services deploy.
-var targetNamespaces = []string{webNS, faultNS, tfNS}
+var targetNamespaces = []string{webNS, faultNS, tfNS, shopNS}
 
 // setupControlNamespace creates the control and target namespaces, the
 // deployer ServiceAccount with its rights in the target namespace and the

@@ -74,8 +74,13 @@ func (c *cluster) installSluice(ctx context.Context) error {
 			"watchNamespaces": []any{controlNS},
 		},
 		"syncer": map[string]any{
-			// The infra repository is served by the test from the node.
-			"gitPorts": []any{443, 22, gitPort},
+			// The infra repository is served by the test from the node,
+			// and by Gitea in its pod (its API too).
+			"gitPorts": []any{443, 22, gitPort, giteaPort},
+			// Pull request previews post their commit status and review
+			// comment, and confirm reviews, through Gitea's API with the
+			// bot's token (the Secret the Gitea test writes).
+			"statusProvider": map[string]any{"name": "gitea", "baseURL": giteaServiceURL, "tokenSecret": giteaTokenSecret},
 			// The syncer's rights inside a control namespace (plan
 			// Secrets, the review ConfigMap kubectl sluice diff shows) are
 			// bound only in these: without it the review is never stored.
