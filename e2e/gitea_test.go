@@ -172,9 +172,16 @@ func TestGiteaInTheCluster(t *testing.T) {
 	f.hook(t, hook, secret)
 
 	// A push to main reaches the syncer pod by its webhook Service.
-	writeFile(t, filepath.Join(f.work, "services", "shop", "values.yaml"), "\n# pushed through Gitea\n", true)
+	// A change of the rendered manifest (not only of the inputs), so it
+	// is a change even next to an applied one.
+	values := filepath.Join(f.work, "services", "shop", "values.yaml")
+	b, err := os.ReadFile(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, values, strings.Replace(string(b), "TESTAPP_READY_AFTER: 0s", "TESTAPP_READY_AFTER: 1s", 1))
 	pushed := time.Now()
-	c1 := f.push(t, "main", "shop: a comment")
+	c1 := f.push(t, "main", "shop: ready after a second")
 	cr := c.waitChange(t, sluicev1.ChangeRequestName(shopRel, c1, 1), sluicev1.PhaseAwaitingApproval)
 	t.Logf("%s AwaitingApproval %s after the push (the poll is an hour: the webhook brought it)", cr.Name, time.Since(pushed).Round(100*time.Millisecond))
 	if !containsIdentity(cr.Spec.Pushers, "gitea:author") {
@@ -249,21 +256,10 @@ func containsIdentity(ids []sluicev1.Identity, id sluicev1.Identity) bool {
 	return false
 }
 
-// writeFile writes (or, with appendTo, appends) body to path.
-func writeFile(t *testing.T, path, body string, appendTo bool) {
+// writeFile writes body to path.
+func writeFile(t *testing.T, path, body string) {
 	t.Helper()
-	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
-	if appendTo {
-		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
-	}
-	fh, err := os.OpenFile(path, flags, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fh.WriteString(body); err != nil {
-		t.Fatal(err)
-	}
-	if err := fh.Close(); err != nil {
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
