@@ -366,7 +366,7 @@ func (c *cluster) startGitea(t *testing.T) *forge {
 // admins), the author and the approver writers.
 func (f *forge) populate(t *testing.T) {
 	t.Helper()
-	// Users exist once the API answers; on a kept node they exist already.
+	// A fresh Gitea (a new pod, its emptyDir): none of these exist yet.
 	f.admin.token = f.token(t, f.admin)
 	admin := f.client(t, f.admin)
 	f.bot = giteaUser{name: "sluice-bot", password: "sluice-bot-pw"}
