@@ -40,8 +40,8 @@ const (
 // giteaAppINI is Gitea's configuration in its pod: SQLite and repositories
 // in the pod's emptyDir, no SSH, mail, Actions or frontend assets; webhooks
 // may reach in-cluster Services (ClusterIPs are private addresses, which
-// the default "external" refuses). Every secret is fixed, so Gitea never
-// rewrites the (read-only) file.
+// the default "external" refuses). Every secret is fixed (JWT_SECRET too),
+// so Gitea never rewrites the (read-only) file.
 const giteaAppINI = `APP_NAME = sluice-e2e
 RUN_MODE = prod
 RUN_USER = nonroot
@@ -56,6 +56,7 @@ ROOT_URL = http://gitea.gitea.svc:3000/
 DISABLE_SSH = true
 START_SSH_SERVER = false
 LFS_START_SERVER = false
+LFS_JWT_SECRET = ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8
 OFFLINE_MODE = true
 APP_DATA_PATH = /data/data
 STATIC_ROOT_PATH = /gitea-static
@@ -79,6 +80,9 @@ ALLOWED_HOST_LIST = *
 
 [oauth2]
 ENABLED = false
+; Gitea generates and saves a missing one even with OAuth2 off (and the
+; ConfigMap is read-only): a fixed, not secret, value.
+JWT_SECRET = AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8
 [service]
 DISABLE_REGISTRATION = true
 ENABLE_NOTIFY_MAIL = false
