@@ -132,7 +132,7 @@ e2e-deps: ## Install the Debian packages of the e2e node when missing (root only
 	else echo "e2e: cannot run here: packages" $$missing "are missing and only root can install them (a real node needs root anyway)" >&2; exit 3; fi
 
 .PHONY: e2e-images
-e2e-images: images-tool ## Sluice's images (amd64) and the e2e node's own (pause, CoreDNS, the test app, into bin/images/e2e); kubectl-sluice.
+e2e-images: images-tool ## Sluice's images (amd64) and the e2e node's own (pause, CoreDNS, the test app, Gitea, into bin/images/e2e); kubectl-sluice.
 	@$(MAKE) --no-print-directory images IMAGE_ARCHES=$(TEST_IMAGE_ARCHES)
 	@hack/realnode/images.sh
 	@# The tests approve with kubectl sluice (unstamped: a stamp's date would relink it every run).
@@ -144,6 +144,7 @@ e2e: ## Bring a real one-node cluster up, install charts/sluice, run the e2e tes
 	@$(call step,e2e-deps)
 	@$(call step,envtest)
 	@$(call step,node)
+	@$(call step,gitea)
 	@$(call step,e2e-images)
 	@t0=$$(date +%s); rc=0; hack/realnode/e2e.sh || rc=$$?; \
 	  echo "== step e2e.sh (node up, tests, down): $$(( $$(date +%s) - t0 )) s, exit code $$rc"; exit $$rc

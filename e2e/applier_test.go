@@ -149,7 +149,7 @@ config:
 }
 
 // targetNamespaces are where the tests' services deploy.
-var targetNamespaces = []string{webNS, faultNS}
+var targetNamespaces = []string{webNS, faultNS, tfNS, shopNS}
 
 // setupControlNamespace creates the control and target namespaces, the
 // deployer ServiceAccount with its rights in the target namespace and the
@@ -162,6 +162,14 @@ func (c *cluster) setupControlNamespace(t *testing.T, url string) {
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "infra-deployer", Namespace: controlNS}},
 		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-deployer"}, Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{"", "apps", "policy"}, Resources: []string{"*"}, Verbs: []string{"*"}}}},
+		// Terraform applies run as the deployer: it reads the plan Secret
+		// and its state (Secrets and lock Leases) in the control namespace.
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "infra-deployer-terraform", Namespace: controlNS}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "infra-deployer-terraform", Namespace: controlNS},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "infra-deployer-terraform"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "infra-deployer", Namespace: controlNS}}},
 		&sluicev1.Repository{ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: controlNS},
 			Spec: sluicev1.RepositorySpec{
 				URL: url, Ref: &sluicev1.GitReference{Branch: "main"},

@@ -68,18 +68,45 @@ func (c *cluster) installSluice(ctx context.Context) error {
 			"replicas": 2,
 			// A change is Applied only once the chart's pods are Ready.
 			"helm": map[string]any{"wait": true},
+			// The operator's state server keeps the Terraform state of
+			// approved applies in the control namespace: its rights there
+			// are bound only in these.
+			"watchNamespaces": []any{controlNS},
 		},
 		"syncer": map[string]any{
-			// The infra repository is served by the test from the node.
-			"gitPorts": []any{443, 22, gitPort},
+			// The infra repository is served by the test from the node,
+			// and by Gitea in its pod (its API too).
+			"gitPorts": []any{443, 22, gitPort, giteaPort},
+			// Pull request previews post their commit status and review
+			// comment, and confirm reviews, through Gitea's API with the
+			// bot's token (the Secret the Gitea test writes).
+			"statusProvider": map[string]any{"name": "gitea", "baseURL": giteaServiceURL, "tokenSecret": giteaTokenSecret},
 			// The syncer's rights inside a control namespace (plan
 			// Secrets, the review ConfigMap kubectl sluice diff shows) are
 			// bound only in these: without it the review is never stored.
 			"watchNamespaces": []any{controlNS},
 		},
 	}
-	r, err := c.helmInstall(ctx, sluiceNS, releaseName, filepath.Join(c.root, "charts", "sluice"), vals)
+	dir := filepath.Join(c.root, "charts", "sluice")
+	// A node kept up between runs (up.sh, then the test binary run by hand
+	// more than once) already has the release: upgrade it to these values.
+	cfg, err := c.helmConfig(sluiceNS)
 	if err != nil {
+		return err
+	}
+	var r *release.Release
+	if _, gerr := action.NewGet(cfg).Run(releaseName); gerr == nil {
+		ch, err := loader.Load(dir)
+		if err != nil {
+			return fmt.Errorf("loading chart %s: %w", dir, err)
+		}
+		up := action.NewUpgrade(cfg)
+		up.Namespace, up.Wait, up.Timeout = sluiceNS, true, helmWait
+		r, err = up.RunWithContext(ctx, releaseName, ch, vals)
+		if err != nil {
+			return err
+		}
+	} else if r, err = c.helmInstall(ctx, sluiceNS, releaseName, dir, vals); err != nil {
 		return err
 	}
 	if r.Info.Status != release.StatusDeployed {

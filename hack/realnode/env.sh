@@ -5,6 +5,8 @@ K8S_VERSION=${K8S_VERSION:-1.37.2}
 COREDNS_VERSION=${COREDNS_VERSION:-1.15.0}
 KUBE_ROUTER_VERSION=${KUBE_ROUTER_VERSION:-2.1.0}
 ETCD_VERSION=${ETCD_VERSION:-3.6.6}
+# The forge of the pull-request test (make gitea builds it).
+GITEA_VERSION=${GITEA_VERSION:-v1.27.3}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # RN holds all state; short, because the containerd socket path must stay
 # under 108 characters.

@@ -30,4 +30,29 @@ mkimage -o "$out/coredns.tar" -t "sluice.local/coredns:v$COREDNS_VERSION" -entry
 # A registry Sluice's default policies allow (docker.io, implied), like the
 # chart's own images: the Helm applier tests deploy it through the gate.
 mkimage -o "$out/testapp.tar" -t sluice-gitops/testapp:e2e -entrypoint /testapp -user 65532:65532 /testapp="$bins/testapp"
-echo "e2e-images: pause, coredns, testapp in ${out#$root/} ($(( $(date +%s) - t0 )) s)"
+
+# Gitea, the forge of the pull-request test (make gitea builds it): its
+# binary; git, which it runs for every repository operation; what the
+# server-side hooks it writes into each repository run (`#!/usr/bin/env
+# bash`, cat, basename, dirname: without them a push reaches no webhook);
+# their shared libraries (Debian's, dynamically linked: copied at the
+# paths the loader looks at); and the templates and locales of its module
+# (STATIC_ROOT_PATH; there is no built frontend, which the API, git over
+# HTTP and webhooks do not need). Non-root: the base layer's user
+# "nonroot" is Gitea's RUN_USER.
+gitea_dir="$root/bin/gitea/$GITEA_VERSION"
+[ -x "$gitea_dir/gitea" ] && [ -f "$gitea_dir/static-root" ] || { echo "e2e-images: $gitea_dir/gitea missing (make gitea)" >&2; exit 1; }
+static=$(cat "$gitea_dir/static-root")
+specs=("/gitea=$gitea_dir/gitea" "/gitea-static/templates=$static/templates" "/gitea-static/options=$static/options")
+for b in /usr/bin/git /usr/bin/env /usr/bin/bash /usr/bin/cat /usr/bin/basename /usr/bin/dirname; do
+  [ -x "$b" ] || { echo "e2e-images: $b missing: the Gitea image needs git and bash (apt-get install git bash coreutils)" >&2; exit 1; }
+  specs+=("$b=$(readlink -f "$b")")
+  # ldd lists "name => /path (addr)" and the loader as "/path (addr)".
+  for l in $(ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
+    specs+=("$l=$(readlink -f "$l")")
+  done
+done
+mapfile -t specs < <(printf '%s\n' "${specs[@]}" | sort -u)
+mkimage -o "$out/gitea.tar" -t "sluice.local/gitea:$GITEA_VERSION" -entrypoint /gitea -user 65532:65532 \
+  -env PATH=/usr/bin -env HOME=/data -env GITEA_WORK_DIR=/data "${specs[@]}"
+echo "e2e-images: pause, coredns, testapp, gitea in ${out#$root/} ($(( $(date +%s) - t0 )) s)"

@@ -76,6 +76,14 @@ func (s *Server) serveRun(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the run ended without a result", http.StatusInternalServerError)
 		return
 	}
+	// One line per run, as the field's doc says: which operation, on which
+	// stack, how it ended and how it was confined (what an operator reads
+	// to know where a plan or an apply ran).
+	code := ""
+	if res.Error != nil {
+		code = res.Error.Code
+	}
+	s.Log.Info("Ran a job", "op", job.Op, "stack", job.Stack, "failed", code, "landlockABI", res.Sandbox.LandlockABI)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(res)
 }
