@@ -69,6 +69,10 @@ func recordVerified(s *releaseScope) {
 		if isPreview(cr) || cr.Status.Phase != sluicev1.PhaseVerified {
 			continue
 		}
+		if cr.Name == s.rel.Status.AppliedChange {
+			newest = cr
+			break
+		}
 		if newest == nil || timeOf(verificationEnd(cr)).After(timeOf(verificationEnd(newest))) {
 			newest = cr
 		}
@@ -76,8 +80,12 @@ func recordVerified(s *releaseScope) {
 	if newest == nil {
 		return
 	}
+	// The change the Release has applied last, once verified, is the
+	// newest verified whatever the clock says: stored times have whole
+	// seconds, and a rollback may verify in the second its target did.
+	applied := s.rel.Status.AppliedChange != "" && newest.Name == s.rel.Status.AppliedChange
 	lv := s.rel.Status.LastVerified
-	if lv != nil && lv.ChangeRequest != newest.Name && !timeOf(verificationEnd(newest)).After(timeOf(lv.VerifiedAt)) {
+	if !applied && lv != nil && lv.ChangeRequest != newest.Name && !timeOf(verificationEnd(newest)).After(timeOf(lv.VerifiedAt)) {
 		return
 	}
 	s.rel.Status.LastVerified = &sluicev1.VerifiedChange{
