@@ -617,11 +617,19 @@ func (a *app) diagnoseWorkload(ctx context.Context, s *diagnosis, d *Diagnosis) 
 	if ns == "" && s.rel.Status.AppliedChange != "" {
 		ns = s.rel.Spec.TargetNamespace
 	}
+	// A first change still Applying is making its pods now: an applier
+	// that waits for them to be ready waits on exactly what is stuck.
+	applyingNow := false
+	if ns == "" && s.cr != nil && s.cr.Name == s.rel.Status.CurrentChange && s.cr.Status.Phase == sluicev1.PhaseApplying {
+		ns, applyingNow = s.cr.Spec.TargetNamespace, true
+	}
 	if ns == "" {
 		return notReached(st, "nothing of the release was applied yet")
 	}
 	d.WorkloadNamespace = ns
-	if s.cr != nil && s.rel.Status.AppliedChange != s.cr.Name {
+	if applyingNow {
+		st.Details = append(st.Details, fmt.Sprintf("the pods of change %s, being applied", s.cr.Name))
+	} else if s.cr != nil && s.rel.Status.AppliedChange != s.cr.Name {
 		st.Details = append(st.Details, fmt.Sprintf("the pods of change %s, the one applied last", s.rel.Status.AppliedChange))
 	}
 	// What the operator recorded on the Release outlives the pods' Events.
