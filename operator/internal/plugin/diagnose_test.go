@@ -340,3 +340,34 @@ func TestDiagnose_figures(t *testing.T) {
 	// re-run for an applied change. Discovery may add a few.
 	require.LessOrEqual(t, byRelease, int64(12), "diagnose reads a bounded number of objects")
 }
+
+// The first change of a release is still Applying (Helm waits for its pods
+// to be ready) and its pod cannot pull its image: the workload step looks
+// at the pods being made and comes first, not "apply waiting" (the real
+// node showed the stuck pod hidden behind the waiting applier).
+func TestDiagnose_aFirstChangeStillApplyingShowsItsStuckPod(t *testing.T) {
+	diagRepository(t)
+	ctx := context.Background()
+	cr := newChange(t, diagNS, "prod", sluicev1.ApprovalRule{Required: 1})
+	now := metav1.Now()
+	setStatus(t, cr, func(s *sluicev1.ChangeRequestStatus) {
+		s.Phase = sluicev1.PhaseApplying
+		s.ApprovedBy = []sluicev1.Identity{"k8s:carol"}
+		s.ApprovedAt = &now
+		apimeta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: sluicev1.ConditionApproved, Status: metav1.ConditionTrue, Reason: sluicev1.ReasonApprovalsMet, Message: "1 of 1 approvals"})
+	})
+	rel := &sluicev1.Release{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: diagNS, Name: cr.Spec.Release}, rel))
+	rel.Status.CurrentChange = cr.Name
+	require.NoError(t, env.Client.Status().Update(ctx, rel))
+	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cr.Spec.TargetNamespace}}))
+	createPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: cr.Spec.TargetNamespace, Labels: map[string]string{podhealth.InstanceLabel: rel.Name}}}, pullFailed)
+
+	out, _, err := sluiceAs(t, env.Config, "diagnose", rel.Name, "-n", diagNS)
+	require.NoError(t, err)
+	t.Log("\n" + out)
+	first, steps, ok := strings.Cut(out, "Steps:")
+	require.True(t, ok, out)
+	require.Contains(t, first, "First failing step: workload: 1 of 1 pods stuck: pod web-1 container web image registry.invalid/web:2: ErrImagePull")
+	require.Contains(t, steps, "the pods of change "+cr.Name+", being applied")
+}
