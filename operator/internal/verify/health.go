@@ -11,20 +11,24 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/podhealth"
 )
 
-// InstanceLabel selects the objects of a Helm release (the label every
-// chart made with `helm create` sets to the release's name).
-const InstanceLabel = "app.kubernetes.io/instance"
+// InstanceLabel selects the objects of a Helm release: the label the
+// Degraded condition and diagnose read too.
+const InstanceLabel = podhealth.InstanceLabel
 
-// stuckReasons are container states a pod does not leave by itself: the
-// verification fails at once instead of after a progress deadline.
-var stuckReasons = map[string]bool{
-	"ImagePullBackOff":           true,
-	"ErrImagePull":               true,
-	"CrashLoopBackOff":           true,
-	"CreateContainerConfigError": true,
-	"OOMKilled":                  true,
+// failsAtOnce are the pod problems a verification does not wait out: a
+// container that cannot pull its image, crash-loops, cannot be created
+// or was killed for lack of memory. An unschedulable pod is left to the
+// progress deadline (a cluster autoscaler may still place it).
+var failsAtOnce = map[string]bool{
+	sluicev1.ReasonImagePullFailed:            true,
+	sluicev1.ReasonCrashLooping:               true,
+	sluicev1.ReasonCreateContainerConfigError: true,
+	sluicev1.ReasonOOMKilled:                  true,
 }
 
 // HealthState is what a health check found.
@@ -50,7 +54,7 @@ type Health struct {
 // CheckHealth looks at the workloads (Deployments, StatefulSets,
 // DaemonSets) and pods of release in namespace, selected by
 // InstanceLabel, with r (an uncached reader: the operator keeps no
-// informer on workloads). A pod in a stuck state (stuckReasons) or an
+// informer on workloads). A pod with a problem in failsAtOnce or an
 // object kstatus calls Failed makes it Unhealthy; one not Current yet
 // makes it Progressing.
 func CheckHealth(ctx context.Context, r client.Reader, namespace, release string) (Health, error) {
@@ -125,22 +129,21 @@ func kstatusOf(o client.Object) (*status.Result, error) {
 	return res, nil
 }
 
-// StuckPod names the first pod with a container in a state it does not
-// leave by itself (waiting in stuckReasons, or last killed for lack of
-// memory); "" when there is none.
+// StuckPod names the first pod (by name) with a problem that fails a
+// verification at once (failsAtOnce, read by podhealth); "" when there
+// is none.
 func StuckPod(pods []corev1.Pod) string {
+	var first *podhealth.Problem
 	for i := range pods {
-		p := &pods[i]
-		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
-			if w := cs.State.Waiting; w != nil && stuckReasons[w.Reason] {
-				return fmt.Sprintf("pod %s: container %s is %s: %s", p.Name, cs.Name, w.Reason, w.Message)
-			}
-			for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
-				if t != nil && t.Reason == "OOMKilled" {
-					return fmt.Sprintf("pod %s: container %s was OOMKilled", p.Name, cs.Name)
-				}
+		for _, p := range podhealth.Problems(&pods[i]) {
+			if failsAtOnce[p.Reason] && (first == nil || p.Pod < first.Pod) {
+				first = &p
+				break
 			}
 		}
 	}
-	return ""
+	if first == nil {
+		return ""
+	}
+	return first.String()
 }
