@@ -311,7 +311,7 @@ func (run *planRun) newChangeRequest(ctx context.Context, attempt int32) (*sluic
 	if err != nil {
 		return nil, err
 	}
-	plan, spec := run.plan, run.plan.spec
+	plan := run.plan
 	rel := plan.release
 	// The verification's templates are read from the revision.
 	files, err := run.cache.FS(plan.revision)
@@ -322,33 +322,38 @@ func (run *planRun) newChangeRequest(ctx context.Context, attempt int32) (*sluic
 	if prev := rel.Status.LastSyncedCommit; prev != plan.revision && len(prev) >= 40 {
 		previous = prev
 	}
-	return changespec.Build(changespec.Change{
-		PullRequestAuthor: people.prAuthor,
-		Pushers:           people.pushers,
-		Repository:        run.repo,
-		Release:           rel.Name,
-		Service:           spec.Service,
-		Environment:       string(spec.Environment),
-		ServiceDir:        string(spec.SourcePath),
-		Source:            plan.source,
-		Name:              sluicev1.ChangeRequestName(rel.Name, plan.revision, attempt),
-		Revision:          plan.revision,
-		Attempt:           attempt,
-		PreviousRevision:  previous,
-		Authors:           people.authors,
-		CommitMessage:     people.commit.Message,
-		TargetNamespace:   spec.TargetNamespace,
-		Delivery:          spec.Delivery,
-		Rule:              spec.Rule,
-		Artifact:          run.art,
-		ArtifactURL:       run.key.URL(run.r.ArtifactBaseURL),
-		Result:            run.result,
-		Findings:          plan.invalid,
-		InputsErr:         plan.inputsErr,
-		Replan:            plan.replan,
-		Verification:      changespec.VerificationBlockOf(plan.service, plan.env),
-		Files:             files,
+	c := run.change(attempt)
+	c.Name = sluicev1.ChangeRequestName(rel.Name, plan.revision, attempt)
+	c.PullRequestAuthor, c.Pushers, c.Authors = people.prAuthor, people.pushers, people.authors
+	c.CommitMessage = people.commit.Message
+	c.PreviousRevision = previous
+	c.Replan = plan.replan
+	c.Files = files
+	c.MergedPullRequests = people.merged
+	return changespec.Build(c), nil
+}
 
-		MergedPullRequests: people.merged,
-	}), nil
+// change is what every change of this plan says, a push's or a
+// rollback's: where it comes from, what it renders to and its verdict.
+func (run *planRun) change(attempt int32) changespec.Change {
+	plan, spec := run.plan, run.plan.spec
+	return changespec.Change{
+		Repository:      run.repo,
+		Release:         plan.release.Name,
+		Service:         spec.Service,
+		Environment:     string(spec.Environment),
+		ServiceDir:      string(spec.SourcePath),
+		Source:          plan.source,
+		Revision:        plan.revision,
+		Attempt:         attempt,
+		TargetNamespace: spec.TargetNamespace,
+		Delivery:        spec.Delivery,
+		Rule:            spec.Rule,
+		Artifact:        run.art,
+		ArtifactURL:     run.key.URL(run.r.ArtifactBaseURL),
+		Result:          run.result,
+		Findings:        plan.invalid,
+		InputsErr:       plan.inputsErr,
+		Verification:    changespec.VerificationBlockOf(plan.service, plan.env),
+	}
 }

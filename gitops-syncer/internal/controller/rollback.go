@@ -214,34 +214,15 @@ func checkRollbackPlan(plan *changePlan, res *validation.Result) error {
 // change): the people and commit of the verified change it returns to,
 // the failed revision as the previous one, and spec.rollback.
 func (run *planRun) newRollback(attempt int32) *sluicev1.ChangeRequest {
-	plan, spec, target := run.plan, run.plan.spec, run.plan.target
+	plan, target := run.plan, run.plan.target
 	rb := plan.rollback
-	return changespec.Build(changespec.Change{
-		PullRequestAuthor: target.Spec.PullRequestAuthor,
-		Pushers:           target.Spec.Pushers,
-		Repository:        run.repo,
-		Release:           plan.release.Name,
-		Service:           spec.Service,
-		Environment:       string(spec.Environment),
-		ServiceDir:        string(spec.SourcePath),
-		Source:            plan.source,
-		Name:              plan.name(attempt),
-		Revision:          plan.revision,
-		Attempt:           attempt,
-		PreviousRevision:  plan.release.Status.AppliedRevision,
-		Authors:           target.Spec.Authors,
-		CommitMessage:     fmt.Sprintf("Rollback of %s to the verified %s\n\n%s", rb.Of, rb.To, target.Spec.CommitMessage),
-		TargetNamespace:   spec.TargetNamespace,
-		Delivery:          spec.Delivery,
-		Rule:              spec.Rule,
-		Artifact:          run.art,
-		ArtifactURL:       run.key.URL(run.r.ArtifactBaseURL),
-		Result:            run.result,
-		Findings:          plan.invalid,
-		InputsErr:         plan.inputsErr,
-		Rollback:          rb,
-		Verification:      changespec.VerificationBlockOf(plan.service, plan.env),
-	})
+	c := run.change(attempt)
+	c.Name = plan.name(attempt)
+	c.PullRequestAuthor, c.Pushers, c.Authors = target.Spec.PullRequestAuthor, target.Spec.Pushers, target.Spec.Authors
+	c.CommitMessage = fmt.Sprintf("Rollback of %s to the verified %s\n\n%s", rb.Of, rb.To, target.Spec.CommitMessage)
+	c.PreviousRevision = plan.release.Status.AppliedRevision
+	c.Rollback = rb
+	return changespec.Build(c)
 }
 
 // recordRollback records a rollback on its Release as the newest change.
