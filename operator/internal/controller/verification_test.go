@@ -75,8 +75,12 @@ func withVerification() changeOpt {
 // approves a change with a verification of a release whose target
 // namespace exists.
 func verifyFixture(t *testing.T, value float64) (*fixture, *fixedMeasurer, *sluicev1.Release, *sluicev1.ChangeRequest) {
+	return verifyFixtureWith(t, &fixedMeasurer{value: value})
+}
+
+// verifyFixtureWith is verifyFixture with the measurer m.
+func verifyFixtureWith(t *testing.T, m *fixedMeasurer) (*fixture, *fixedMeasurer, *sluicev1.Release, *sluicev1.ChangeRequest) {
 	f := newFixture(t)
-	m := &fixedMeasurer{value: value}
 	f.op = startOperator(t, f.ns, operatorConfig{applier: &testapplier.Applier{Client: env.Client}, measurer: m})
 	rel := f.release("checkout", "prod", twoOf, nil, func(r *sluicev1.Release) { r.Spec.TargetNamespace = "checkout-" + f.ns })
 	require.NoError(t, f.c.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rel.Spec.TargetNamespace}}))
@@ -84,6 +88,12 @@ func verifyFixture(t *testing.T, value float64) (*fixture, *fixedMeasurer, *slui
 	f.decide(cr, "k8s:alice", sluicev1.DecisionApprove)
 	f.decide(cr, "k8s:bob", sluicev1.DecisionApprove)
 	return f, m, rel, cr
+}
+
+// inconclusive: c waits in Verifying for a person to settle it.
+func inconclusive(c *sluicev1.ChangeRequest) bool {
+	v := condition(c, sluicev1.ConditionVerified)
+	return c.Status.Phase == sluicev1.PhaseVerifying && v != nil && v.Reason == sluicev1.ReasonInconclusive
 }
 
 // A good version: Applied, then Verifying, then Verified once both
@@ -209,18 +219,7 @@ func TestVerification_aStaleCacheDoesNotMeasureAgain(t *testing.T) {
 // is named and does not count; an allowed approver's verify-fail ends it
 // VerificationFailed, recording who settled it and why.
 func TestVerification_inconclusiveIsSettledByAnAllowedApprover(t *testing.T) {
-	f := newFixture(t)
-	m := &fixedMeasurer{value: 0.001, inconclusive: true}
-	f.op = startOperator(t, f.ns, operatorConfig{applier: &testapplier.Applier{Client: env.Client}, measurer: m})
-	rel := f.release("checkout", "prod", twoOf, nil, func(r *sluicev1.Release) { r.Spec.TargetNamespace = "checkout-" + f.ns })
-	require.NoError(t, f.c.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rel.Spec.TargetNamespace}}))
-	cr := f.change(rel, twoOf, withVerification())
-	f.decide(cr, "k8s:alice", sluicev1.DecisionApprove)
-	f.decide(cr, "k8s:bob", sluicev1.DecisionApprove)
-	inconclusive := func(c *sluicev1.ChangeRequest) bool {
-		v := condition(c, sluicev1.ConditionVerified)
-		return c.Status.Phase == sluicev1.PhaseVerifying && v != nil && v.Reason == sluicev1.ReasonInconclusive
-	}
+	f, m, _, cr := verifyFixtureWith(t, &fixedMeasurer{value: 0.001, inconclusive: true})
 	got := f.eventually(cr, "verifying, inconclusive", inconclusive)
 	require.Contains(t, condition(got, sluicev1.ConditionVerified).Message, "a person decides")
 	require.Equal(t, 1, m.count(), "no more measurements while a person decides")
@@ -292,18 +291,8 @@ func TestVerification_doraMetrics(t *testing.T) {
 // An allowed approver's verify-pass ends an inconclusive verification
 // Verified, and the Release records the change as applied.
 func TestVerification_inconclusiveSettledAsPassedIsVerified(t *testing.T) {
-	f := newFixture(t)
-	m := &fixedMeasurer{value: 0.001, inconclusive: true}
-	f.op = startOperator(t, f.ns, operatorConfig{applier: &testapplier.Applier{Client: env.Client}, measurer: m})
-	rel := f.release("checkout", "prod", twoOf, nil, func(r *sluicev1.Release) { r.Spec.TargetNamespace = "checkout-" + f.ns })
-	require.NoError(t, f.c.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rel.Spec.TargetNamespace}}))
-	cr := f.change(rel, twoOf, withVerification())
-	f.decide(cr, "k8s:alice", sluicev1.DecisionApprove)
-	f.decide(cr, "k8s:bob", sluicev1.DecisionApprove)
-	f.eventually(cr, "verifying, inconclusive", func(c *sluicev1.ChangeRequest) bool {
-		v := condition(c, sluicev1.ConditionVerified)
-		return c.Status.Phase == sluicev1.PhaseVerifying && v != nil && v.Reason == sluicev1.ReasonInconclusive
-	})
+	f, _, rel, cr := verifyFixtureWith(t, &fixedMeasurer{value: 0.001, inconclusive: true})
+	f.eventually(cr, "verifying, inconclusive", inconclusive)
 	f.decide(cr, "k8s:bob", sluicev1.DecisionVerifyPass, func(a *sluicev1.Approval) { a.Spec.Comment = "no traffic at night" })
 	got := f.phase(cr, sluicev1.PhaseVerified)
 	require.Equal(t, sluicev1.ReasonSettledPass, condition(got, sluicev1.ConditionVerified).Reason)
