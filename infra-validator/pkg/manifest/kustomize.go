@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -182,18 +181,9 @@ func (w *kwalk) visit(dir string, at Problem) {
 
 // read reads a repo-relative file confined to the repository.
 func (w *kwalk) read(rel string) ([]byte, error) {
-	abs, err := ConfinedPath(w.repoRoot, rel)
+	data, err := readConfined(w.repoRoot, rel, maxKustomizationSize)
 	if err != nil {
 		return nil, err
-	}
-	f, err := os.Open(abs)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", rel, unwrapPathError(err))
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxKustomizationSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", rel, unwrapPathError(err))
 	}
 	if len(data) > maxKustomizationSize {
 		return nil, fmt.Errorf("%s is larger than %d bytes", rel, maxKustomizationSize)

@@ -110,18 +110,9 @@ func Load(repoRoot, serviceDir string) (*Service, error) {
 		return nil, fmt.Errorf("service folder: %w", err)
 	}
 	file := path.Join(dir, FileName)
-	abs, err := ConfinedPath(repoRoot, file)
+	data, err := readConfined(repoRoot, file, maxManifestSize)
 	if err != nil {
 		return nil, fmt.Errorf("service manifest: %w", err)
-	}
-	f, err := os.Open(abs)
-	if err != nil {
-		return nil, fmt.Errorf("service manifest %s: %w", file, unwrapPathError(err))
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxManifestSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("service manifest %s: %w", file, unwrapPathError(err))
 	}
 	svc, err := Parse(data, file)
 	if err != nil {
@@ -450,4 +441,24 @@ func detail(s string) string {
 		return ""
 	}
 	return ": " + s
+}
+
+// readConfined reads the repo-relative file rel, confined to repoRoot (no
+// path or symlink out of it), and at most limit+1 bytes of it: the caller
+// says what more than limit means.
+func readConfined(repoRoot, rel string, limit int) ([]byte, error) {
+	abs, err := ConfinedPath(repoRoot, rel)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", rel, unwrapPathError(err))
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", rel, unwrapPathError(err))
+	}
+	return data, nil
 }
