@@ -40,6 +40,13 @@ import (
 // costs about 1-2 KiB per labelled pod in the cluster (pods of Helm
 // releases Sluice did not make included: a label selector cannot name
 // the target namespaces, which change with every Release).
+//
+// The compliance scanner (internal/compliance, when enabled) keeps pods
+// too, on purpose in informers of its own: it reads specs, not status, of
+// every pod in a target namespace, and keeps only the identity of a pod
+// a controller owns. Serving both from one cache would keep full pods
+// cluster-wide; a released pod costs one slim status copy here and a
+// name-and-owner copy there.
 
 // IndexReleaseTarget indexes Releases by "<target namespace>/<name>", for
 // the target namespace they applied to and the one they will apply to:
