@@ -8,18 +8,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/verify/promtest"
 )
 
 // promURL is the real Prometheus TestMain started, scraping a good and a
@@ -56,98 +54,14 @@ func run(m *testing.M) int {
 	defer good.Close()
 	bad := httptest.NewServer(&app{errorRate: 0.05})
 	defer bad.Close()
-	stop, url, err := startPrometheus(map[string]string{"good": good.Listener.Addr().String(), "bad": bad.Listener.Addr().String()})
+	prom, err := promtest.Start(map[string]string{"good": good.Listener.Addr().String(), "bad": bad.Listener.Addr().String()})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "verify tests need a real Prometheus (make prometheus):", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer stop()
-	promURL = url
+	defer prom.Stop()
+	promURL = prom.URL
 	return m.Run()
-}
-
-// startPrometheus runs the prometheus binary on a free local port with a
-// scrape config for targets (namespace → host:port), and waits until it
-// has two samples of every target (rate and increase need two).
-func startPrometheus(targets map[string]string) (func(), string, error) {
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		return nil, "", err
-	}
-	dir, err := os.MkdirTemp("", "verify-prometheus-")
-	if err != nil {
-		return nil, "", err
-	}
-	var cfg strings.Builder
-	cfg.WriteString("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n")
-	for ns, addr := range targets {
-		fmt.Fprintf(&cfg, "  - job_name: app-%s\n    static_configs:\n      - targets: [%q]\n        labels: {namespace: %q}\n", ns, addr, ns)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg.String()), 0o600); err != nil {
-		return nil, "", err
-	}
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, "", err
-	}
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		return nil, "", err
-	}
-	defer logFile.Close()
-	// A file, not the test's stderr: go test waits for its pipes to
-	// close. Pdeathsig: Prometheus dies with a test binary that panicked.
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, "", err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		_ = os.RemoveAll(dir)
-	}
-	url := "http://" + addr
-	p := &Prometheus{Timeout: 10 * time.Second}
-	for {
-		select {
-		case err := <-exited:
-			out, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
-			_ = os.RemoveAll(dir)
-			return nil, "", fmt.Errorf("prometheus exited: %v: %s", err, out)
-		default:
-		}
-		ready := true
-		for ns := range targets {
-			v, err := p.query(context.Background(), url, fmt.Sprintf(`count_over_time(app_http_requests_total{namespace=%q,code="200"}[1m])`, ns), time.Now())
-			if err != nil || v == "" || v == "1" {
-				ready = false
-			}
-		}
-		if ready {
-			return stop, url, nil
-		}
-		// Polling a condition, not waiting for time: Prometheus scrapes
-		// on its own clock.
-		waitBriefly()
-	}
-}
-
-// waitBriefly yields between polls of a condition.
-func waitBriefly() { <-time.After(100 * time.Millisecond) }
-
-// freeAddr is a local address nothing listens on.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 func errorRateCheck() sluicev1.MetricCheck {
@@ -263,11 +177,12 @@ func TestMeasure_prometheusThatFails(t *testing.T) {
 
 func mustFreeAddr(t *testing.T) string {
 	t.Helper()
-	a, err := freeAddr()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // near reports whether the measured value v is within 1e-9 of want
