@@ -128,7 +128,10 @@ func (f *Fetcher) FetchChange(ctx context.Context, cr *sluicev1.ChangeRequest) (
 	if err != nil {
 		return nil, err
 	}
-	want := sluicev1.ComputeOperationApprovalDigest(cr.Namespace, cr.Spec.Release, cr.Spec.Operation, content.ContentDigest, cr.Spec.ManifestDigest, cr.Spec.PlanDigest)
+	// Everything the approval covers: the verified content, the recorded
+	// digests, the verification and the rollback (as the gate checks it).
+	want := sluicev1.ComputeRollbackApprovalDigest(cr.Namespace, cr.Spec.Release, cr.Spec.Operation, content.ContentDigest, cr.Spec.ManifestDigest,
+		cr.Spec.PlanDigest, sluicev1.VerificationDigest(cr.Spec.Verification), cr.Spec.Rollback)
 	if want != cr.Spec.ApprovalDigest {
 		_ = content.Close()
 		return nil, applier.Permanent(sluicev1.ReasonDigestMismatch,

@@ -120,6 +120,38 @@ func TestFetchChange_verifiesAndExtractsThenCloseRemovesEverything(t *testing.T)
 	require.Empty(t, left, "Close removes the folder and the download")
 }
 
+// A change that carries a verification, or is a rollback, has both in its
+// approvalDigest: the fetch accepts it as recorded (the real appliers
+// refused every such change before), and refuses it when the checks or
+// the rollback were changed after the digest was computed.
+func TestFetchChange_verificationAndRollbackAreInTheApprovalDigest(t *testing.T) {
+	s := newServer(t)
+	tarball := tarBytes(t, file("values.yaml", "replicas: 2\n"))
+	targz := gz(t, tarball)
+	url := s.put("v.tar.gz", targz)
+	checked := func() *sluicev1.ChangeRequest {
+		cr := change(url, targz, tarball)
+		cr.Spec.Verification = &sluicev1.VerificationSpec{PrometheusURL: "http://prometheus:9090", Checks: []sluicev1.MetricCheck{{
+			Name: "error-rate", Query: "sum(rate(errors[1m]))", SuccessCondition: "result < 0.005"}}}
+		cr.Spec.Rollback = &sluicev1.RollbackSpec{Of: "checkout-staging-bbbbbbbbbb", To: "checkout-staging-aaaaaaaaaa"}
+		cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+		return cr
+	}
+	c, err := newFetcher(t, s).FetchChange(context.Background(), checked())
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+
+	weakened := checked()
+	weakened.Spec.Verification.Checks[0].SuccessCondition = "result < 1"
+	_, err = newFetcher(t, s).FetchChange(context.Background(), weakened)
+	requireFailure(t, err, sluicev1.ReasonDigestMismatch)
+
+	retargeted := checked()
+	retargeted.Spec.Rollback.To = "checkout-staging-cccccccccc"
+	_, err = newFetcher(t, s).FetchChange(context.Background(), retargeted)
+	requireFailure(t, err, sluicev1.ReasonDigestMismatch)
+}
+
 func TestFetchChange_refusesContentOtherThanTheDigestsSay(t *testing.T) {
 	s := newServer(t)
 	tarball := tarBytes(t, file("values.yaml", "replicas: 2\n"))

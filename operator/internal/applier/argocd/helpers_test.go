@@ -252,7 +252,10 @@ func (f *fixture) change(values string, extra map[string]string) *sluicev1.Chang
 	return f.changeFor(commit, files, f.digestOf(files))
 }
 
-func (f *fixture) changeFor(commit string, files map[string][]byte, digest sluicev1.Digest) *sluicev1.ChangeRequest {
+// changeFor records the change of commit whose tree is files, as the
+// syncer does; each edit is applied to it before it is created (and its
+// approvalDigest computed).
+func (f *fixture) changeFor(commit string, files map[string][]byte, digest sluicev1.Digest, edits ...func(*sluicev1.ChangeRequest)) *sluicev1.ChangeRequest {
 	f.t.Helper()
 	tb := artifacttest.Tarball(files)
 	gz := artifacttest.Gzip(tb)
@@ -273,6 +276,9 @@ func (f *fixture) changeFor(commit string, files map[string][]byte, digest sluic
 			Verdict:        sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow},
 			Rule:           sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow},
 		},
+	}
+	for _, edit := range edits {
+		edit(cr)
 	}
 	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
 	require.NoError(f.t, env.Client.Create(context.Background(), cr))
