@@ -15,12 +15,13 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
-// CommentRefresher keeps the approval state of the pull-request comments
-// current: when the operator records a new approval state on a preview
+// CommentRefresher keeps the pull-request comments current between
+// pushes: when the operator records a new approval state on a preview
 // ChangeRequest (an Approval arrived or was revoked, the effective rule or
 // the phase changed), the comment of its pull request is rendered again
-// (Handler.RefreshApprovals). Pushes render it too; this covers the
-// approvals between pushes.
+// (Handler.RefreshApprovals); when a change of the tracked branch that
+// merged pull requests moves on in its verification, their comments show
+// it (Handler.RefreshMerged).
 type CommentRefresher struct {
 	Client  client.Client
 	Handler *Handler
@@ -49,7 +50,13 @@ func (r *CommentRefresher) SetupWithManager(mgr ctrl.Manager) error {
 			UpdateFunc: func(e event.UpdateEvent) bool {
 				o, okO := e.ObjectOld.(*sluicev1.ChangeRequest)
 				n, okN := e.ObjectNew.(*sluicev1.ChangeRequest)
-				return okO && okN && isPreview(n) && approvalStateChanged(o, n)
+				if !okO || !okN {
+					return false
+				}
+				if isPreview(n) {
+					return approvalStateChanged(o, n)
+				}
+				return len(n.Spec.MergedPullRequests) > 0 && verificationChanged(o, n)
 			},
 		})).
 		Complete(r)
@@ -60,6 +67,9 @@ func (r *CommentRefresher) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	cr := &sluicev1.ChangeRequest{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !isPreview(cr) {
+		return ctrl.Result{}, r.Handler.RefreshMerged(ctx, cr)
 	}
 	return ctrl.Result{}, r.Handler.RefreshApprovals(ctx, cr)
 }
@@ -74,4 +84,19 @@ func approvalStateChanged(o, n *sluicev1.ChangeRequest) bool {
 	a, b := o.Status, n.Status
 	return a.Phase != b.Phase || !equality.Semantic.DeepEqual(a.EffectiveRule, b.EffectiveRule) ||
 		!equality.Semantic.DeepEqual(a.ApprovedBy, b.ApprovedBy) || !equality.Semantic.DeepEqual(a.RejectedBy, b.RejectedBy)
+}
+
+// verificationChanged compares what a merged pull request's comment shows
+// of the branch change's verification: the phase, the message, the
+// measurements and who settled it.
+func verificationChanged(o, n *sluicev1.ChangeRequest) bool {
+	if o.Status.Phase != n.Status.Phase {
+		return true
+	}
+	a, b := o.Status.Verification, n.Status.Verification
+	if a == nil || b == nil {
+		return a != b
+	}
+	return a.Message != b.Message || len(a.Measurements) != len(b.Measurements) || a.MeasurementsDropped != b.MeasurementsDropped ||
+		!equality.Semantic.DeepEqual(a.Settled, b.Settled)
 }

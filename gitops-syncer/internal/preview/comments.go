@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -166,6 +167,69 @@ func (h *Handler) RefreshApprovals(ctx context.Context, cr *sluicev1.ChangeReque
 	if len(crs) > 0 {
 		h.submitReview(ctx, t, crs)
 	}
+	return nil
+}
+
+// RefreshMerged renders again the comment of each pull request whose
+// merge the branch change cr applied (spec.mergedPullRequests), once its
+// verification moved on: the comment then shows the changes of the
+// tracked branch that merged it (every release's, at cr's revision) with
+// their verification and measurements, in place of the previews, which
+// the merge removed. Like RefreshApprovals it writes only to a pull
+// request this process has commented on since it started, and nothing
+// when the comment reads the same.
+func (h *Handler) RefreshMerged(ctx context.Context, cr *sluicev1.ChangeRequest) error {
+	repoName := cr.Labels[sluicev1.LabelRepository]
+	if h.Comments == nil || isPreview(cr) || len(cr.Spec.MergedPullRequests) == 0 || repoName == "" {
+		return nil
+	}
+	repo := &sluicev1.Repository{ObjectMeta: metav1.ObjectMeta{Namespace: cr.Namespace, Name: repoName}}
+	for _, n := range cr.Spec.MergedPullRequests {
+		if err := h.refreshMerged(ctx, repo, cr.Spec.Revision, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// refreshMerged renders pull request n's comment from the branch changes
+// at revision that merged it.
+func (h *Handler) refreshMerged(ctx context.Context, repo *sluicev1.Repository, revision string, n int64) error {
+	unlock := h.lock(repo, n)
+	defer unlock()
+	v, ok := h.threads.Load(threadKey(repo.Namespace, repo.Name, n))
+	if !ok {
+		return nil
+	}
+	t := v.(commentThread)
+	var list sluicev1.ChangeRequestList
+	if err := h.Client.List(ctx, &list, client.InNamespace(repo.Namespace), client.MatchingLabels{sluicev1.LabelRepository: repo.Name}); err != nil {
+		return fmt.Errorf("list the changes that merged pull request %d: %w", n, err)
+	}
+	var crs []*sluicev1.ChangeRequest
+	for i := range list.Items {
+		c := &list.Items[i]
+		if !isPreview(c) && c.Spec.Revision == revision && slices.Contains(c.Spec.MergedPullRequests, n) {
+			crs = append(crs, c)
+		}
+	}
+	if len(crs) == 0 {
+		return nil
+	}
+	t.Merged = true
+	sort.Slice(crs, func(i, j int) bool { return crs[i].Spec.Release < crs[j].Spec.Release })
+	var sections []*review.Section
+	for _, c := range crs {
+		s, err := h.sectionOf(ctx, c)
+		if err != nil {
+			return fmt.Errorf("render the review of %s: %w", c.Name, err)
+		}
+		sections = append(sections, s)
+	}
+	h.pub.submit(h, fmt.Sprintf("%s#%d", t.Repo, t.Number), commentJob{
+		thread: t.Thread,
+		bodies: review.Markdown(sections, h.Comments.CommentLimit(), 0),
+	})
 	return nil
 }
 

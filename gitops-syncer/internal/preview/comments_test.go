@@ -34,6 +34,8 @@ type githubAPI struct {
 	edits    int
 	failures int
 	hold     chan struct{}
+	// state is the pull request's state ("open" when empty).
+	state string
 }
 
 var (
@@ -70,7 +72,11 @@ func (g *githubAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	switch {
 	case strings.HasSuffix(p, "/pulls/"+strings.TrimPrefix(p[strings.LastIndex(p, "/"):], "/")) && strings.Contains(p, "/pulls/"):
-		reply(200, map[string]any{"number": 1, "state": "open"})
+		state := g.state
+		if state == "" {
+			state = "open"
+		}
+		reply(200, map[string]any{"number": 1, "state": state})
 	case p == "/user":
 		reply(200, map[string]any{"login": "sluice-bot"})
 	case commentsPath.MatchString(p) && r.Method == http.MethodGet:

@@ -25,11 +25,17 @@ type Thread struct {
 	Repo      string
 	ProjectID int64
 	Number    int64
+	// Merged: the pull request is known to be merged (a change of the
+	// tracked branch records it); its comment is still kept current (the
+	// verification of what its merge applied), where a closed one's is
+	// left alone.
+	Merged bool
 }
 
 // CommentResult says what SyncComments did.
 type CommentResult struct {
-	// Closed: the pull request is closed or merged; nothing was written.
+	// Closed: the pull request is closed or merged (and the thread was
+	// not marked Merged); nothing was written.
 	Closed                   bool
 	Created, Edited, Deleted int
 }
@@ -79,13 +85,15 @@ func (a *API) SyncComments(ctx context.Context, t Thread, bodies []string) (Comm
 
 func syncComments(ctx context.Context, c commentAPI, t Thread, bodies []string) (CommentResult, error) {
 	var res CommentResult
-	open, err := c.open(ctx, t)
-	if err != nil {
-		return res, fmt.Errorf("read pull request %d: %w", t.Number, err)
-	}
-	if !open {
-		res.Closed = true
-		return res, nil
+	if !t.Merged {
+		open, err := c.open(ctx, t)
+		if err != nil {
+			return res, fmt.Errorf("read pull request %d: %w", t.Number, err)
+		}
+		if !open {
+			res.Closed = true
+			return res, nil
+		}
 	}
 	me, err := c.self(ctx)
 	if err != nil {
