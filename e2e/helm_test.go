@@ -72,6 +72,9 @@ func (c *cluster) installSluice(ctx context.Context) error {
 			// approved applies in the control namespace: its rights there
 			// are bound only in these.
 			"watchNamespaces": []any{controlNS},
+			// Verifications query the Prometheus the verification test
+			// runs on the node.
+			"egress": []any{map[string]any{"ports": []any{map[string]any{"port": promPort, "protocol": "TCP"}}}},
 		},
 		"syncer": map[string]any{
 			// The infra repository is served by the test from the node,

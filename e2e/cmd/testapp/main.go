@@ -2,7 +2,10 @@
 // HTTP server whose health endpoints (/healthz and /readyz; the golden-path
 // chart probes /healthz for readiness) answer 503 for the first
 // -ready-after (or $TESTAPP_READY_AFTER, which a chart sets through its
-// ConfigMap), so a test can tell "installed" from "Ready".
+// ConfigMap), so a test can tell "installed" from "Ready". /metrics gives
+// the share of requests it would answer with errors, $TESTAPP_ERROR_RATE
+// (0 when unset), as the gauge app_error_ratio: a "bad version" is one
+// deployed with a higher rate, so verification on live metrics fails it.
 package main
 
 import (
@@ -11,6 +14,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -34,6 +38,10 @@ func main() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", health)
 	mux.HandleFunc("/readyz", health)
+	errorRate, _ := strconv.ParseFloat(os.Getenv("TESTAPP_ERROR_RATE"), 64)
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "# TYPE app_error_ratio gauge\napp_error_ratio %g\n", errorRate)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		host, _ := os.Hostname()
 		fmt.Fprintf(w, "testapp %s\n", host)
