@@ -142,6 +142,7 @@ e2e-images: images-tool ## Sluice's images (amd64) and the e2e node's own (pause
 e2e: ## Bring a real one-node cluster up, install charts/sluice, run the e2e tests through pods, tear it down.
 	@if [ "$$(id -u)" != 0 ]; then echo "e2e: cannot run here: a real node needs root (kubelet, containerd, iptables); the unit and envtest suites do not" >&2; exit 3; fi
 	@$(call step,e2e-deps)
+	@$(call step,prometheus)
 	@$(call step,envtest)
 	@$(call step,node)
 	@$(call step,gitea)
