@@ -84,3 +84,11 @@ CONFTEST=$tools/conftest COMPLIANCE_OBJECTS=$compliance_objects bench -count=1 -
 # query requests Prometheus served per pass.
 echo "operator: verification pass, 100 releases x 3 checks, real Prometheus (go test -bench, ${verify_passes%x} passes)"
 bench -count=1 -run '^$' -bench 'BenchmarkVerificationPass' -benchtime "$verify_passes" ./internal/verify/
+# Rollback (issue 23): this package's operator and the real syncer binary on
+# one API server; per iteration a bad version fails its check and is rolled
+# back. Medians of: failing measurement -> rollback ChangeRequest, rollback
+# created -> applied, and a normal auto-approved change created -> applied.
+rollbacks=5x
+[ -n "${BENCH_SMOKE:-}" ] && rollbacks=1x
+echo "operator: rollback after a failed verification, real syncer binary (go test -bench, ${rollbacks%x} rollbacks)"
+bench -count=1 -timeout 20m -run '^$' -bench 'BenchmarkRollback' -benchtime "$rollbacks" ./internal/controller/

@@ -35,7 +35,7 @@ var (
 )
 
 // buildSyncer builds the gitops-syncer binary once per test run.
-func buildSyncer(t *testing.T) string {
+func buildSyncer(t testing.TB) string {
 	t.Helper()
 	syncerBinOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "rollback-syncer-")
@@ -58,7 +58,7 @@ func buildSyncer(t *testing.T) string {
 
 // startSyncerProcess runs the syncer binary for namespace ns until the
 // test ends; its output is printed when the test fails.
-func startSyncerProcess(t *testing.T, ns string) {
+func startSyncerProcess(t testing.TB, ns string) {
 	t.Helper()
 	bin := buildSyncer(t)
 	kc, err := env.AdminKubeconfig("syncer-" + ns)
@@ -89,7 +89,7 @@ func startSyncerProcess(t *testing.T, ns string) {
 // infraRepo is a git repository (the git command) holding the golden-path
 // chart and one service, web, with one environment, prod.
 type infraRepo struct {
-	t    *testing.T
+	t    testing.TB
 	dir  string
 	rule string
 	ns   string
@@ -106,7 +106,7 @@ func (r *infraRepo) git(args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func newInfraRepo(t *testing.T, targetNS, rule string) *infraRepo {
+func newInfraRepo(t testing.TB, targetNS, rule string) *infraRepo {
 	r := &infraRepo{t: t, dir: t.TempDir(), rule: rule, ns: targetNS}
 	r.git("init", "-q", "-b", "main")
 	require.NoError(t, copyDir("../../../charts/service", filepath.Join(r.dir, "charts", "service")))
@@ -170,7 +170,7 @@ type jointFixture struct {
 	obj  *sluicev1.Repository
 }
 
-func newJointFixture(t *testing.T, rule string) *jointFixture {
+func newJointFixture(t testing.TB, rule string) *jointFixture {
 	ns := "t-" + rand.String(8)
 	c := env.Client
 	require.NoError(t, c.Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
@@ -442,4 +442,46 @@ func (j *jointFixture) phases() string {
 		out = append(out, cr.Name+"="+string(cr.Status.Phase))
 	}
 	return strings.Join(out, " ")
+}
+
+// BenchmarkRollback measures the rollback's figures (issue 23) with this
+// package's operator and the real syncer binary on one API server: per
+// iteration (after a first install a person approves) a good version
+// verifies, a bad one (auto-approved by risk,
+// the normal apply the rollback compares with) fails its check, and the
+// rollback is created by the syncer and auto-approved. It reports the
+// medians of: failing measurement → rollback ChangeRequest seen, rollback
+// created → applied, and the bad version's created → applied.
+func BenchmarkRollback(b *testing.B) {
+	j := newJointFixture(b, `{required: 1, autoApproveRisk: low, approvers: ["k8s:alice"]}`)
+	// The first install is not low risk: a person approves it.
+	first := j.pushChange("1.0.0", false)
+	j.decide(first, "k8s:alice", sluicev1.DecisionApprove)
+	j.waitChange(first.Name, "verified", inPhase(sluicev1.PhaseVerified))
+	var toRollback, rollbackApply, normalApply []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		good, _ := j.pushChangeTimed(fmt.Sprintf("good-%d", i), false)
+		j.waitChange(good.Name, "verified", inPhase(sluicev1.PhaseVerified))
+		bad, created := j.pushChangeTimed(fmt.Sprintf("bad-%d", i), true)
+		_, applied := j.waitChange(bad.Name, "applied without a person", wasApplied)
+		failed, _ := j.waitChange(bad.Name, "verification failed", inPhase(sluicev1.PhaseVerificationFailed))
+		rbName := sluicev1.RollbackChangeRequestName("web-prod", bad.Name, 1)
+		_, rbCreated := j.waitChange(rbName, "the rollback is created", func(*sluicev1.ChangeRequest) bool { return true })
+		_, rbApplied := j.waitChange(rbName, "the rollback is applied", wasApplied)
+		j.waitChange(rbName, "the rollback verifies", inPhase(sluicev1.PhaseVerified))
+		toRollback = append(toRollback, rbCreated.Sub(failedAt(failed)))
+		rollbackApply = append(rollbackApply, rbApplied.Sub(rbCreated))
+		normalApply = append(normalApply, applied.Sub(created))
+	}
+	b.StopTimer()
+	median := func(ds []time.Duration) float64 {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[len(s)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(median(toRollback), "fail-to-rollback-ms")
+	b.ReportMetric(median(rollbackApply), "rollback-apply-ms")
+	b.ReportMetric(median(normalApply), "normal-apply-ms")
+	b.ReportMetric(median(rollbackApply)/median(normalApply), "rollback/normal")
 }

@@ -207,7 +207,7 @@ func (o *operator) stop() { _ = o.run.Stop() }
 
 // fixture is one test's namespace with a Repository.
 type fixture struct {
-	t  *testing.T
+	t  testing.TB
 	ns string
 	c  client.Client
 	// op is the operator of the fixture when one test helper needs it.
