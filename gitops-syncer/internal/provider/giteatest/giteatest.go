@@ -71,7 +71,9 @@ type Forge struct {
 	// any public repository).
 	Outsider User
 
-	dir  string
+	dir string
+	// path, when set, is the only PATH of Gitea and its git (StartWith).
+	path string
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  string
@@ -100,10 +102,26 @@ func Binary() (bin, static string, err error) {
 	}
 }
 
+// Options change how StartWith runs Gitea.
+type Options struct {
+	// Programs, when set, are the only programs Gitea and the git it runs
+	// find by name: a private PATH of links to them, and an empty git
+	// exec path, as in a FROM-scratch image holding just these
+	// (PodPrograms). Programs run by absolute path (git's /bin/sh) are
+	// still the machine's.
+	Programs []string
+}
+
 // Start runs Gitea for the test and stops it, removing its folder, when
 // the test ends. When Gitea is not built the test is skipped, or fails
 // under CI (the CI environment variable set), where `make test` builds it.
 func Start(t testing.TB) *Forge {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, opts Options) *Forge {
 	t.Helper()
 	bin, static, err := Binary()
 	if err != nil {
@@ -126,6 +144,11 @@ func Start(t testing.TB) *Forge {
 		}
 		f.stop()
 	})
+	if len(opts.Programs) > 0 {
+		if err := f.onlyPrograms(opts.Programs); err != nil {
+			t.Fatal(err)
+		}
+	}
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
@@ -237,8 +260,53 @@ ROOT_PATH = %[2]s/log
 // env is the environment of Gitea and its CLI: git without the user's
 // configuration or prompts.
 func (f *Forge) env() []string {
-	return append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_GLOBAL="+filepath.Join(f.dir, "gitconfig"),
+	env := append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_GLOBAL="+filepath.Join(f.dir, "gitconfig"),
 		"GIT_CONFIG_NOSYSTEM=1", "HOME="+f.dir, "GITEA_WORK_DIR="+f.dir)
+	if f.path != "" {
+		// The last value of a key wins (os/exec).
+		env = append(env, "PATH="+f.path, "GIT_EXEC_PATH="+filepath.Join(f.dir, "git-core"))
+	}
+	return env
+}
+
+// onlyPrograms makes a PATH of links to programs only, and an empty git
+// exec path (git finds the programs it runs by name in both).
+func (f *Forge) onlyPrograms(programs []string) error {
+	bin := filepath.Join(f.dir, "bin")
+	for _, d := range []string{bin, filepath.Join(f.dir, "git-core")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, p := range programs {
+		if err := os.Symlink(p, filepath.Join(bin, filepath.Base(p))); err != nil {
+			return fmt.Errorf("link %s: %w", p, err)
+		}
+	}
+	f.path = bin
+	return nil
+}
+
+// PodPrograms is the list of programs the Gitea pod image holds besides
+// Gitea (hack/gitea/pod-programs, which hack/realnode/images.sh copies
+// into the image).
+func PodPrograms() ([]string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	for dir := filepath.Dir(file); ; dir = filepath.Dir(dir) {
+		data, err := os.ReadFile(filepath.Join(dir, "hack", "gitea", "pod-programs"))
+		if err == nil {
+			var out []string
+			for _, line := range strings.Split(string(data), "\n") {
+				if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+					out = append(out, line)
+				}
+			}
+			return out, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return nil, errors.New("hack/gitea/pod-programs not found above " + file)
+		}
+	}
 }
 
 // cli runs a gitea subcommand against the config and returns its output.
