@@ -31,6 +31,8 @@ import (
 	gitconfig "github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+
+	"github.com/sluice-gitops/sluice/kit/giteaini"
 )
 
 // Version is the Gitea the tests run (`make gitea` builds it).
@@ -176,86 +178,21 @@ func StartWith(t testing.TB, opts Options) *Forge {
 	return f
 }
 
-// writeConfig writes app.ini: SQLite in the private folder, loopback only,
-// webhooks allowed to loopback receivers, everything not needed off.
+// writeConfig writes app.ini (giteaini, as the e2e pod's): loopback
+// only, webhooks allowed to loopback receivers (the syncer's receiver in
+// the tests), the log in the private folder.
 func (f *Forge) writeConfig(static string, port int) error {
 	runUser := "root"
 	if u, err := user.Current(); err == nil {
 		runUser = u.Username
 	}
-	ini := fmt.Sprintf(appINI, runUser, f.dir, port, f.URL, static)
-	return os.WriteFile(filepath.Join(f.dir, "app.ini"), []byte(ini), 0o600)
+	ini := giteaini.Config{AppName: "sluice-tests", RunUser: runUser, WorkPath: f.dir, HTTPAddr: "127.0.0.1", Port: port,
+		RootURL: f.URL, Domain: "127.0.0.1", StaticRoot: static, AllowedHosts: "loopback",
+		SecretKey:     "sluice-tests-not-secret-0123456789abcdef",
+		InternalToken: "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJuYmYiOjE3MDAwMDAwMDB9.sluice-tests-internal-token-not-secret",
+		AsRoot:        true, LogToFile: true}
+	return os.WriteFile(filepath.Join(f.dir, "app.ini"), []byte(ini.String()), 0o600)
 }
-
-const appINI = `APP_NAME = sluice-tests
-RUN_MODE = prod
-RUN_USER = %[1]s
-WORK_PATH = %[2]s
-; the tests may run as root (CI does)
-I_AM_BEING_UNSAFE_RUNNING_AS_ROOT = true
-
-[server]
-PROTOCOL = http
-HTTP_ADDR = 127.0.0.1
-HTTP_PORT = %[3]d
-DOMAIN = 127.0.0.1
-ROOT_URL = %[4]s/
-DISABLE_SSH = true
-START_SSH_SERVER = false
-LFS_START_SERVER = false
-OFFLINE_MODE = true
-APP_DATA_PATH = %[2]s/data
-STATIC_ROOT_PATH = %[5]s
-
-[database]
-DB_TYPE = sqlite3
-PATH = %[2]s/data/gitea.db
-SQLITE_JOURNAL_MODE = WAL
-
-[repository]
-ROOT = %[2]s/repos
-DEFAULT_BRANCH = main
-
-[security]
-INSTALL_LOCK = true
-SECRET_KEY = sluice-tests-not-secret-0123456789abcdef
-INTERNAL_TOKEN = eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJuYmYiOjE3MDAwMDAwMDB9.sluice-tests-internal-token-not-secret
-PASSWORD_COMPLEXITY = off
-MIN_PASSWORD_LENGTH = 6
-; the syncer's receiver listens on loopback (the default "external" refuses it)
-ALLOWED_HOST_LIST = loopback
-
-[oauth2]
-ENABLED = false
-[service]
-DISABLE_REGISTRATION = true
-ENABLE_NOTIFY_MAIL = false
-[webhook]
-DELIVER_TIMEOUT = 10
-[mailer]
-ENABLED = false
-[session]
-PROVIDER = memory
-[cache]
-ADAPTER = memory
-[queue]
-TYPE = channel
-[indexer]
-ISSUE_INDEXER_TYPE = db
-REPO_INDEXER_ENABLED = false
-[cron]
-ENABLED = false
-[cron.update_checker]
-ENABLED = false
-[actions]
-ENABLED = false
-[packages]
-ENABLED = false
-[log]
-MODE = file
-LEVEL = info
-ROOT_PATH = %[2]s/log
-`
 
 // env is the environment of Gitea and its CLI: git without the user's
 // configuration or prompts.
