@@ -22,10 +22,10 @@ func pushBranch(t *testing.T, f *giteatest.Forge) string {
 	base := g.Commit("base", "author@example.com")
 	g.WriteFile("services/a.yaml", "replicas: 2\n")
 	head := g.Commit("two replicas", "author@example.com")
-	g.SetBranch("scale", head)
+	g.SetBranch("sluice/scale", head)
 	g.SetBranch("main", base)
-	f.Push(t, g.GitDir, f.Author, "refs/heads/main:refs/heads/main", "refs/heads/scale:refs/heads/scale")
-	return "scale"
+	f.Push(t, g.GitDir, f.Author, "refs/heads/main:refs/heads/main", "refs/heads/sluice/scale:refs/heads/sluice/scale")
+	return "sluice/scale"
 }
 
 // TestGitea_aPullRequestOpensWithThePodImagesPrograms is the in-cluster
@@ -60,7 +60,7 @@ func TestGitea_aPullRequestOpensWithThePodImagesPrograms(t *testing.T) {
 		api := &provider.API{Provider: provider.Gitea, BaseURL: f.URL, Token: func(context.Context) (string, error) { return f.Author.Token, nil }}
 		_, err = api.OpenPullRequest(context.Background(), provider.PullRequestOpen{Repo: f.FullName(), Head: head, Base: "main", Title: "scale a"})
 		require.Error(t, err)
-		assert.Contains(t, err.Error(), "open a pull request from scale into main of acme/infra: HTTP 500 with an empty message")
+		assert.Contains(t, err.Error(), "open a pull request from sluice/scale into main of acme/infra: HTTP 500 with an empty message")
 		assert.Contains(t, f.Logs(), "git-upload-pack: not found", "Gitea's log names the missing program")
 	})
 
