@@ -10,6 +10,7 @@ import (
 	"code.gitea.io/sdk/gitea"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
@@ -133,9 +134,11 @@ func TestRevert_aFailedVerificationGetsOneRevertPullRequest(t *testing.T) {
 	assert.Len(t, all, 1, "a restart opened another pull request")
 
 	// The rollback applies (as the operator would), then the revert is
-	// merged: main holds v1's content, and the next pass proposes nothing
-	// for alpha beyond the content that is applied.
+	// merged: main holds v1's content, and the next pass finds the
+	// release unchanged from what is applied: no new change, git and the
+	// cluster agree.
 	markAppliedIn(t, ns, rb, "alpha-staging")
+	setPhase(t, &rb, sluicev1.PhaseApplied)
 	merge := f.Merge(t, pr.Index)
 	r.pull(t, merge) // the fixture follows Gitea's main
 	onMain, _, err := author.GetFile(giteatest.Org, giteatest.Repo, merge, "services/alpha/values.yaml")
@@ -144,11 +147,12 @@ func TestRevert_aFailedVerificationGetsOneRevertPullRequest(t *testing.T) {
 	got := waitHandled(t, repo, requestReconcile(t, repo))
 	require.Equal(t, merge, got.Status.LastSyncedCommit)
 	for _, cr := range changeRequests(t, ns) {
-		if cr.Spec.Release == "alpha-staging" && cr.Spec.Revision == merge {
-			assert.Equal(t, v1.Spec.ContentDigest, cr.Spec.ContentDigest, "the merge's change %s is the rolled-back content", cr.Name)
-			t.Logf("the merge made change %s with the rolled-back content", cr.Name)
-		}
+		assert.False(t, cr.Spec.Release == "alpha-staging" && cr.Spec.Revision == merge, "the merge of the revert made change %s", cr.Name)
 	}
+	synced := meta.FindStatusCondition(getRelease(t, ns, "alpha-staging").Status.Conditions, sluicev1.ConditionSynced)
+	require.NotNil(t, synced)
+	assert.Equal(t, sluicev1.ReasonUnchanged, synced.Reason, synced.Message)
+	t.Logf("after the merge of the revert: %s", synced.Message)
 
 	// beta: v2 fails, and a later commit changes the same file before
 	// the rollback: the revert does not apply, and the rollback says so.
