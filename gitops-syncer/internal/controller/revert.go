@@ -46,8 +46,8 @@ const (
 	revertBranchPrefix = "sluice/revert-"
 )
 
-// pusher is the git client's push (GoGit.Push).
-type pusher interface {
+// branchPusher is the git client's push (GoGit.Push).
+type branchPusher interface {
 	Push(ctx context.Context, r git.Remote, sha, branch string) error
 }
 
@@ -140,7 +140,7 @@ func (r *RepositoryReconciler) openRevert(ctx context.Context, repo *sluicev1.Re
 	if err != nil {
 		return fmt.Errorf("make the revert commit: %w", err)
 	}
-	p, ok := r.Git.(pusher)
+	p, ok := r.Git.(branchPusher)
 	if !ok {
 		return decline("this git client cannot push")
 	}
