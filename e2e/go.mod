@@ -4,12 +4,14 @@ go 1.26.8
 
 replace (
 	github.com/sluice-gitops/sluice/infra-validator => ../infra-validator
+	github.com/sluice-gitops/sluice/kit => ../kit
 	github.com/sluice-gitops/sluice/operator/api => ../operator/api
 )
 
 require (
 	code.gitea.io/sdk/gitea v0.25.1
 	github.com/sluice-gitops/sluice/infra-validator v0.0.0-00010101000000-000000000000
+	github.com/sluice-gitops/sluice/kit v0.0.0-00010101000000-000000000000
 	github.com/sluice-gitops/sluice/operator/api v0.0.0-00010101000000-000000000000
 	helm.sh/helm/v3 v3.22.0
 	k8s.io/api v0.37.2

@@ -32,11 +32,10 @@ mkimage -o "$out/coredns.tar" -t "sluice.local/coredns:v$COREDNS_VERSION" -entry
 mkimage -o "$out/testapp.tar" -t sluice-gitops/testapp:e2e -entrypoint /testapp -user 65532:65532 /testapp="$bins/testapp"
 
 # Gitea, the forge of the pull-request test (make gitea builds it): its
-# binary; git, which it runs for every repository operation; what the
-# server-side hooks it writes into each repository run (`#!/usr/bin/env
-# bash`, cat, basename, dirname: without them a push reaches no webhook);
-# their shared libraries (Debian's, dynamically linked: copied at the
-# paths the loader looks at); and the templates and locales of its module
+# binary; the programs hack/gitea/pod-programs lists (git and what it runs
+# by name, the server-side hooks' bash and tools) with their shared
+# libraries (Debian's, dynamically linked: copied at the paths the loader
+# looks at); and the templates and locales of its module
 # (STATIC_ROOT_PATH; there is no built frontend, which the API, git over
 # HTTP and webhooks do not need). Non-root: the base layer's user
 # "nonroot" is Gitea's RUN_USER.
@@ -44,8 +43,8 @@ gitea_dir="$root/bin/gitea/$GITEA_VERSION"
 [ -x "$gitea_dir/gitea" ] && [ -f "$gitea_dir/static-root" ] || { echo "e2e-images: $gitea_dir/gitea missing (make gitea)" >&2; exit 1; }
 static=$(cat "$gitea_dir/static-root")
 specs=("/gitea=$gitea_dir/gitea" "/gitea-static/templates=$static/templates" "/gitea-static/options=$static/options")
-for b in /usr/bin/git /usr/bin/env /usr/bin/bash /usr/bin/cat /usr/bin/basename /usr/bin/dirname; do
-  [ -x "$b" ] || { echo "e2e-images: $b missing: the Gitea image needs git and bash (apt-get install git bash coreutils)" >&2; exit 1; }
+for b in $(grep -v '^#' "$root/hack/gitea/pod-programs"); do
+  [ -x "$b" ] || { echo "e2e-images: $b missing: the Gitea image needs git, bash and sh (apt-get install git bash coreutils dash)" >&2; exit 1; }
   specs+=("$b=$(readlink -f "$b")")
   # ldd lists "name => /path (addr)" and the loader as "/path (addr)".
   for l in $(ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do

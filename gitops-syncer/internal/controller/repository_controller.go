@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/runtime/reconcile"
@@ -64,6 +65,11 @@ type RepositoryReconciler struct {
 	// SkipNameValidation allows several controllers of this name in one
 	// process (tests run several syncers).
 	SkipNameValidation bool
+	// Forge is the git provider's API where one is configured (the
+	// syncer's status provider): a rollback's revert pull request is
+	// opened through it and its branch pushed with its token (revert.go).
+	// Nil: no revert pull requests.
+	Forge *provider.API
 	// Hooks are test seams.
 	Hooks Hooks
 
@@ -95,7 +101,7 @@ type syncMemo struct {
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=repositories/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=get;list;watch;create;patch;update
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases/status,verbs=get;patch
-// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=changerequests,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=changerequests,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

@@ -87,7 +87,8 @@ func (r *RepositoryReconciler) reconcileRollbacks(ctx context.Context, s *repoSc
 // rollbackRelease answers one request: nothing when the operator's status
 // does not hold it (a request from anyone else is ignored), when it was
 // declined, or when its ChangeRequest exists in full; otherwise it builds
-// the rollback, or declines it.
+// the rollback, or declines it. A rollback ChangeRequest, new or found,
+// then gets its revert pull request (revertPullRequest).
 func (r *RepositoryReconciler) rollbackRelease(ctx context.Context, repo *sluicev1.Repository, rel *sluicev1.Release, of, to string) error {
 	if d := rel.Status.Rollback; d == nil || d.Of != of || d.To != to || !d.Requested {
 		log.FromContext(ctx).V(1).Info("Ignoring a rollback annotation the operator's status does not hold", "release", rel.Name, "of", of)
@@ -102,17 +103,28 @@ func (r *RepositoryReconciler) rollbackRelease(ctx context.Context, repo *sluice
 	}
 	for i := range list.Items {
 		if rb := list.Items[i].Spec.Rollback; rb != nil && rb.Of == of {
-			if ok, err := r.planSecretsComplete(ctx, &list.Items[i]); err != nil || ok {
+			ok, err := r.planSecretsComplete(ctx, &list.Items[i])
+			if err != nil {
 				return err
+			}
+			if ok {
+				return r.revertPullRequest(ctx, repo, rel, &list.Items[i])
 			}
 		}
 	}
-	_, err := r.buildRollback(ctx, repo, rel, of, to)
+	name, err := r.buildRollback(ctx, repo, rel, of, to)
 	var d *declineError
 	if errors.As(err, &d) {
 		return r.declineRollback(ctx, rel, of, to, d.msg)
 	}
-	return err
+	if err != nil || name == "" {
+		return err
+	}
+	rb := &sluicev1.ChangeRequest{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: name}, rb); err != nil {
+		return fmt.Errorf("read rollback %s: %w", name, err)
+	}
+	return r.revertPullRequest(ctx, repo, rel, rb)
 }
 
 // buildRollback rebuilds the verified change to at its revision through

@@ -64,8 +64,8 @@ type Client interface {
 
 // Observer records the duration and result of git operations (metrics).
 type Observer interface {
-	// ObserveGit is called once per network operation: op is "ls-remote"
-	// or "fetch", result "success" or the failure Reason.
+	// ObserveGit is called once per network operation: op is "ls-remote",
+	// "fetch" or "push" (a revert branch), result "success" or the failure Reason.
 	ObserveGit(op string, d time.Duration, result string)
 }
 

@@ -132,17 +132,17 @@ func (g githubReviews) reviews(ctx context.Context, owner, name string, number i
 type giteaReviews struct{ c *gitea.Client }
 
 func (g giteaReviews) permission(_ context.Context, owner, name, login string) (string, string, error) {
-	p, _, err := g.c.CollaboratorPermission(owner, name, login)
+	p, resp, err := g.c.CollaboratorPermission(owner, name, login)
 	if err != nil {
-		return "", "", err
+		return "", "", giteaError("get the collaborator's permission", resp, err)
 	}
 	return string(p.Permission), p.Role, nil
 }
 
 func (g giteaReviews) reviews(_ context.Context, owner, name string, number int64, page int) ([]apiReview, bool, error) {
-	list, _, err := g.c.ListPullReviews(owner, name, number, gitea.ListPullReviewsOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
+	list, resp, err := g.c.ListPullReviews(owner, name, number, gitea.ListPullReviewsOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
 	if err != nil {
-		return nil, false, err
+		return nil, false, giteaError("list the reviews", resp, err)
 	}
 	out := make([]apiReview, 0, len(list))
 	for _, r := range list {

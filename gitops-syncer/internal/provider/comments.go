@@ -365,18 +365,18 @@ func (g *giteaComments) open(_ context.Context, t Thread) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	pr, _, err := g.c.GetPullRequest(owner, name, t.Number)
+	pr, resp, err := g.c.GetPullRequest(owner, name, t.Number)
 	if err != nil {
-		return false, err
+		return false, giteaError("get the pull request", resp, err)
 	}
 	return pr.State == gitea.StateOpen && !pr.HasMerged, nil
 }
 
 func (g *giteaComments) self(_ context.Context) (string, error) {
 	return cachedSelf(g.api, func() (string, error) {
-		u, _, err := g.c.GetMyUserInfo()
+		u, resp, err := g.c.GetMyUserInfo()
 		if err != nil {
-			return "", err
+			return "", giteaError("get the token's user", resp, err)
 		}
 		return u.UserName, nil
 	})
@@ -392,9 +392,9 @@ func (g *giteaComments) list(_ context.Context, t Thread) ([]comment, error) {
 	// read once. Paging through it read each comment once per full page,
 	// and SyncComments then deleted Sluice's own comment as a duplicate of
 	// itself. Ids are still de-duplicated, should a later Gitea page it.
-	list, _, err := g.c.ListIssueComments(owner, name, t.Number, gitea.ListIssueCommentOptions{})
+	list, resp, err := g.c.ListIssueComments(owner, name, t.Number, gitea.ListIssueCommentOptions{})
 	if err != nil {
-		return nil, err
+		return nil, giteaError("list the comments", resp, err)
 	}
 	out := make([]comment, 0, len(list))
 	seen := make(map[int64]bool, len(list))
@@ -417,8 +417,8 @@ func (g *giteaComments) create(_ context.Context, t Thread, body string) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = g.c.CreateIssueComment(owner, name, t.Number, gitea.CreateIssueCommentOption{Body: body})
-	return err
+	_, resp, err := g.c.CreateIssueComment(owner, name, t.Number, gitea.CreateIssueCommentOption{Body: body})
+	return giteaError("create a comment", resp, err)
 }
 
 func (g *giteaComments) edit(_ context.Context, t Thread, id int64, body string) error {
@@ -426,8 +426,8 @@ func (g *giteaComments) edit(_ context.Context, t Thread, id int64, body string)
 	if err != nil {
 		return err
 	}
-	_, _, err = g.c.EditIssueComment(owner, name, id, gitea.EditIssueCommentOption{Body: body})
-	return err
+	_, resp, err := g.c.EditIssueComment(owner, name, id, gitea.EditIssueCommentOption{Body: body})
+	return giteaError("edit a comment", resp, err)
 }
 
 func (g *giteaComments) remove(_ context.Context, t Thread, id int64) error {
@@ -435,8 +435,8 @@ func (g *giteaComments) remove(_ context.Context, t Thread, id int64) error {
 	if err != nil {
 		return err
 	}
-	_, err = g.c.DeleteIssueComment(owner, name, id)
-	return err
+	resp, err := g.c.DeleteIssueComment(owner, name, id)
+	return giteaError("delete a comment", resp, err)
 }
 
 // Check is one GitHub Check Run: one per release and head commit, so a

@@ -76,10 +76,7 @@ func (a *API) PostStatus(ctx context.Context, s CommitStatus) error {
 	if err == nil {
 		return nil
 	}
-	if resp != nil {
-		return fmt.Errorf("commit status of %s: HTTP %d: %w", s.SHA, resp.StatusCode, redactToken(err, token))
-	}
-	return fmt.Errorf("commit status of %s: %w", s.SHA, redactToken(err, token))
+	return httpError("commit status of "+s.SHA, resp, redactToken(err, token))
 }
 
 func nonEmpty(s string) *string {

@@ -205,6 +205,16 @@ const (
 	// recorded the decision; the syncer answers with a ChangeRequest whose
 	// spec.rollback names both.
 	AnnotationRollbackPrefix = "gitops.sluice.dev/rollback-"
+	// AnnotationRevertPullRequest on a rollback ChangeRequest is the URL
+	// of the pull request the syncer opened to revert the failed change's
+	// commit in git (where a provider is configured), so git and the
+	// cluster agree again once it merges.
+	AnnotationRevertPullRequest = "gitops.sluice.dev/revert-pull-request"
+	// AnnotationRevertDeclined on a rollback ChangeRequest says why no
+	// revert pull request was opened (the revert does not apply cleanly
+	// to the branch head, the change's commit is gone…); a person
+	// reverts in git then.
+	AnnotationRevertDeclined = "gitops.sluice.dev/revert-declined"
 	// AnnotationReconcileRequestedAt on a Repository asks for a sync now.
 	AnnotationReconcileRequestedAt = "gitops.sluice.dev/reconcile-requested-at"
 	// AnnotationTraceParent carries the W3C trace context from the webhook

@@ -454,12 +454,18 @@ func printVerification(w io.Writer, cr *sluicev1.ChangeRequest, now time.Time) e
 }
 
 // rollbackFields are describe's lines on rollbacks: what a rollback undoes
-// and returns to, and the quarantine entry that catches the change (the
+// and returns to, its revert pull request in git, and the quarantine entry that catches the change (the
 // gate's line says how it was judged).
 func rollbackFields(d *Description) [][2]string {
 	var out [][2]string
 	if rb := d.ChangeRequest.Spec.Rollback; rb != nil {
 		out = append(out, [2]string{"Rollback", fmt.Sprintf("of %s (its verification failed), back to the verified %s", rb.Of, rb.To)})
+		// The syncer's revert of the failed commit in git (or why none).
+		if u := d.ChangeRequest.Annotations[sluicev1.AnnotationRevertPullRequest]; u != "" {
+			out = append(out, [2]string{"Revert PR", u})
+		} else if why := d.ChangeRequest.Annotations[sluicev1.AnnotationRevertDeclined]; why != "" {
+			out = append(out, [2]string{"Revert PR", why})
+		}
 	}
 	if q := d.Quarantined; q != nil {
 		what := "approvalDigest"

@@ -38,7 +38,8 @@ func TestPrintVerification_showsTheMeasurements(t *testing.T) {
 	}
 }
 
-// describe says what a rollback undoes and returns to, and that a change
+// describe says what a rollback undoes and returns to, its revert pull
+// request (or why none), and that a change
 // caught by its Release's quarantine is never auto-approved, and why.
 func TestRollbackFields_showRollbackAndQuarantine(t *testing.T) {
 	cr := &sluicev1.ChangeRequest{Spec: sluicev1.ChangeRequestSpec{ApprovalDigest: "sha256:b", ContentDigest: "sha256:c",
@@ -53,6 +54,14 @@ func TestRollbackFields_showRollbackAndQuarantine(t *testing.T) {
 	}
 	if got[1][0] != "Quarantined" || !strings.Contains(got[1][1], "web-prod-2222222222 failed its verification with this content sha256:c") || !strings.Contains(got[1][1], "never auto-approved") {
 		t.Errorf("quarantine line %v", got[1])
+	}
+	cr.Annotations = map[string]string{sluicev1.AnnotationRevertPullRequest: "https://git.example/acme/infra/pulls/3"}
+	if got := rollbackFields(d); len(got) != 3 || got[1] != [2]string{"Revert PR", "https://git.example/acme/infra/pulls/3"} {
+		t.Errorf("revert pull request line: %v", got)
+	}
+	cr.Annotations = map[string]string{sluicev1.AnnotationRevertDeclined: "no revert pull request of web-prod-2222222222: …"}
+	if got := rollbackFields(d); len(got) != 3 || !strings.HasPrefix(got[1][1], "no revert pull request of") {
+		t.Errorf("declined revert line: %v", got)
 	}
 	if f := rollbackFields(&Description{ChangeRequest: &sluicev1.ChangeRequest{}}); len(f) != 0 {
 		t.Errorf("a plain change shows %v", f)

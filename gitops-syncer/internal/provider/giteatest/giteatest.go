@@ -31,6 +31,8 @@ import (
 	gitconfig "github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+
+	"github.com/sluice-gitops/sluice/kit/giteaini"
 )
 
 // Version is the Gitea the tests run (`make gitea` builds it).
@@ -71,7 +73,9 @@ type Forge struct {
 	// any public repository).
 	Outsider User
 
-	dir  string
+	dir string
+	// path, when set, is the only PATH of Gitea and its git (StartWith).
+	path string
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  string
@@ -100,10 +104,26 @@ func Binary() (bin, static string, err error) {
 	}
 }
 
+// Options change how StartWith runs Gitea.
+type Options struct {
+	// Programs, when set, are the only programs Gitea and the git it runs
+	// find by name: a private PATH of links to them, and an empty git
+	// exec path, as in a FROM-scratch image holding just these
+	// (PodPrograms). Programs run by absolute path (git's /bin/sh) are
+	// still the machine's.
+	Programs []string
+}
+
 // Start runs Gitea for the test and stops it, removing its folder, when
 // the test ends. When Gitea is not built the test is skipped, or fails
 // under CI (the CI environment variable set), where `make test` builds it.
 func Start(t testing.TB) *Forge {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, opts Options) *Forge {
 	t.Helper()
 	bin, static, err := Binary()
 	if err != nil {
@@ -126,6 +146,11 @@ func Start(t testing.TB) *Forge {
 		}
 		f.stop()
 	})
+	if len(opts.Programs) > 0 {
+		if err := f.onlyPrograms(opts.Programs); err != nil {
+			t.Fatal(err)
+		}
+	}
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
@@ -153,92 +178,72 @@ func Start(t testing.TB) *Forge {
 	return f
 }
 
-// writeConfig writes app.ini: SQLite in the private folder, loopback only,
-// webhooks allowed to loopback receivers, everything not needed off.
+// writeConfig writes app.ini (giteaini, as the e2e pod's): loopback
+// only, webhooks allowed to loopback receivers (the syncer's receiver in
+// the tests), the log in the private folder.
 func (f *Forge) writeConfig(static string, port int) error {
 	runUser := "root"
 	if u, err := user.Current(); err == nil {
 		runUser = u.Username
 	}
-	ini := fmt.Sprintf(appINI, runUser, f.dir, port, f.URL, static)
-	return os.WriteFile(filepath.Join(f.dir, "app.ini"), []byte(ini), 0o600)
+	ini := giteaini.Config{AppName: "sluice-tests", RunUser: runUser, WorkPath: f.dir, HTTPAddr: "127.0.0.1", Port: port,
+		RootURL: f.URL, Domain: "127.0.0.1", StaticRoot: static, AllowedHosts: "loopback",
+		SecretKey:     "sluice-tests-not-secret-0123456789abcdef",
+		InternalToken: "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJuYmYiOjE3MDAwMDAwMDB9.sluice-tests-internal-token-not-secret",
+		AsRoot:        true, LogToFile: true}
+	return os.WriteFile(filepath.Join(f.dir, "app.ini"), []byte(ini.String()), 0o600)
 }
-
-const appINI = `APP_NAME = sluice-tests
-RUN_MODE = prod
-RUN_USER = %[1]s
-WORK_PATH = %[2]s
-; the tests may run as root (CI does)
-I_AM_BEING_UNSAFE_RUNNING_AS_ROOT = true
-
-[server]
-PROTOCOL = http
-HTTP_ADDR = 127.0.0.1
-HTTP_PORT = %[3]d
-DOMAIN = 127.0.0.1
-ROOT_URL = %[4]s/
-DISABLE_SSH = true
-START_SSH_SERVER = false
-LFS_START_SERVER = false
-OFFLINE_MODE = true
-APP_DATA_PATH = %[2]s/data
-STATIC_ROOT_PATH = %[5]s
-
-[database]
-DB_TYPE = sqlite3
-PATH = %[2]s/data/gitea.db
-SQLITE_JOURNAL_MODE = WAL
-
-[repository]
-ROOT = %[2]s/repos
-DEFAULT_BRANCH = main
-
-[security]
-INSTALL_LOCK = true
-SECRET_KEY = sluice-tests-not-secret-0123456789abcdef
-INTERNAL_TOKEN = eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJuYmYiOjE3MDAwMDAwMDB9.sluice-tests-internal-token-not-secret
-PASSWORD_COMPLEXITY = off
-MIN_PASSWORD_LENGTH = 6
-; the syncer's receiver listens on loopback (the default "external" refuses it)
-ALLOWED_HOST_LIST = loopback
-
-[oauth2]
-ENABLED = false
-[service]
-DISABLE_REGISTRATION = true
-ENABLE_NOTIFY_MAIL = false
-[webhook]
-DELIVER_TIMEOUT = 10
-[mailer]
-ENABLED = false
-[session]
-PROVIDER = memory
-[cache]
-ADAPTER = memory
-[queue]
-TYPE = channel
-[indexer]
-ISSUE_INDEXER_TYPE = db
-REPO_INDEXER_ENABLED = false
-[cron]
-ENABLED = false
-[cron.update_checker]
-ENABLED = false
-[actions]
-ENABLED = false
-[packages]
-ENABLED = false
-[log]
-MODE = file
-LEVEL = info
-ROOT_PATH = %[2]s/log
-`
 
 // env is the environment of Gitea and its CLI: git without the user's
 // configuration or prompts.
 func (f *Forge) env() []string {
-	return append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_GLOBAL="+filepath.Join(f.dir, "gitconfig"),
+	env := append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_GLOBAL="+filepath.Join(f.dir, "gitconfig"),
 		"GIT_CONFIG_NOSYSTEM=1", "HOME="+f.dir, "GITEA_WORK_DIR="+f.dir)
+	if f.path != "" {
+		// The last value of a key wins (os/exec).
+		env = append(env, "PATH="+f.path, "GIT_EXEC_PATH="+filepath.Join(f.dir, "git-core"))
+	}
+	return env
+}
+
+// onlyPrograms makes a PATH of links to programs only, and an empty git
+// exec path (git finds the programs it runs by name in both).
+func (f *Forge) onlyPrograms(programs []string) error {
+	bin := filepath.Join(f.dir, "bin")
+	for _, d := range []string{bin, filepath.Join(f.dir, "git-core")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, p := range programs {
+		if err := os.Symlink(p, filepath.Join(bin, filepath.Base(p))); err != nil {
+			return fmt.Errorf("link %s: %w", p, err)
+		}
+	}
+	f.path = bin
+	return nil
+}
+
+// PodPrograms is the list of programs the Gitea pod image holds besides
+// Gitea (hack/gitea/pod-programs, which hack/realnode/images.sh copies
+// into the image).
+func PodPrograms() ([]string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	for dir := filepath.Dir(file); ; dir = filepath.Dir(dir) {
+		data, err := os.ReadFile(filepath.Join(dir, "hack", "gitea", "pod-programs"))
+		if err == nil {
+			var out []string
+			for _, line := range strings.Split(string(data), "\n") {
+				if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+					out = append(out, line)
+				}
+			}
+			return out, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return nil, errors.New("hack/gitea/pod-programs not found above " + file)
+		}
+	}
 }
 
 // cli runs a gitea subcommand against the config and returns its output.

@@ -102,6 +102,8 @@ func Install(s *syncer.Syncer, opts Options) (*Installed, error) {
 			GitLabMinAccess: opts.GitLabMinAccess,
 		}
 		h.Reviews = api
+		// A rollback's revert pull request goes through the same provider.
+		rec.Forge = api
 		if !opts.NoReviewComments {
 			h.Comments = api
 			h.CheckRuns = opts.CheckRuns
