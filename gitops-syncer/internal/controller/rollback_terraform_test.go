@@ -51,7 +51,7 @@ func appliedState(t *testing.T, ns, release, mainTF, env string) {
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "tfstate-default-" + release, Namespace: ns,
-		Labels: map[string]string{"tfstate": "true", "tfstateSecretSuffix": release, "tfstateWorkspace": "default", "app.kubernetes.io/managed-by": "terraform"},
+		Labels:      map[string]string{"tfstate": "true", "tfstateSecretSuffix": release, "tfstateWorkspace": "default", "app.kubernetes.io/managed-by": "terraform"},
 		Annotations: map[string]string{"encoding": "gzip"}},
 		Data: map[string][]byte{"tfstate": gz.Bytes()}}
 	existing := &corev1.Secret{}
