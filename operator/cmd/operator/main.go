@@ -121,10 +121,15 @@ func run(log logr.Logger, common *cli.Common, o controller.ManagerOptions, testA
 		return err
 	}
 
+	// Verification's health judges the objects a Helm change installed,
+	// read as the Repository's ServiceAccount (the mapper is the manager's).
+	applied := &drift.HelmChecker{Config: cfg}
+	o.AppliedObjects = applied.AppliedObjects
 	mgr, err := controller.NewManager(ctx, cfg, o)
 	if err != nil {
 		return err
 	}
+	applied.Mapper = mgr.GetRESTMapper()
 	if a := tfFlags.Applier(); a != nil {
 		// Terraform drift is planned with the applier's runner and state server.
 		driftFlags.Planner = a

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,7 +73,16 @@ type ChangeRequestReconciler struct {
 	// Measurer takes the verifications' measurements; Prometheus when
 	// nil.
 	Measurer verify.Measurer
+	// AppliedObjects reads the live copies of the objects a Helm change
+	// installed (and names those that are gone), as its Repository's
+	// ServiceAccount: a verification's health judges exactly them. Nil:
+	// health reads the release's workloads by its instance label.
+	AppliedObjects AppliedObjectsFunc
 }
+
+// AppliedObjectsFunc reads the live objects change cr of rel installed
+// (drift.HelmChecker.AppliedObjects).
+type AppliedObjectsFunc func(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository, cr *sluicev1.ChangeRequest) (live []*unstructured.Unstructured, missing []string, err error)
 
 // changeScope is the state of one pass over one ChangeRequest.
 type changeScope struct {

@@ -51,6 +51,9 @@ type Options struct {
 	// the release's own; 30 seconds when zero. Changes waiting in line do
 	// not poll: the lock is handed to them.
 	LockRetryInterval time.Duration
+	// AppliedObjects, when set, gives verification's health the live
+	// objects a Helm change installed (see ChangeRequestReconciler).
+	AppliedObjects AppliedObjectsFunc
 	// SkipNameValidation lets a process run the controllers more than once
 	// (tests that restart the manager); the operator leaves it false.
 	SkipNameValidation bool
@@ -101,6 +104,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Appliers:          opts.Appliers,
 		Metrics:           opts.Metrics,
 		LockRetryInterval: opts.LockRetryInterval,
+		AppliedObjects:    opts.AppliedObjects,
 	}
 	if err := cr.SetupWithManager(mgr, copts); err != nil {
 		return fmt.Errorf("set up the ChangeRequest controller: %w", err)

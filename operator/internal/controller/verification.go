@@ -97,7 +97,7 @@ func (r *ChangeRequestReconciler) reconcileVerify(ctx context.Context, s *change
 // verifyHealth checks the release's workloads and pods; done means the
 // pass ends with res (unhealthy, timed out, or not current yet).
 func (r *ChangeRequestReconciler) verifyHealth(ctx context.Context, s *changeScope, spec *sluicev1.VerificationSpec, st *sluicev1.VerificationStatus, now time.Time) (reconcile.Result, bool) {
-	h, err := verify.CheckHealth(ctx, r.APIReader, s.cr.Spec.TargetNamespace, s.cr.Spec.Release)
+	h, err := r.health(ctx, s)
 	if err != nil {
 		return reconcile.Failure(err), true
 	}
@@ -117,6 +117,26 @@ func (r *ChangeRequestReconciler) verifyHealth(ctx context.Context, s *changeSco
 	s.setCondition(sluicev1.ConditionVerified, metav1.ConditionUnknown, sluicev1.ReasonVerifying, msg)
 	s.ready(sluicev1.ReasonVerifying, msg)
 	return reconcile.Requeue(healthRetry), true
+}
+
+// health judges the objects the change installed when it was applied
+// with Helm and AppliedObjects is set (a Helm record it cannot read keeps
+// the health waiting, saying why, until the health timeout), else the
+// release's workloads by their instance label (Argo CD, or no reader).
+func (r *ChangeRequestReconciler) health(ctx context.Context, s *changeScope) (verify.Health, error) {
+	cr := s.cr
+	if r.AppliedObjects == nil || s.release == nil || (cr.Spec.Delivery != "" && cr.Spec.Delivery != sluicev1.DeliveryHelm) || cr.Status.Apply == nil || cr.Status.Apply.HelmRevision == 0 {
+		return verify.CheckHealth(ctx, r.APIReader, cr.Spec.TargetNamespace, cr.Spec.Release)
+	}
+	repo := &sluicev1.Repository{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: s.release.Spec.Repository}, repo); err != nil {
+		return verify.Health{State: verify.Progressing, Message: fmt.Sprintf("the Repository %s: %v", s.release.Spec.Repository, err)}, nil
+	}
+	live, missing, err := r.AppliedObjects(ctx, s.release, repo, cr)
+	if err != nil {
+		return verify.Health{State: verify.Progressing, Message: "reading the objects the change installed: " + err.Error()}, nil
+	}
+	return verify.CheckAppliedHealth(ctx, r.APIReader, cr.Spec.TargetNamespace, cr.Spec.Release, live, missing)
 }
 
 // verified ends the verification as passed.

@@ -266,6 +266,66 @@ func (h *HelmChecker) Check(ctx context.Context, rel *sluicev1.Release, repo *sl
 	return rep, nil
 }
 
+// AppliedObjects reads, as the Repository's ServiceAccount, the live copy
+// of every object the Helm record of change cr installed (the record
+// carrying cr's approval label and recorded revision, its manifest checked
+// against cr's manifestDigest): what a verification's health judges.
+// missing names the objects that are gone.
+func (h *HelmChecker) AppliedObjects(ctx context.Context, rel *sluicev1.Release, repo *sluicev1.Repository, cr *sluicev1.ChangeRequest) (live []*unstructured.Unstructured, missing []string, err error) {
+	ns := cr.Spec.TargetNamespace
+	if !h.Direct {
+		if err := impersonate.CheckNamespace(repo, ns); err != nil {
+			return nil, nil, err
+		}
+	}
+	c, err := h.clientsFor(repo)
+	if err != nil {
+		return nil, nil, err
+	}
+	name := helmapplier.ReleaseName(applier.ReleaseOf(rel))
+	hist, err := HelmHistory(c.cs, ns, name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the Helm history of %s/%s: %w", ns, name, err)
+	}
+	rec, _ := AppliedRecord(hist, cr)
+	if rec == nil {
+		return nil, nil, fmt.Errorf("the Helm record of revision %d, installed by %s, is gone", revisionOf(cr), cr.Name)
+	}
+	if got := helmcheck.ReleaseDigest([]byte(rec.Manifest), rec.Hooks); got != string(cr.Spec.ManifestDigest) {
+		return nil, nil, fmt.Errorf("the Helm record of revision %d hashes to %s, not the approved %s", rec.Version, got, cr.Spec.ManifestDigest)
+	}
+	objs, err := Objects(rec.Manifest)
+	if err != nil {
+		return nil, nil, err
+	}
+	listed, err := h.listLive(ctx, c, ns, objs)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, o := range objs {
+		got, ok := listed[objKey(o)]
+		if !ok {
+			ri, err := h.resource(c, ns, o)
+			if err != nil {
+				return nil, nil, err
+			}
+			if got, err = ri.Get(ctx, o.GetName(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				got = nil
+			} else if err != nil {
+				return nil, nil, fmt.Errorf("get %s %s/%s: %w", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+			}
+		}
+		if got == nil {
+			missing = append(missing, fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName()))
+			continue
+		}
+		got.SetAPIVersion(o.GetAPIVersion())
+		got.SetKind(o.GetKind())
+		live = append(live, got)
+	}
+	return live, missing, nil
+}
+
 func revisionOf(cr *sluicev1.ChangeRequest) int32 {
 	if cr.Status.Apply == nil {
 		return 0

@@ -2,6 +2,7 @@ package drift
 
 import (
 	"context"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"testing"
 	"time"
 
@@ -127,4 +128,42 @@ func TestDrift_revertReappliesTheAppliedRevisionWithoutANewApproval(t *testing.T
 	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.Target, Name: f.Release.Name + "-config"}, cm), "the ConfigMap is back")
 	rel = f.WaitDrifted(metav1.ConditionFalse)
 	require.Nil(t, rel.Status.Drift)
+}
+
+// AppliedObjects reads, as the Repository's ServiceAccount, the live copy
+// of exactly the objects the applied change's Helm record holds, and
+// names the one deleted since (what a verification's health judges).
+func TestAppliedObjects_areTheObjectsOfTheChangesHelmRecord(t *testing.T) {
+	f := drifttest.New(t, env, server, sluicev1.DriftWarn)
+	startWithDrift(f)
+	applied := f.ApplyFirst()
+	hc, err := apiutilHTTPClient()
+	require.NoError(t, err)
+	mapper, err := apiutil.NewDynamicRESTMapper(env.Config, hc)
+	require.NoError(t, err)
+	h := &HelmChecker{Config: env.Config, Mapper: mapper}
+	rel := &sluicev1.Release{}
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.Release), rel))
+
+	live, missing, err := h.AppliedObjects(context.Background(), rel, f.Repo, applied)
+	require.NoError(t, err)
+	require.Empty(t, missing)
+	var kinds []string
+	for _, o := range live {
+		require.Equal(t, f.Target, o.GetNamespace())
+		require.NotEmpty(t, o.GetResourceVersion(), "a live object, not the manifest's")
+		kinds = append(kinds, o.GetKind())
+	}
+	require.Contains(t, kinds, "Deployment")
+	require.Contains(t, kinds, "ConfigMap")
+
+	f.DeleteConfigMap()
+	_, missing, err = h.AppliedObjects(context.Background(), rel, f.Repo, applied)
+	require.NoError(t, err)
+	require.Equal(t, []string{"ConfigMap " + f.Target + "/" + f.Release.Name + "-config"}, missing)
+
+	other := applied.DeepCopy()
+	other.Spec.ManifestDigest = sluicev1.SHA256Digest([]byte("another manifest"))
+	_, _, err = h.AppliedObjects(context.Background(), rel, f.Repo, other)
+	require.ErrorContains(t, err, "not the approved")
 }

@@ -58,15 +58,11 @@ type Health struct {
 // object kstatus calls Failed makes it Unhealthy; one not Current yet
 // makes it Progressing.
 func CheckHealth(ctx context.Context, r client.Reader, namespace, release string) (Health, error) {
+	if h, err := podsHealth(ctx, r, namespace, release); err != nil || h.State == Unhealthy {
+		return h, err
+	}
 	opts := []client.ListOption{client.InNamespace(namespace), client.MatchingLabels{InstanceLabel: release}}
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, opts...); err != nil {
-		return Health{}, fmt.Errorf("list the pods of %s/%s: %w", namespace, release, err)
-	}
-	if msg := StuckPod(pods.Items); msg != "" {
-		return Health{State: Unhealthy, Message: msg}, nil
-	}
-	var objs []client.Object
+	var objs []*unstructured.Unstructured
 	var deps appsv1.DeploymentList
 	var sts appsv1.StatefulSetList
 	var dss appsv1.DaemonSetList
@@ -75,29 +71,73 @@ func CheckHealth(ctx context.Context, r client.Reader, namespace, release string
 			return Health{}, fmt.Errorf("list the workloads of %s/%s: %w", namespace, release, err)
 		}
 	}
-	for i := range deps.Items {
-		objs = append(objs, &deps.Items[i])
-	}
-	for i := range sts.Items {
-		objs = append(objs, &sts.Items[i])
-	}
-	for i := range dss.Items {
-		objs = append(objs, &dss.Items[i])
-	}
-	return objectsHealth(objs)
-}
-
-// objectsHealth is the kstatus verdict over objs: the first Failed one
-// makes it Unhealthy, the first not Current one Progressing.
-func objectsHealth(objs []client.Object) (Health, error) {
-	var waiting []string
-	for _, o := range objs {
-		res, err := kstatusOf(o)
+	add := func(o client.Object, kind string) error {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 		if err != nil {
+			return fmt.Errorf("convert %s: %w", o.GetName(), err)
+		}
+		u := &unstructured.Unstructured{Object: m}
+		u.SetAPIVersion("apps/v1")
+		u.SetKind(kind)
+		objs = append(objs, u)
+		return nil
+	}
+	for i := range deps.Items {
+		if err := add(&deps.Items[i], "Deployment"); err != nil {
 			return Health{}, err
 		}
-		name := fmt.Sprintf("%T %s", o, o.GetName())
-		name = strings.TrimPrefix(name, "*v1.")
+	}
+	for i := range sts.Items {
+		if err := add(&sts.Items[i], "StatefulSet"); err != nil {
+			return Health{}, err
+		}
+	}
+	for i := range dss.Items {
+		if err := add(&dss.Items[i], "DaemonSet"); err != nil {
+			return Health{}, err
+		}
+	}
+	return ObjectsHealth(objs, nil)
+}
+
+// CheckAppliedHealth is the health of exactly the objects a change
+// installed, read live (objs; missing names those that are gone), after
+// the release's pods (selected by InstanceLabel with r) show none stuck:
+// every object must be current by kstatus, a Failed one makes it
+// Unhealthy, and a missing one keeps it Progressing (a health timeout ends
+// it).
+func CheckAppliedHealth(ctx context.Context, r client.Reader, namespace, release string, objs []*unstructured.Unstructured, missing []string) (Health, error) {
+	if h, err := podsHealth(ctx, r, namespace, release); err != nil || h.State == Unhealthy {
+		return h, err
+	}
+	return ObjectsHealth(objs, missing)
+}
+
+// podsHealth is Unhealthy when a pod of release is stuck (StuckPod).
+func podsHealth(ctx context.Context, r client.Reader, namespace, release string) (Health, error) {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{InstanceLabel: release}); err != nil {
+		return Health{}, fmt.Errorf("list the pods of %s/%s: %w", namespace, release, err)
+	}
+	if msg := StuckPod(pods.Items); msg != "" {
+		return Health{State: Unhealthy, Message: msg}, nil
+	}
+	return Health{State: Healthy}, nil
+}
+
+// ObjectsHealth is the kstatus verdict over objs: the first Failed one
+// makes it Unhealthy; one not Current, or a missing one, Progressing.
+func ObjectsHealth(objs []*unstructured.Unstructured, missing []string) (Health, error) {
+	var waiting []string
+	for _, m := range missing {
+		waiting = append(waiting, m+" is gone")
+	}
+	for _, u := range objs {
+		res, err := status.Compute(u)
+		if err != nil {
+			return Health{}, fmt.Errorf("kstatus of %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+		name := u.GetKind() + " " + u.GetName()
 		switch res.Status {
 		case status.CurrentStatus:
 		case status.FailedStatus:
@@ -109,24 +149,7 @@ func objectsHealth(objs []client.Object) (Health, error) {
 	if len(waiting) > 0 {
 		return Health{State: Progressing, Message: strings.Join(waiting, "; ")}, nil
 	}
-	return Health{State: Healthy, Message: fmt.Sprintf("%d workloads current", len(objs))}, nil
-}
-
-// kstatusOf computes o's kstatus.
-func kstatusOf(o client.Object) (*status.Result, error) {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-	if err != nil {
-		return nil, fmt.Errorf("convert %s: %w", o.GetName(), err)
-	}
-	u := &unstructured.Unstructured{Object: m}
-	kind := strings.TrimPrefix(fmt.Sprintf("%T", o), "*v1.")
-	u.SetAPIVersion("apps/v1")
-	u.SetKind(kind)
-	res, err := status.Compute(u)
-	if err != nil {
-		return nil, fmt.Errorf("kstatus of %s %s: %w", kind, o.GetName(), err)
-	}
-	return res, nil
+	return Health{State: Healthy, Message: fmt.Sprintf("%d objects current", len(objs))}, nil
 }
 
 // StuckPod names the first pod (by name) with a problem that fails a

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 )
 
 func podWith(name string, st corev1.PodStatus) corev1.Pod {
@@ -51,6 +53,68 @@ func TestStuckPod_failsAtOnceOnlyOnWhatAPodDoesNotLeave(t *testing.T) {
 			}
 			if !strings.Contains(got, tc.want) {
 				t.Fatalf("StuckPod = %q, want it to contain %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func obj(t *testing.T, y string) *unstructured.Unstructured {
+	t.Helper()
+	j, err := yaml.YAMLToJSON([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	// As the API server's answers are decoded: integers stay int64.
+	if err := u.UnmarshalJSON(j); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// ObjectsHealth judges exactly the objects given: all current is Healthy,
+// a Failed one (a Job past its backoff limit) Unhealthy, one still rolling
+// out or gone Progressing.
+func TestObjectsHealth_judgesEveryObjectTheChangeInstalled(t *testing.T) {
+	cm := obj(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-config, generation: 1}\n")
+	current := obj(t, `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, generation: 2}
+spec: {replicas: 2}
+status: {observedGeneration: 2, replicas: 2, updatedReplicas: 2, readyReplicas: 2, availableReplicas: 2,
+  conditions: [{type: Available, status: "True"}, {type: Progressing, status: "True", reason: NewReplicaSetAvailable}]}
+`)
+	rolling := obj(t, `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, generation: 3}
+spec: {replicas: 2}
+status: {observedGeneration: 3, replicas: 2, updatedReplicas: 1, readyReplicas: 2, availableReplicas: 2}
+`)
+	failedJob := obj(t, `apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate, generation: 1}
+spec: {backoffLimit: 1}
+status: {failed: 2, conditions: [{type: Failed, status: "True", reason: BackoffLimitExceeded, message: "Job has reached the specified backoff limit"}]}
+`)
+	for _, tc := range []struct {
+		name    string
+		objs    []*unstructured.Unstructured
+		missing []string
+		state   HealthState
+		says    string
+	}{
+		{"all current", []*unstructured.Unstructured{cm, current}, nil, Healthy, "2 objects current"},
+		{"a rollout in progress", []*unstructured.Unstructured{cm, rolling}, nil, Progressing, "Deployment web is InProgress"},
+		{"a failed job", []*unstructured.Unstructured{cm, current, failedJob}, nil, Unhealthy, "Job migrate failed"},
+		{"an object gone", []*unstructured.Unstructured{current}, []string{"ConfigMap web/web-config"}, Progressing, "ConfigMap web/web-config is gone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := ObjectsHealth(tc.objs, tc.missing)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.State != tc.state || !strings.Contains(h.Message, tc.says) {
+				t.Fatalf("ObjectsHealth = %+v, want state %d saying %q", h, tc.state, tc.says)
 			}
 		})
 	}
