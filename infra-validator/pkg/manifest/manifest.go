@@ -474,6 +474,9 @@ func (s *Service) validate() []Problem {
 			}
 		}
 		s.validateSource(e, p, add)
+		if e.Kustomize == nil && e.Manifests == nil && s.Chart.Repo != "" && e.Delivery == DeliveryArgoCD {
+			add(p+".delivery", "environment %q: delivery argocd of a chart from a chart repository is not supported yet; use delivery helm", e.Name)
+		}
 		switch e.Delivery {
 		case "", DeliveryHelm, DeliveryArgoCD:
 		default:

@@ -45,6 +45,10 @@ const (
 	ReasonProgressing = "Progressing"
 	// ReasonInvalidSpec: the spec cannot be acted on as written.
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonChartMismatch: the chart from a chart repository in the
+	// approved content is not the approved one (other bytes, another
+	// version or digest); nothing is installed.
+	ReasonChartMismatch = "ChartMismatch"
 	// ReasonSecretNotFound: a referenced Secret is missing or incomplete.
 	ReasonSecretNotFound = "SecretNotFound"
 	// ReasonAuthenticationFailed: the git remote refused the credentials.
