@@ -74,7 +74,11 @@ func (run *planRun) storeArtifact() error {
 	if err != nil {
 		return err
 	}
-	art, err := artifact.Build(fsys, plan.inputs)
+	fsys, inputs, err := withChart(fsys, plan.inputs, plan.chart)
+	var art *artifact.Artifact
+	if err == nil {
+		art, err = artifact.Build(fsys, inputs)
+	}
 	if err != nil {
 		plan.invalid = append(plan.invalid, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "artifact", Message: git.Redact(err.Error())})
 		art, err = artifact.Build(fsys, []string{string(plan.spec.SourcePath) + "/" + manifest.FileName})

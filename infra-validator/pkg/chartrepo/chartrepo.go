@@ -17,7 +17,8 @@
 //	type Ref struct{ Repo, Name, Version string }
 //	type Credentials struct{ Username, Password string }
 //	type Options struct{ Credentials *Credentials; HTTPClient *http.Client; Timeout time.Duration;
-//	    MaxChartSize, MaxIndexSize int64 }
+//	    MaxChartSize, MaxIndexSize int64; Session *Session }
+//	type Session struct{ … }; func NewSession() *Session
 //	type Resolved struct{ Repo, Name, Version, Digest, URL string }
 //	type Chart struct{ Resolved; TarGz, OCIManifest []byte }
 //	func IsOCI(repo string) bool
@@ -26,7 +27,7 @@
 //	func Pull(ctx context.Context, ref Ref, opts Options) (*Chart, error)
 //	func Verify(digest string, tgz, ociManifest []byte) error
 //	func Load(tgz []byte, maxUnpacked int64) (*chart.Chart, error)
-//	var ErrNoMatch, ErrDigestMismatch, ErrTooLarge, ErrUnsafeArchive, ErrUnauthorized, ErrNotFound
+//	var ErrNoMatch, ErrDigestMismatch, ErrTooLarge, ErrUnsafeArchive, ErrUnauthorized, ErrNotFound, ErrForbiddenAddress
 package chartrepo
 
 import (
@@ -36,9 +37,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -91,6 +95,9 @@ type Options struct {
 	Timeout      time.Duration
 	MaxChartSize int64
 	MaxIndexSize int64
+	// Session, when set, carries a registry's auth challenge from one
+	// call to the next (for Credentials only).
+	Session *Session
 }
 
 func (o Options) timeout() time.Duration {
@@ -117,7 +124,7 @@ func (o Options) maxIndex() int64 {
 // httpClient is a client using the Options' transport with no redirect
 // to another host (credentials and trust stay with the repository).
 func (o Options) httpClient() *http.Client {
-	c := &http.Client{Timeout: o.timeout()}
+	c := &http.Client{Timeout: o.timeout(), Transport: guardedTransport}
 	if o.HTTPClient != nil {
 		c.Transport = o.HTTPClient.Transport
 	}
@@ -134,6 +141,42 @@ func (o Options) httpClient() *http.Client {
 		return nil
 	}
 	return c
+}
+
+// guardedTransport is http.DefaultTransport refusing to connect to
+// link-local and cloud metadata addresses: a chart repository URL comes
+// from a pusher's service.yaml. The check is on the address dialled, so
+// DNS cannot move it after a check.
+var guardedTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
+		host, _, err := net.SplitHostPort(address)
+		if err != nil {
+			return err
+		}
+		if a, err := netip.ParseAddr(host); err == nil && forbiddenAddr(a) {
+			return fmt.Errorf("%w: %s is a link-local or metadata address", ErrForbiddenAddress, host)
+		}
+		return nil
+	}}
+	t.DialContext = d.DialContext
+	return t
+}()
+
+// ErrForbiddenAddress: the repository's host is a link-local or cloud
+// metadata address.
+var ErrForbiddenAddress = errors.New("chart repository address refused")
+
+// metadataAddrs are metadata addresses outside the link-local ranges.
+var metadataAddrs = map[netip.Addr]bool{
+	netip.MustParseAddr("100.100.100.200"): true, // Alibaba Cloud
+	netip.MustParseAddr("fd00:ec2::254"):   true, // AWS IPv6
+	netip.MustParseAddr("192.0.0.192"):     true, // Oracle Cloud (legacy)
+}
+
+func forbiddenAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || metadataAddrs[a]
 }
 
 // Resolved is one exact chart version and its digest ("sha256:<hex>").

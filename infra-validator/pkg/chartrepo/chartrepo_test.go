@@ -431,3 +431,10 @@ func FuzzCheckArchive(f *testing.F) {
 		_, _ = chartrepo.Load(b, 1<<20)
 	})
 }
+
+func TestResolve_refusesLinkLocalAndMetadataAddresses(t *testing.T) {
+	for _, repoURL := range []string{"https://169.254.169.254/charts", "oci://169.254.169.254/charts", "https://[fe80::1]/charts"} {
+		_, err := chartrepo.Resolve(context.Background(), chartrepo.Ref{Repo: repoURL, Name: "web", Version: "~1.0"}, chartrepo.Options{Timeout: 5 * time.Second})
+		require.ErrorIs(t, err, chartrepo.ErrForbiddenAddress, repoURL)
+	}
+}

@@ -92,6 +92,9 @@ func get(ctx context.Context, u string, opts Options, max int64, what string, wi
 		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
 			return nil, fmt.Errorf("%s: the repository did not answer within %s: %w", what, opts.timeout(), context.DeadlineExceeded)
 		}
+		if errors.Is(err, ErrForbiddenAddress) {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
 		return nil, fmt.Errorf("%s: %v", what, redactErr(err))
 	}
 	defer resp.Body.Close()

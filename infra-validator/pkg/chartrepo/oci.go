@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/Masterminds/semver/v3"
 	"github.com/opencontainers/go-digest"
@@ -27,12 +28,31 @@ func ociRepository(repoURL, name string, opts Options) (*remote.Repository, erro
 	if err != nil {
 		return nil, fmt.Errorf("chart repository %s: %v", repoURL, err)
 	}
-	client := &auth.Client{Client: opts.httpClient(), Cache: auth.NewCache()}
+	client := &auth.Client{Client: opts.httpClient(), Cache: opts.Session.authCache()}
 	if c := opts.Credentials; c != nil {
 		client.Credential = auth.StaticCredential(r.Reference.Registry, auth.Credential{Username: c.Username, Password: c.Password})
 	}
 	r.Client = client
 	return r, nil
+}
+
+// Session keeps what registries told one set of credentials (their auth
+// challenge and token), so later requests skip the challenge. One Session
+// belongs to one set of credentials: never share it between them.
+type Session struct {
+	once  sync.Once
+	cache auth.Cache
+}
+
+// NewSession returns an empty Session.
+func NewSession() *Session { return &Session{} }
+
+func (s *Session) authCache() auth.Cache {
+	if s == nil {
+		return auth.NewCache()
+	}
+	s.once.Do(func() { s.cache = auth.NewCache() })
+	return s.cache
 }
 
 // resolveOCI picks the tag (the exact version, or the highest tag in the
@@ -160,7 +180,7 @@ func chartLayer(man []byte) (ocispec.Descriptor, error) {
 func ociErr(what string, err error, opts Options) error {
 	var ec *errcode.ErrorResponse
 	switch {
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, ErrTooLarge), errors.Is(err, ErrForbiddenAddress):
 		return fmt.Errorf("%s: %w", what, err)
 	case isTimeout(err):
 		return fmt.Errorf("%s: the registry did not answer within %s: %w", what, opts.timeout(), context.DeadlineExceeded)
