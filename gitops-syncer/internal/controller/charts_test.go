@@ -25,10 +25,12 @@ import (
 	"helm.sh/helm/v3/pkg/registry"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -176,7 +178,9 @@ func TestSync_aChartFromAnOCIRegistryIsResolvedPinnedAndReResolvedWithoutAPush(t
 	waitHandled(t, repo, requestReconcile(t, repo))
 	assert.Len(t, changeRequests(t, ns), 1, "1.2.0 is outside ~1.1")
 
-	// 1.1.1 is inside: a change without a push, at the same commit.
+	// 1.1.1 is inside: a change without a push, at the same commit,
+	// whose review shows the chart version against the applied 1.1.0.
+	markAppliedIn(t, ns, first, "web-staging")
 	reg.pushChart(t, "1.1.1")
 	waitHandled(t, repo, requestReconcile(t, repo))
 	crs := changeRequests(t, ns)
@@ -185,6 +189,12 @@ func TestSync_aChartFromAnOCIRegistryIsResolvedPinnedAndReResolvedWithoutAPush(t
 	assert.Equal(t, "1.1.1", second.Spec.Source.Chart.Version)
 	assert.NotEqual(t, first.Spec.Source.Chart.Digest, second.Spec.Source.Chart.Digest)
 	assert.NotEqual(t, first.Spec.ApprovalDigest, second.Spec.ApprovalDigest, "the approval of 1.1.0 does not count for 1.1.1")
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: review.ConfigMapName(second.Name)}, cm))
+	s, _, err := review.FromConfigMap(cm, &second)
+	require.NoError(t, err)
+	require.NotNil(t, s.Chart)
+	assert.Contains(t, s.Chart.Line(), "web 1.1.0 → 1.1.1 from "+reg.repoURL())
 }
 
 // TestSync_aChartThatCannotBeHadProposesNothingAndLeavesTheOthers: wrong
