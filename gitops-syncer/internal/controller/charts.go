@@ -126,6 +126,28 @@ func (r *RepositoryReconciler) remoteChart(ctx context.Context, repo *sluicev1.R
 	return c, nil
 }
 
+// chartByDigest returns the chart a change recorded (repository, name,
+// exact version, digest), from the cache or fetched by its digest with the
+// Repository's credentials.
+func (r *RepositoryReconciler) chartByDigest(ctx context.Context, repo *sluicev1.Repository, c sluicev1.ChartSource) (*chartrepo.Chart, error) {
+	if ch := r.Charts.get(string(c.Digest)); ch != nil && ch.Repo == c.Repo && ch.Name == c.Name && ch.Version == c.Version {
+		return ch, nil
+	}
+	opts := r.ChartOptions
+	creds, err := r.chartCredentials(ctx, repo, c.Repo)
+	if err != nil {
+		return nil, err
+	}
+	opts.Credentials = creds
+	opts.Session = r.Charts.session(repo, c.Repo, creds)
+	ch, err := chartrepo.Fetch(ctx, &chartrepo.Resolved{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: string(c.Digest)}, opts)
+	if err != nil {
+		return nil, chartFailure(fmt.Sprintf("chart %s %s from %s", c.Name, c.Version, c.Repo), err)
+	}
+	r.Charts.put(ch)
+	return ch, nil
+}
+
 // chartFailure sorts a resolve or fetch error: what only a human can fix
 // is a chartError, the rest (a timeout, a connection refused) is retried.
 func chartFailure(what string, err error) error {

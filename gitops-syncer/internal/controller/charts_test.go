@@ -71,11 +71,17 @@ func (c *chartRegistry) repoURL() string { return "oci://" + c.host() + "/charts
 // pushChart pushes chart "web" at version with Helm's registry client.
 func (c *chartRegistry) pushChart(t *testing.T, version string) {
 	t.Helper()
+	c.pushChartSaying(t, version, "hello")
+}
+
+// pushChartSaying pushes chart "web" at version whose ConfigMap says word.
+func (c *chartRegistry) pushChartSaying(t *testing.T, version, word string) {
+	t.Helper()
 	ch := &chart.Chart{
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "web", Version: version, Type: "application"},
 		Values:   map[string]any{"greeting": "default"},
 		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
-			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  version: " + version + "\n  greeting: {{ .Values.greeting | quote }}\n")}},
+			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  version: " + version + "\n  word: " + word + "\n  greeting: {{ .Values.greeting | quote }}\n")}},
 	}
 	p, err := chartutil.Save(ch, t.TempDir())
 	require.NoError(t, err)
@@ -229,4 +235,30 @@ func TestSync_aChartThatCannotBeHadProposesNothingAndLeavesTheOthers(t *testing.
 	cond = waitReady(t, repo, metav1.ConditionFalse, sluicev1.ReasonChartUnavailable)
 	assert.Contains(t, cond.Message, "no chart version matches")
 	assert.NotContains(t, changeRequests(t, ns), sluicev1.ChangeRequestName("web-staging", second, 1))
+}
+
+// TestArtifacts_aLostArtifactWithARemoteChartIsRebuiltFromItsRecordedDigest:
+// a syncer that lost its storage and its chart cache rebuilds an artifact
+// by fetching the chart by the digest the ChangeRequest recorded, even
+// after the tag moved, and serves the same bytes.
+func TestArtifacts_aLostArtifactWithARemoteChartIsRebuiltFromItsRecordedDigest(t *testing.T) {
+	ns := newNamespace(t)
+	reg := newChartRegistry(t)
+	reg.pushChart(t, "1.1.0")
+	fixture := gittest.NewRepo(t, t.TempDir(), "infra")
+	remoteService(fixture, reg.repoURL(), "1.1.0")
+	head := fixture.Commit("web 1.1.0", "alice@example.com")
+	first := startSyncer(t, ns, "", chartsFrom(reg))
+	repo := newRepository(t, ns, "infra", fixture.FileURL(), withChartCredentials(t, ns, reg.repoURL(), registryUser, registryPass))
+	waitHandled(t, repo, requestReconcile(t, repo))
+	cr := changeRequests(t, ns)[sluicev1.ChangeRequestName("web-staging", head, 1)]
+	require.NotEmpty(t, cr.Name)
+	before, sum := download(t, cr.Spec.Artifact.URL)
+
+	reg.pushChartSaying(t, "1.1.0", "moved")
+	first.stop()
+	second := startSyncer(t, ns, "", chartsFrom(reg))
+	after, sum2 := download(t, second.ArtifactURL+strings.TrimPrefix(cr.Spec.Artifact.URL, first.ArtifactURL))
+	assert.Equal(t, sum, sum2)
+	assert.Equal(t, before, after, "the rebuilt artifact carries the approved chart, not the moved tag's")
 }
