@@ -262,3 +262,28 @@ func TestArtifacts_aLostArtifactWithARemoteChartIsRebuiltFromItsRecordedDigest(t
 	assert.Equal(t, sum, sum2)
 	assert.Equal(t, before, after, "the rebuilt artifact carries the approved chart, not the moved tag's")
 }
+
+// TestSync_aNewChartVersionIsNoticedOnThePollWithoutAPushOrARequest: with
+// a chart from a chart repository, a poll with the same head is not idle,
+// so a new version in the range becomes a ChangeRequest on the interval.
+func TestSync_aNewChartVersionIsNoticedOnThePollWithoutAPushOrARequest(t *testing.T) {
+	ns := newNamespace(t)
+	reg := newChartRegistry(t)
+	reg.pushChart(t, "1.1.0")
+	fixture := gittest.NewRepo(t, t.TempDir(), "infra")
+	remoteService(fixture, reg.repoURL(), "~1.1")
+	head := fixture.Commit("web from the registry", "alice@example.com")
+	startSyncer(t, ns, "", chartsFrom(reg))
+	newRepository(t, ns, "infra", fixture.FileURL(), withChartCredentials(t, ns, reg.repoURL(), registryUser, registryPass),
+		func(r *sluicev1.Repository) { r.Spec.Interval = &metav1.Duration{Duration: time.Second} })
+	require.Eventually(t, func() bool {
+		_, ok := changeRequests(t, ns)[sluicev1.ChangeRequestName("web-staging", head, 1)]
+		return ok
+	}, 2*time.Minute, 100*time.Millisecond)
+
+	reg.pushChart(t, "1.1.1")
+	require.Eventually(t, func() bool {
+		cr, ok := changeRequests(t, ns)[sluicev1.ChangeRequestName("web-staging", head, 2)]
+		return ok && cr.Spec.Source.Chart.Version == "1.1.1"
+	}, 2*time.Minute, 100*time.Millisecond, "the poll resolves the range again")
+}
