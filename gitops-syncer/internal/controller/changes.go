@@ -263,7 +263,7 @@ func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repo
 		Confine:          validation.ConfinementOf(repo),
 	}
 	res, err := changespec.Validate(ctx, r.timedValidator(), r.ScratchDir, "validate-", art, req, func(dir string) (*validation.Previous, error) {
-		return r.previousFor(ctx, cache, plan, dir), nil
+		return r.previousFor(ctx, repo, cache, plan, dir), nil
 	})
 	if err != nil {
 		return nil, err

@@ -287,3 +287,32 @@ func TestSync_aNewChartVersionIsNoticedOnThePollWithoutAPushOrARequest(t *testin
 		return ok && cr.Spec.Source.Chart.Version == "1.1.1"
 	}, 2*time.Minute, 100*time.Millisecond, "the poll resolves the range again")
 }
+
+// TestSync_aRestartedSyncerRatesANewChartVersionAgainstTheAppliedChart:
+// a syncer that never rendered the applied change fetches the applied
+// chart by its digest to render it, so removed objects are seen and the
+// risk is not rated high for want of the previous manifest.
+func TestSync_aRestartedSyncerRatesANewChartVersionAgainstTheAppliedChart(t *testing.T) {
+	ns := newNamespace(t)
+	reg := newChartRegistry(t)
+	reg.pushChart(t, "1.1.0")
+	fixture := gittest.NewRepo(t, t.TempDir(), "infra")
+	remoteService(fixture, reg.repoURL(), "~1.1")
+	head := fixture.Commit("web from the registry", "alice@example.com")
+	first := startSyncer(t, ns, "", chartsFrom(reg))
+	repo := newRepository(t, ns, "infra", fixture.FileURL(), withChartCredentials(t, ns, reg.repoURL(), registryUser, registryPass))
+	waitHandled(t, repo, requestReconcile(t, repo))
+	applied := changeRequests(t, ns)[sluicev1.ChangeRequestName("web-staging", head, 1)]
+	require.NotEmpty(t, applied.Name)
+	markAppliedIn(t, ns, applied, "web-staging")
+	first.stop()
+
+	startSyncer(t, ns, "", chartsFrom(reg))
+	reg.pushChart(t, "1.1.1")
+	waitHandled(t, repo, requestReconcile(t, repo))
+	next, ok := changeRequests(t, ns)[sluicev1.ChangeRequestName("web-staging", head, 2)]
+	require.True(t, ok)
+	for _, f := range next.Spec.Verdict.Findings {
+		assert.NotEqual(t, "helm.previous_manifest", f.Policy, "the applied chart was rendered: %s", f.Message)
+	}
+}
