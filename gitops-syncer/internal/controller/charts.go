@@ -271,3 +271,25 @@ func chartSource(src *sluicev1.ChangeSource, c *chartrepo.Chart) {
 	}
 	src.Chart = sluicev1.ChartSource{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: sluicev1.Digest(c.Digest)}
 }
+
+// WithRemoteChart implements preview.ChartContent: the content of a
+// pull request's preview with the chart its service takes from a chart
+// repository, resolved and fetched as for a change.
+func (r *RepositoryReconciler) WithRemoteChart(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, fsys fs.FS, inputs []string) (
+	fs.FS, []string, *sluicev1.ChartSource, string, error) {
+	c, err := r.remoteChart(ctx, repo, svc, env)
+	var ce *chartError
+	switch {
+	case errors.As(err, &ce):
+		return nil, nil, nil, ce.msg, nil
+	case err != nil:
+		return nil, nil, nil, "", err
+	case c == nil:
+		return fsys, inputs, nil, "", nil
+	}
+	content, in, err := withChart(fsys, inputs, c)
+	if err != nil {
+		return nil, nil, nil, err.Error(), nil
+	}
+	return content, in, &sluicev1.ChartSource{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: sluicev1.Digest(c.Digest)}, "", nil
+}
