@@ -155,9 +155,13 @@ func TestSync_aChartFromAnOCIRegistryIsResolvedPinnedAndReResolvedWithoutAPush(t
 	remoteService(fixture, reg.repoURL(), "~1.1")
 	head := fixture.Commit("web from the registry", "alice@example.com")
 	startSyncer(t, ns, "", chartsFrom(reg))
+	pushed := reg.requests.Load()
+	start := time.Now()
 	repo := newRepository(t, ns, "infra", fixture.FileURL(), withChartCredentials(t, ns, reg.repoURL(), registryUser, registryPass))
 
 	waitHandled(t, repo, requestReconcile(t, repo))
+	t.Logf("FIGURE: first sync of a chart from the OCI registry (range ~1.1, basic auth): %d registry requests, %s to the ChangeRequest (validation included)",
+		reg.requests.Load()-pushed, time.Since(start).Round(time.Millisecond))
 	first, ok := changeRequests(t, ns)[sluicev1.ChangeRequestName("web-staging", head, 1)]
 	require.True(t, ok, "a ChangeRequest for the chart")
 	c := first.Spec.Source.Chart
