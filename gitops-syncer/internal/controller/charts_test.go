@@ -376,3 +376,34 @@ func TestSync_aChartFromAHelmRepositoryIsPinnedToTheSHA256OfItsArchive(t *testin
 	t.Logf("FIGURE: re-sync of an unchanged range ~1.1 from a Helm repository made %d requests", requests.Load()-before)
 	assert.Equal(t, int64(1), requests.Load()-before, "index.yaml only")
 }
+
+// TestSync_aRegistryThatNeverAnswersTimesOutAndHoldsBackNoOtherService:
+// every registry request ends at the timeout; the release is retried and
+// the Repository's other services sync.
+func TestSync_aRegistryThatNeverAnswersTimesOutAndHoldsBackNoOtherService(t *testing.T) {
+	block := make(chan struct{})
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-block:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(block) })
+	ns := newNamespace(t)
+	fixture := gittest.NewRepo(t, t.TempDir(), "infra")
+	fixture.CopyDir(chartDir, "charts/service")
+	helmService(fixture, "alpha", "staging")
+	remoteService(fixture, "oci://"+strings.TrimPrefix(srv.URL, "https://")+"/charts", "~1.1")
+	head := fixture.Commit("web and alpha", "alice@example.com")
+	startSyncer(t, ns, "", func(s *syncer.Syncer) {
+		s.Reconciler.ChartOptions = chartrepo.Options{HTTPClient: srv.Client(), Timeout: 300 * time.Millisecond}
+	})
+	repo := newRepository(t, ns, "infra", fixture.FileURL())
+	requestReconcile(t, repo)
+	cond := waitReady(t, repo, metav1.ConditionFalse, sluicev1.ReasonGitOperationFailed)
+	assert.Contains(t, cond.Message, "did not answer within 300ms")
+	crs := changeRequests(t, ns)
+	assert.Contains(t, crs, sluicev1.ChangeRequestName("alpha-staging", head, 1), "the other service is unaffected")
+	assert.NotContains(t, crs, sluicev1.ChangeRequestName("web-staging", head, 1))
+}
