@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -54,6 +55,9 @@ type changePlan struct {
 	// asked for, rebuilt at target's revision (rollback.go).
 	rollback *sluicev1.RollbackSpec
 	target   *sluicev1.ChangeRequest
+	// chart is the chart fetched from a chart repository, which the
+	// artifact carries (sources.RemoteChartDir); nil for others.
+	chart *chartrepo.Chart
 }
 
 // name is the ChangeRequest name of attempt n of the change.
@@ -259,7 +263,7 @@ func (r *RepositoryReconciler) validate(ctx context.Context, repo *sluicev1.Repo
 		Confine:          validation.ConfinementOf(repo),
 	}
 	res, err := changespec.Validate(ctx, r.timedValidator(), r.ScratchDir, "validate-", art, req, func(dir string) (*validation.Previous, error) {
-		return r.previousFor(ctx, cache, plan, dir), nil
+		return r.previousFor(ctx, repo, cache, plan, dir), nil
 	})
 	if err != nil {
 		return nil, err

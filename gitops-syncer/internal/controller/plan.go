@@ -74,7 +74,11 @@ func (run *planRun) storeArtifact() error {
 	if err != nil {
 		return err
 	}
-	art, err := artifact.Build(fsys, plan.inputs)
+	fsys, inputs, err := withChart(fsys, plan.inputs, plan.chart)
+	var art *artifact.Artifact
+	if err == nil {
+		art, err = artifact.Build(fsys, inputs)
+	}
 	if err != nil {
 		plan.invalid = append(plan.invalid, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "artifact", Message: git.Redact(err.Error())})
 		art, err = artifact.Build(fsys, []string{string(plan.spec.SourcePath) + "/" + manifest.FileName})
@@ -234,7 +238,15 @@ func (run *planRun) storeOutputs(ctx context.Context, cr *sluicev1.ChangeRequest
 			return err
 		}
 	}
-	if err := changespec.StoreReview(ctx, r.Client, ControllerName, cr, changespec.ReviewInput(res, previousRevision(run.plan.release))); err != nil {
+	in := changespec.ReviewInput(res, previousRevision(run.plan.release))
+	if cr.Spec.Source != nil && cr.Spec.Source.Chart.Repo != "" {
+		// The chart version diff: against the applied change's chart.
+		if applied, err := r.recordedChange(ctx, run.plan.release, run.plan.release.Status.AppliedChange); err == nil && applied != nil && applied.Spec.Source != nil {
+			c := applied.Spec.Source.Chart
+			in.PreviousChart = &c
+		}
+	}
+	if err := changespec.StoreReview(ctx, r.Client, ControllerName, cr, in); err != nil {
 		// diff then shows less; the change stands.
 		log.FromContext(ctx).Error(err, "Storing the review of a ChangeRequest failed", "changeRequest", cr.Name)
 	}

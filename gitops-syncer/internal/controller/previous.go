@@ -2,12 +2,15 @@ package controller
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -39,7 +42,7 @@ func previousRevision(rel *sluicev1.Release) string {
 // recorded change: rating against a folder an unapplied push moved to would
 // rate against the wrong thing. It never fails: a previous revision that
 // cannot be read is reported in Previous.Err and rated by the validator.
-func (r *RepositoryReconciler) previousFor(ctx context.Context, cache *git.Repo, plan *changePlan, dir string) *validation.Previous {
+func (r *RepositoryReconciler) previousFor(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, plan *changePlan, dir string) *validation.Previous {
 	rev := previousRevision(plan.release)
 	if rev == "" {
 		return nil
@@ -64,8 +67,38 @@ func (r *RepositoryReconciler) previousFor(ctx context.Context, cache *git.Repo,
 		prev.Err = err
 		return prev
 	}
+	if applied != nil && applied.Spec.Source != nil && applied.Spec.Source.Chart.Digest != "" {
+		// The applied chart from a chart repository, by its digest.
+		if err := r.writeChart(ctx, repo, applied.Spec.Source.Chart, dir); err != nil {
+			prev.Err = err
+			return prev
+		}
+	}
 	prev.RepoRoot, prev.Service = dir, svc
 	return prev
+}
+
+// writeChart writes the chart c names (fetched by its digest, or from
+// the cache) into the content folder dir, where the validator reads it.
+func (r *RepositoryReconciler) writeChart(ctx context.Context, repo *sluicev1.Repository, c sluicev1.ChartSource, dir string) error {
+	ch, err := r.chartByDigest(ctx, repo, c)
+	if err != nil {
+		return err
+	}
+	files, err := sources.RemoteChartFiles(ch)
+	if err != nil {
+		return err
+	}
+	for name, data := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // rememberedManifest returns the manifest the release rendered at rev, if

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -28,9 +29,14 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 	refs := []string{}
 	// The folders the changes recorded, for an artifact of the manifest alone.
 	var dirs []string
+	// The charts from chart repositories the changes recorded.
+	var charts []sluicev1.ChartSource
 	for _, cr := range crs.Items {
 		if cr.Spec.Revision == k.Revision {
 			want[cr.Spec.Artifact.SHA256] = true
+			if src := cr.Spec.Source; src != nil && src.Chart.Digest != "" {
+				charts = append(charts, src.Chart)
+			}
 			if src := cr.Spec.Source; src != nil {
 				dirs = append(dirs, string(src.Path))
 			}
@@ -85,10 +91,26 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 	for _, dir := range dirs {
 		candidates = append(candidates, []string{dir}, []string{path.Join(dir, manifest.FileName)})
 	}
+	// A chart from a chart repository is fetched again by its recorded
+	// digest (or taken from the cache); other bytes are refused there.
+	fetched := []*chartrepo.Chart{nil}
+	for _, c := range charts {
+		ch, err := r.chartByDigest(ctx, repo, c)
+		if err != nil {
+			return nil, fmt.Errorf("artifact %s: %w", k.Path(), err)
+		}
+		fetched = append(fetched, ch)
+	}
 	for _, inputs := range candidates {
-		a, err := artifact.Build(fsys, inputs)
-		if err == nil && want[sluicev1.Digest(a.SHA256)] {
-			return a, nil
+		for _, ch := range fetched {
+			cfs, cinputs, err := withChart(fsys, inputs, ch)
+			if err != nil {
+				continue
+			}
+			a, err := artifact.Build(cfs, cinputs)
+			if err == nil && want[sluicev1.Digest(a.SHA256)] {
+				return a, nil
+			}
 		}
 	}
 	return nil, fmt.Errorf("artifact %s rebuilt from git does not match the recorded sha256", k.Path())

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 
@@ -154,6 +155,18 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 	if err != nil {
 		return fmt.Errorf("hash inputs: %w", err)
 	}
+	// A chart from a chart repository is resolved on every pass: its
+	// digest is part of the inputs, so a new version in the range is a
+	// change without a push.
+	remote, err := p.r.remoteChart(ctx, p.repo, e.Service, envName)
+	if e.Service.Chart.Repo != "" {
+		p.remote = true
+	}
+	if err != nil {
+		return p.chartUnavailable(ctx, want.Name, existing, err)
+	}
+	tree = chartTree(tree, remote)
+	chartSource(src, remote)
 	// The tree covers everything the release reads, its view of the
 	// manifest included: the same tree is the same change.
 	if existing != nil && metav1.IsControlledBy(existing, p.repo) && existing.Status.LastSyncedTree == tree && replanRequested(existing) == "" {
@@ -180,8 +193,30 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 		spec:      &want.Spec,
 		source:    src,
 		pushes:    p.pushes,
+		chart:     remote,
 	}
 	return p.plan(ctx, plan)
+}
+
+// chartUnavailable handles a chart that could not be resolved or fetched:
+// what only a human can fix (credentials, a range with no match, a chart
+// over the limit or other bytes than its digest) is a problem on the
+// Repository and a Synced=False condition on the Release, which waits for
+// the next poll; anything else is returned for a retry. Nothing is
+// proposed, the applied release is untouched, the other releases go on.
+func (p *syncPass) chartUnavailable(ctx context.Context, name string, existing *sluicev1.Release, err error) error {
+	var ce *chartError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	msg := fmt.Sprintf("%s: %s", name, ce.msg)
+	p.problem(sluicev1.ReasonChartUnavailable, msg)
+	if existing != nil && metav1.IsControlledBy(existing, p.repo) {
+		if serr := p.r.setSynced(ctx, existing, metav1.ConditionFalse, sluicev1.ReasonChartUnavailable, ce.msg); serr != nil {
+			return serr
+		}
+	}
+	return nil
 }
 
 // syncInvalid answers a manifest that no longer parses with a rejected

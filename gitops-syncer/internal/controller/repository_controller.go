@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/runtime/reconcile"
 )
@@ -72,6 +73,11 @@ type RepositoryReconciler struct {
 	Forge *provider.API
 	// Hooks are test seams.
 	Hooks Hooks
+	// ChartOptions bound and time out requests to chart repositories
+	// (credentials come from each Repository); Charts keeps fetched
+	// charts by digest.
+	ChartOptions chartrepo.Options
+	Charts       ChartCache
 
 	memoMu sync.Mutex
 	memo   map[types.NamespacedName]syncMemo
@@ -95,6 +101,9 @@ type Hooks struct {
 type syncMemo struct {
 	commit string
 	trees  map[string]string
+	// remote says a release takes its chart from a chart repository: a
+	// new version there is a change with no new commit, so no poll is idle.
+	remote bool
 }
 
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=repositories,verbs=get;list;watch

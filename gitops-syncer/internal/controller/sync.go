@@ -147,7 +147,7 @@ func (r *RepositoryReconciler) idle(key types.NamespacedName, repo *sluicev1.Rep
 		return false
 	}
 	m, ok := r.memoFor(key)
-	if !ok || m.commit != head {
+	if !ok || m.commit != head || m.remote {
 		return false
 	}
 	byName := map[string]*sluicev1.Release{}
@@ -183,6 +183,8 @@ type syncPass struct {
 	// pushes are the verified pushes recorded in the Repository's status,
 	// read fresh at the start of the pass.
 	pushes []sluicev1.PushRecord
+	// remote says a release's chart comes from a chart repository.
+	remote bool
 }
 
 func (p *syncPass) problem(reason, msg string) {
@@ -306,7 +308,7 @@ func (p *syncPass) finish() reconcile.Result {
 	}
 	// Everything that can be done at this commit is done.
 	repo.Status.LastSyncedCommit = p.head
-	p.r.remember(client.ObjectKeyFromObject(repo), syncMemo{commit: p.head, trees: p.trees})
+	p.r.remember(client.ObjectKeyFromObject(repo), syncMemo{commit: p.head, trees: p.trees, remote: p.remote})
 	if len(p.problems) > 0 {
 		reasons := make([]string, 0, len(p.problems))
 		for reason := range p.problems {

@@ -106,11 +106,25 @@ type Handler struct {
 	CommentRetry []time.Duration
 	// CheckRuns also reports each release as a Check Run (GitHub).
 	CheckRuns bool
+	// Charts adds the chart a service takes from a chart repository to a
+	// preview's content (the syncer's RepositoryReconciler); without it
+	// such a preview is rejected as not fetched.
+	Charts ChartContent
 
 	locks   sync.Map // "<ns>/<repo>#<pr>" → *sync.Mutex
 	inputs  reviewInputs
 	pub     publisher
 	threads sync.Map // threadKey → commentThread
+}
+
+// ChartContent resolves and fetches the chart svc's environment env takes
+// from a chart repository (nothing for other charts) and returns the
+// content with it (fsys and inputs with sources.RemoteChartDir) and the
+// chart the change records. problem is what only a human can fix (refused
+// credentials, no match…), a deny finding; err is worth a retry.
+type ChartContent interface {
+	WithRemoteChart(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, fsys fs.FS, inputs []string) (
+		content fs.FS, contentInputs []string, chart *sluicev1.ChartSource, problem string, err error)
 }
 
 // lock serialises the work on one pull request (a review may arrive while
@@ -392,7 +406,20 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 		return built{}, err
 	}
 	var findings []sluicev1.Finding
-	art, err := artifact.Build(fsys, e.Inputs)
+	content, inputs := fs.FS(fsys), e.Inputs
+	var chart *sluicev1.ChartSource
+	if h.Charts != nil {
+		c, in, ch, problem, err := h.Charts.WithRemoteChart(ctx, repo, e.Service, env.Name, fsys, e.Inputs)
+		switch {
+		case err != nil:
+			return built{}, err
+		case problem != "":
+			findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "chart", Message: git.Redact(problem)})
+		default:
+			content, inputs, chart = c, in, ch
+		}
+	}
+	art, err := artifact.Build(content, inputs)
 	if err != nil {
 		findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "artifact", Message: git.Redact(err.Error())})
 		if art, err = artifact.Build(fsys, []string{path.Join(e.Dir, manifest.FileName)}); err != nil {
@@ -412,6 +439,9 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 	src, err := changespec.SourceOf(e.Service, env.Name)
 	if err != nil {
 		return built{}, err
+	}
+	if chart != nil {
+		src.Chart = *chart
 	}
 	cr := changespec.Build(changespec.Change{
 		Repository:        repo,

@@ -12,6 +12,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/policy"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
@@ -139,7 +140,8 @@ func (l *Library) validate(ctx context.Context, req Request) (*Result, error) {
 			out.PlanErrorDetails = tfErr.DetailsText()
 		}
 		return out, nil
-	case errors.Is(err, validate.ErrChartRepository), errors.Is(err, manifest.ErrOutsideRepo), errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, validate.ErrChartRepository), errors.Is(err, manifest.ErrOutsideRepo), errors.Is(err, fs.ErrNotExist),
+		errors.Is(err, chartrepo.ErrDigestMismatch), errors.Is(err, chartrepo.ErrUnsafeArchive), errors.Is(err, chartrepo.ErrTooLarge):
 		// Only a change to the repository fixes these; say so in the
 		// ChangeRequest instead of retrying.
 		return rejected([]sluicev1.Finding{{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "service.yaml", Message: err.Error()}}), nil

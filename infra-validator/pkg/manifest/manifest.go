@@ -56,6 +56,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/Masterminds/semver/v3"
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -409,6 +410,8 @@ func (s *Service) validate() []Problem {
 		}
 		if c.Version == "" {
 			add("chart", "chart.version is required with chart.repo")
+		} else if _, err := semver.NewConstraint(c.Version); err != nil || len(c.Version) > 64 {
+			add("chart.version", "chart.version %q must be a version or a semver range (e.g. 1.2.3, ~1.2, >=1.2.0 <2.0.0)", c.Version)
 		}
 	}
 
@@ -474,6 +477,9 @@ func (s *Service) validate() []Problem {
 			}
 		}
 		s.validateSource(e, p, add)
+		if e.Kustomize == nil && e.Manifests == nil && s.Chart.Repo != "" && e.Delivery == DeliveryArgoCD {
+			add(p+".delivery", "environment %q: delivery argocd of a chart from a chart repository is not supported yet; use delivery helm", e.Name)
+		}
 		switch e.Delivery {
 		case "", DeliveryHelm, DeliveryArgoCD:
 		default:

@@ -236,6 +236,9 @@ func sectionItems(s *Section) []item {
 		b.WriteString(" · nothing applied yet")
 	}
 	b.WriteString("\n\n")
+	if s.Chart != nil {
+		fmt.Fprintf(&b, "**%s**\n\n", esc(s.Chart.Line()))
+	}
 	if len(s.RiskReasons) > 0 {
 		fmt.Fprintf(&b, "**Risk %s** because:\n", esc(s.Risk))
 		for i, r := range s.RiskReasons {

@@ -44,6 +44,10 @@ type Input struct {
 	RiskReasons []string
 	// Secrets are further values to hide (credentials a run was given).
 	Secrets []string
+	// PreviousChart is the chart of the release's last applied change,
+	// for the chart version diff of a chart from a chart repository (nil
+	// when nothing was applied or it had no such chart).
+	PreviousChart *sluicev1.ChartSource
 	// PlanSecrets, when not nil, are the secret strings the validator's
 	// policy engine found in this plan's whole document
 	// (validate.PlanCheck.Secrets): Build takes them instead of walking
@@ -76,6 +80,9 @@ type Section struct {
 	HasManifest bool
 	ManifestErr string
 	Approval    Approval
+	// Chart is the chart from a chart repository the change installs,
+	// with the applied one; nil for charts in the repository.
+	Chart *ChartChange `json:",omitempty"`
 	// Verification is the verification after apply as the operator
 	// recorded it; nil before the change is verified (and for previews,
 	// which are never applied).
@@ -83,6 +90,35 @@ type Section struct {
 	// Trimmed: the stored section lost its plan attributes and diff lines
 	// to fit a ConfigMap (Trim).
 	Trimmed bool `json:",omitempty"`
+}
+
+// ChartChange is a chart from a chart repository: the change's exact
+// version and digest, and the applied change's ("" when none).
+type ChartChange struct {
+	Repo, Name                      string
+	Version, Digest                 string
+	PreviousVersion, PreviousDigest string
+}
+
+// Line says the chart and its version change in one line.
+func (c *ChartChange) Line() string {
+	now := fmt.Sprintf("%s %s (%s)", c.Name, c.Version, shortDigest(c.Digest))
+	switch {
+	case c.PreviousDigest == "":
+		return fmt.Sprintf("Chart %s from %s, nothing applied from a chart repository yet", now, c.Repo)
+	case c.PreviousDigest == c.Digest:
+		return fmt.Sprintf("Chart %s from %s, as applied", now, c.Repo)
+	case c.PreviousVersion == c.Version:
+		return fmt.Sprintf("Chart %s from %s: the repository now serves other bytes for %s than the applied %s", now, c.Repo, c.Version, shortDigest(c.PreviousDigest))
+	}
+	return fmt.Sprintf("Chart %s %s → %s from %s (%s → %s)", c.Name, c.PreviousVersion, c.Version, c.Repo, shortDigest(c.PreviousDigest), shortDigest(c.Digest))
+}
+
+func shortDigest(d string) string {
+	if len(d) > len("sha256:")+12 {
+		return d[:len("sha256:")+12]
+	}
+	return d
 }
 
 // Finding is one finding as shown.
@@ -162,6 +198,12 @@ func Build(in Input) (*Section, error) {
 	}
 	if cr.Spec.PullRequest != nil {
 		s.PullRequest = cr.Spec.PullRequest.Number
+	}
+	if src := cr.Spec.Source; src != nil && src.Chart.Repo != "" {
+		s.Chart = &ChartChange{Repo: src.Chart.Repo, Name: src.Chart.Name, Version: src.Chart.Version, Digest: string(src.Chart.Digest)}
+		if p := in.PreviousChart; p != nil && p.Repo == src.Chart.Repo && p.Name == src.Chart.Name {
+			s.Chart.PreviousVersion, s.Chart.PreviousDigest = p.Version, string(p.Digest)
+		}
 	}
 	for _, r := range in.RiskReasons {
 		s.RiskReasons = append(s.RiskReasons, red.String(r))

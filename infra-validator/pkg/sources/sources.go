@@ -21,6 +21,11 @@
 //	func GeneratedChart(name, description string, files []File) (*chart.Chart, error)
 //	func EnvironmentChart(repoRoot string, svc *manifest.Service, env string) (*chart.Chart, error)
 //	const TemplatePrefix = "templates/"
+//	const RemoteChartDir = ".sluice/chart"  // a fetched chart in the artifact (remote.go)
+//	func RemoteChartFiles(c *chartrepo.Chart) (map[string][]byte, error)
+//	func RemoteChart(root string, svc *manifest.Service) (*chart.Chart, *chartrepo.Resolved, error)
+//	func CheckResolved(c manifest.Chart, r *chartrepo.Resolved) error
+//	var ErrRemoteChartMissing
 package sources
 
 import (

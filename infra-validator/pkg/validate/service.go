@@ -7,6 +7,8 @@ import (
 	"path"
 	"path/filepath"
 
+	"helm.sh/helm/v3/pkg/chart"
+
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
@@ -68,8 +70,10 @@ type ServiceResult struct {
 }
 
 // ErrChartRepository is returned for a service whose chart comes from a chart
-// repository: the validator renders charts from the checkout only.
-var ErrChartRepository = errors.New("charts from a chart repository are not supported: vendor the chart into the repository")
+// repository when the content holds no fetched chart for it
+// (sources.RemoteChartDir): the validator never fetches; the syncer does,
+// and puts the chart's bytes in the artifact.
+var ErrChartRepository = errors.New("the chart comes from a chart repository")
 
 // CheckService loads the manifest, checks the environment's chart and plans
 // and checks its Terraform stack, and returns one result. A manifest that
@@ -162,17 +166,29 @@ func serviceChart(req ServiceRequest) (*manifest.Service, *manifest.Environment,
 			Previous:    req.PreviousManifest,
 		}, nil
 	}
-	chartDir := svc.ChartDir()
-	if chartDir == "" {
-		return nil, nil, ChartRequest{}, fmt.Errorf("service %s: %w", svc.Name, ErrChartRepository)
-	}
 	values, err := svc.ValuesFiles(env.Name)
 	if err != nil {
 		return nil, nil, ChartRequest{}, err
 	}
-	chartPath, err := manifest.ConfinedPath(req.RepoRoot, chartDir)
-	if err != nil {
-		return nil, nil, ChartRequest{}, err
+	chartDir := svc.ChartDir()
+	var remote *chart.Chart
+	if chartDir == "" {
+		// A chart from a chart repository: the syncer fetched it into the
+		// content (sources.RemoteChartDir), checked here against its digest.
+		ch, r, err := sources.RemoteChart(req.RepoRoot, svc)
+		if err != nil {
+			if errors.Is(err, sources.ErrRemoteChartMissing) {
+				return nil, nil, ChartRequest{}, fmt.Errorf("service %s: %w: %w", svc.Name, ErrChartRepository, err)
+			}
+			return nil, nil, ChartRequest{}, err
+		}
+		remote, chartDir = ch, r.Name+" "+r.Version+" from "+r.Repo
+	}
+	chartPath := chartDir
+	if remote == nil {
+		if chartPath, err = manifest.ConfinedPath(req.RepoRoot, chartDir); err != nil {
+			return nil, nil, ChartRequest{}, err
+		}
 	}
 	valuePaths := make([]string, 0, len(values))
 	for _, f := range values {
@@ -182,13 +198,18 @@ func serviceChart(req ServiceRequest) (*manifest.Service, *manifest.Environment,
 		}
 		valuePaths = append(valuePaths, p)
 	}
+	prefix := path.Clean(chartDir)
+	if remote != nil {
+		prefix = ""
+	}
 	return svc, env, ChartRequest{
 		Chart:        chartPath,
+		Loaded:       remote,
 		ValuesFiles:  valuePaths,
 		ReleaseName:  release,
 		Namespace:    env.Namespace,
 		Previous:     req.PreviousManifest,
-		SourcePrefix: path.Clean(chartDir),
+		SourcePrefix: prefix,
 	}, nil
 }
 

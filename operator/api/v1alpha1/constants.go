@@ -45,6 +45,15 @@ const (
 	ReasonProgressing = "Progressing"
 	// ReasonInvalidSpec: the spec cannot be acted on as written.
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonChartMismatch: the chart from a chart repository in the
+	// approved content is not the approved one (other bytes, another
+	// version or digest); nothing is installed.
+	ReasonChartMismatch = "ChartMismatch"
+	// ReasonChartUnavailable: a chart from a chart repository could not
+	// be resolved or fetched (credentials refused, no version in the
+	// range, over a limit, other bytes than its digest); nothing is
+	// proposed until it can.
+	ReasonChartUnavailable = "ChartUnavailable"
 	// ReasonSecretNotFound: a referenced Secret is missing or incomplete.
 	ReasonSecretNotFound = "SecretNotFound"
 	// ReasonAuthenticationFailed: the git remote refused the credentials.

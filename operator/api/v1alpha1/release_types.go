@@ -24,10 +24,20 @@ type ChartSource struct {
 	// +optional
 	Name string `json:"name,omitempty"`
 
-	// Version of the chart in Repo.
+	// Version of the chart in Repo: in a Release, as the manifest says (an
+	// exact version or a semver range); in a ChangeRequest, the one exact
+	// version the syncer resolved it to.
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Version string `json:"version,omitempty"`
+
+	// Digest of the chart in Repo, set in a ChangeRequest: the sha256 of
+	// the .tgz for a Helm repository, the manifest digest for an OCI
+	// registry. The chart's bytes travel in the artifact, so
+	// contentDigest, and through it approvalDigest, binds them; the
+	// validator and the Helm applier check them against this digest.
+	// +optional
+	Digest Digest `json:"digest,omitempty"`
 
 	// Kustomize, when set, is the Kustomize overlay the release deploys
 	// instead of a chart; Sluice builds it in-process and installs the

@@ -95,6 +95,15 @@ type RepositorySpec struct {
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 
+	// ChartRepositories are the credentials for the chart repositories
+	// (https:// Helm repositories, oci:// registries) its services' charts
+	// come from, as Flux's HelmRepository secretRef: the Secret's username
+	// and password keys. A service folder never carries credentials.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	ChartRepositories []ChartRepositoryCredentials `json:"chartRepositories,omitempty"`
+
 	// WebhookSecretRef names a Secret whose "token" key signs webhooks.
 	// +optional
 	WebhookSecretRef *LocalObjectReference `json:"webhookSecretRef,omitempty"`
@@ -306,4 +315,16 @@ func (r *Repository) GetTimeout() time.Duration {
 
 func init() {
 	SchemeBuilder.Register(&Repository{}, &RepositoryList{})
+}
+
+// ChartRepositoryCredentials names the Secret (keys username and password)
+// whose credentials go with requests to the chart repositories whose URL
+// starts with URL.
+type ChartRepositoryCredentials struct {
+	// URL is a chart repository URL or a prefix of several.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^(https|oci)://[^@]+$`
+	URL string `json:"url"`
+	// SecretRef names the Secret in the Repository's namespace.
+	SecretRef LocalObjectReference `json:"secretRef"`
 }

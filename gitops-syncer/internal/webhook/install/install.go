@@ -81,6 +81,7 @@ func Install(s *syncer.Syncer, opts Options) (*Installed, error) {
 		ScratchDir:      rec.ScratchDir,
 		Metrics:         rec.Metrics,
 		Log:             ctrl.Log.WithName("previews"),
+		Charts:          rec,
 	}
 	if opts.StatusProvider != "" {
 		if opts.StatusTokenSecret.Name == "" || opts.StatusTokenSecret.Namespace == "" {

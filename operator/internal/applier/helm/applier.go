@@ -503,10 +503,14 @@ func loadInputs(dir string, cr *sluicev1.ChangeRequest, src *sluicev1.ChangeSour
 		return generatedInputs(dir, svc, env, src)
 	}
 	chartDir := string(src.Chart.Path)
+	var remote *chart.Chart
 	if chartDir == "" {
-		return nil, nil, invalid("the chart comes from a chart repository, which the Helm applier does not fetch; use a chart folder in the repository")
-	}
-	if d := svc.ChartDir(); d != chartDir {
+		ch, err := remoteChart(dir, svc, src.Chart)
+		if err != nil {
+			return nil, nil, err
+		}
+		remote = ch
+	} else if d := svc.ChartDir(); d != chartDir {
 		return nil, nil, invalid("chart %q differs from the change's %q", d, chartDir)
 	}
 	values := make([]string, 0, len(src.Values))
@@ -525,13 +529,15 @@ func loadInputs(dir string, cr *sluicev1.ChangeRequest, src *sluicev1.ChangeSour
 
 	// Load and merge exactly as the validator does (helmcheck), from the
 	// verified content only.
-	chartPath, err := manifest.ConfinedPath(dir, chartDir)
-	if err != nil {
-		return nil, nil, invalid("chart folder: %v", err)
-	}
-	ch, err := helmcheck.LoadChart(chartPath)
-	if err != nil {
-		return nil, nil, invalid("chart %s: %v", chartDir, scrubPath(err, dir))
+	ch := remote
+	if ch == nil {
+		chartPath, err := manifest.ConfinedPath(dir, chartDir)
+		if err != nil {
+			return nil, nil, invalid("chart folder: %v", err)
+		}
+		if ch, err = helmcheck.LoadChart(chartPath); err != nil {
+			return nil, nil, invalid("chart %s: %v", chartDir, scrubPath(err, dir))
+		}
 	}
 	abs := make([]string, 0, len(files))
 	for _, f := range files {
@@ -546,6 +552,29 @@ func loadInputs(dir string, cr *sluicev1.ChangeRequest, src *sluicev1.ChangeSour
 		return nil, nil, invalid("values: %v", scrubPath(err, dir))
 	}
 	return ch, vals, nil
+}
+
+// remoteChart loads the chart the approved change took from a chart
+// repository: the bytes the syncer put in the verified artifact
+// (sources.RemoteChartDir), which must be the change's repository, chart,
+// exact version and digest, and hash to that digest. It never fetches:
+// a tag moved or bytes changed in the repository since the approval
+// change nothing that is installed.
+func remoteChart(dir string, svc *manifest.Service, want sluicev1.ChartSource) (*chart.Chart, error) {
+	if want.Repo == "" || want.Digest == "" {
+		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved change names no chart folder and no chart repository with a digest")
+	}
+	if svc.Chart.Repo != want.Repo || svc.Chart.Name != want.Name {
+		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved content: chart %s from %s differs from the change's %s from %s", svc.Chart.Name, svc.Chart.Repo, want.Name, want.Repo)
+	}
+	ch, got, err := sources.RemoteChart(dir, svc)
+	if err != nil {
+		return nil, applier.Permanent(sluicev1.ReasonChartMismatch, "the approved content: %v", scrubPath(err, dir))
+	}
+	if got.Version != want.Version || sluicev1.Digest(got.Digest) != want.Digest {
+		return nil, applier.Permanent(sluicev1.ReasonChartMismatch, "the approved content holds chart %s %s (%s), the change approved %s (%s)", got.Name, got.Version, got.Digest, want.Version, want.Digest)
+	}
+	return ch, nil
 }
 
 // generatedInputs builds the chart the validator generated for an

@@ -1,0 +1,295 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"sync"
+	"testing/fstest"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// maxCachedCharts bounds the fetched charts kept by digest.
+const maxCachedCharts = 64
+
+// ChartCache keeps fetched charts by digest, so a re-sync whose range
+// still resolves to the same digest asks the repository only for the
+// index or the tag (one request for a Helm repository) and fetches
+// nothing.
+type ChartCache struct {
+	mu     sync.Mutex
+	charts map[string]*chartrepo.Chart
+	order  []string
+	// sessions keep registries' auth challenges per Repository, chart
+	// repository and credentials, never shared between credentials.
+	sessions map[string]*chartrepo.Session
+}
+
+// session is the Session of repo's credentials creds for chartURL.
+func (c *ChartCache) session(repo *sluicev1.Repository, chartURL string, creds *chartrepo.Credentials) *chartrepo.Session {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s/%s\n%s\n", repo.Namespace, repo.Name, chartURL)
+	if creds != nil {
+		fmt.Fprintf(h, "%q\n%q\n", creds.Username, creds.Password)
+	}
+	key := hex.EncodeToString(h.Sum(nil))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sessions == nil {
+		c.sessions = map[string]*chartrepo.Session{}
+	}
+	if len(c.sessions) >= 4*maxCachedCharts {
+		clear(c.sessions)
+	}
+	s, ok := c.sessions[key]
+	if !ok {
+		s = chartrepo.NewSession()
+		c.sessions[key] = s
+	}
+	return s
+}
+
+func (c *ChartCache) get(digest string) *chartrepo.Chart {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.charts[digest]
+}
+
+func (c *ChartCache) put(ch *chartrepo.Chart) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.charts == nil {
+		c.charts = map[string]*chartrepo.Chart{}
+	}
+	if _, ok := c.charts[ch.Digest]; ok {
+		return
+	}
+	if len(c.order) >= maxCachedCharts {
+		delete(c.charts, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.charts[ch.Digest] = ch
+	c.order = append(c.order, ch.Digest)
+}
+
+// chartError is a chart that cannot be had until a human changes
+// something (credentials, the range, the repository): the release waits,
+// the others go on, and the next poll tries again.
+type chartError struct{ msg string }
+
+func (e *chartError) Error() string { return e.msg }
+
+// remoteChart resolves the chart of svc's environment env when it comes
+// from a chart repository (nil otherwise) to one exact version and
+// digest, and fetches it by that digest (or takes it from the cache).
+func (r *RepositoryReconciler) remoteChart(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string) (*chartrepo.Chart, error) {
+	e, ok := svc.Environment(env)
+	if !ok || svc.Chart.Repo == "" || e.Source() != manifest.SourceChart {
+		return nil, nil
+	}
+	opts := r.ChartOptions
+	creds, err := r.chartCredentials(ctx, repo, svc.Chart.Repo)
+	if err != nil {
+		return nil, err
+	}
+	opts.Credentials = creds
+	opts.Session = r.Charts.session(repo, svc.Chart.Repo, creds)
+	ref := chartrepo.Ref{Repo: svc.Chart.Repo, Name: svc.Chart.Name, Version: svc.Chart.Version}
+	what := fmt.Sprintf("chart %s %s from %s", ref.Name, ref.Version, ref.Repo)
+	resolved, err := chartrepo.Resolve(ctx, ref, opts)
+	if err != nil {
+		return nil, chartFailure(what, err)
+	}
+	if c := r.Charts.get(resolved.Digest); c != nil && c.Repo == resolved.Repo && c.Name == resolved.Name && c.Version == resolved.Version {
+		return c, nil
+	}
+	c, err := chartrepo.Fetch(ctx, resolved, opts)
+	if err != nil {
+		return nil, chartFailure(what, err)
+	}
+	if _, err := chartrepo.Load(c.TarGz, chartrepo.DefaultMaxUnpacked); err != nil {
+		return nil, chartFailure(what, err)
+	}
+	r.Charts.put(c)
+	return c, nil
+}
+
+// chartByDigest returns the chart a change recorded (repository, name,
+// exact version, digest), from the cache or fetched by its digest with the
+// Repository's credentials.
+func (r *RepositoryReconciler) chartByDigest(ctx context.Context, repo *sluicev1.Repository, c sluicev1.ChartSource) (*chartrepo.Chart, error) {
+	if ch := r.Charts.get(string(c.Digest)); ch != nil && ch.Repo == c.Repo && ch.Name == c.Name && ch.Version == c.Version {
+		return ch, nil
+	}
+	opts := r.ChartOptions
+	creds, err := r.chartCredentials(ctx, repo, c.Repo)
+	if err != nil {
+		return nil, err
+	}
+	opts.Credentials = creds
+	opts.Session = r.Charts.session(repo, c.Repo, creds)
+	ch, err := chartrepo.Fetch(ctx, &chartrepo.Resolved{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: string(c.Digest)}, opts)
+	if err != nil {
+		return nil, chartFailure(fmt.Sprintf("chart %s %s from %s", c.Name, c.Version, c.Repo), err)
+	}
+	r.Charts.put(ch)
+	return ch, nil
+}
+
+// chartFailure sorts a resolve or fetch error: what only a human can fix
+// is a chartError, the rest (a timeout, a connection refused) is retried.
+func chartFailure(what string, err error) error {
+	for _, human := range []error{chartrepo.ErrUnauthorized, chartrepo.ErrNoMatch, chartrepo.ErrNotFound,
+		chartrepo.ErrTooLarge, chartrepo.ErrUnsafeArchive, chartrepo.ErrDigestMismatch, chartrepo.ErrForbiddenAddress} {
+		if errors.Is(err, human) {
+			return &chartError{msg: fmt.Sprintf("%s: %v", what, err)}
+		}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// chartCredentials reads the credentials the Repository names for
+// chartURL (the longest matching spec.chartRepositories URL), if any.
+func (r *RepositoryReconciler) chartCredentials(ctx context.Context, repo *sluicev1.Repository, chartURL string) (*chartrepo.Credentials, error) {
+	var best *sluicev1.ChartRepositoryCredentials
+	for i := range repo.Spec.ChartRepositories {
+		c := &repo.Spec.ChartRepositories[i]
+		if urlHasPrefix(chartURL, c.URL) && (best == nil || len(c.URL) > len(best.URL)) {
+			best = c
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	secret := &corev1.Secret{}
+	key := types.NamespacedName{Namespace: repo.Namespace, Name: best.SecretRef.Name}
+	if err := r.APIReader.Get(ctx, key, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &chartError{msg: fmt.Sprintf("chart repository %s: secret %q not found", best.URL, key.Name)}
+		}
+		return nil, fmt.Errorf("read secret %q: %w", key.Name, err)
+	}
+	user, pass := string(secret.Data["username"]), string(secret.Data["password"])
+	if pass == "" {
+		return nil, &chartError{msg: fmt.Sprintf("chart repository %s: secret %q has no password", best.URL, key.Name)}
+	}
+	return &chartrepo.Credentials{Username: user, Password: pass}, nil
+}
+
+// urlHasPrefix reports whether u is prefix or below it (at a "/").
+func urlHasPrefix(u, prefix string) bool {
+	prefix = strings.TrimSuffix(prefix, "/")
+	return u == prefix || strings.HasPrefix(u, prefix+"/")
+}
+
+// chartTree folds the chart's digest into a release's input hash, so a
+// new chart version in the range (or a moved tag) is a change without a
+// git push, and an unchanged one is not.
+func chartTree(tree string, c *chartrepo.Chart) string {
+	if c == nil {
+		return tree
+	}
+	s := sha256.Sum256([]byte(tree + "\nchart:" + c.Repo + " " + c.Name + " " + c.Version + " " + c.Digest + "\n"))
+	return hex.EncodeToString(s[:20])
+}
+
+// withChart is fsys with the fetched chart's files (sources.RemoteChartDir)
+// added, and the input paths with that folder; a repository holding that
+// folder itself is refused, so the content's chart is always the fetched one.
+func withChart(fsys fs.FS, inputs []string, c *chartrepo.Chart) (fs.FS, []string, error) {
+	if c == nil {
+		return fsys, inputs, nil
+	}
+	if _, err := fs.Stat(fsys, sources.RemoteChartDir); err == nil {
+		return nil, nil, fmt.Errorf("the repository holds %s, a folder Sluice keeps for fetched charts", sources.RemoteChartDir)
+	}
+	files, err := sources.RemoteChartFiles(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	extra := fstest.MapFS{}
+	for name, data := range files {
+		extra[name] = &fstest.MapFile{Data: data, Mode: 0o644}
+	}
+	return overlayFS{base: fsys, extra: extra, root: strings.SplitN(sources.RemoteChartDir, "/", 2)[0]}, append(append([]string{}, inputs...), sources.RemoteChartDir), nil
+}
+
+// overlayFS serves paths under root from extra, the rest from base.
+type overlayFS struct {
+	base  fs.FS
+	extra fstest.MapFS
+	root  string
+}
+
+func (o overlayFS) pick(name string) fs.FS {
+	if name == o.root || strings.HasPrefix(name, o.root+"/") {
+		return o.extra
+	}
+	return o.base
+}
+
+func (o overlayFS) Open(name string) (fs.File, error) { return o.pick(name).Open(name) }
+
+func (o overlayFS) ReadLink(name string) (string, error) {
+	if l, ok := o.pick(name).(fs.ReadLinkFS); ok {
+		return l.ReadLink(name)
+	}
+	return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrInvalid}
+}
+
+// Stat implements fs.StatFS as the underlying FS does (the git tree's
+// does not follow links).
+func (o overlayFS) Stat(name string) (fs.FileInfo, error) { return fs.Stat(o.pick(name), name) }
+
+// ReadDir implements fs.ReadDirFS; the root lists the overlay's folder too.
+func (o overlayFS) ReadDir(name string) ([]fs.DirEntry, error) { return fs.ReadDir(o.pick(name), name) }
+
+func (o overlayFS) Lstat(name string) (fs.FileInfo, error) {
+	if l, ok := o.pick(name).(fs.ReadLinkFS); ok {
+		return l.Lstat(name)
+	}
+	return fs.Stat(o.pick(name), name)
+}
+
+// chartSource records the resolved chart in a change's source: the exact
+// version and the digest (the manifest's range stays on the Release).
+func chartSource(src *sluicev1.ChangeSource, c *chartrepo.Chart) {
+	if src == nil || c == nil {
+		return
+	}
+	src.Chart = sluicev1.ChartSource{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: sluicev1.Digest(c.Digest)}
+}
+
+// WithRemoteChart implements preview.ChartContent: the content of a
+// pull request's preview with the chart its service takes from a chart
+// repository, resolved and fetched as for a change.
+func (r *RepositoryReconciler) WithRemoteChart(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, fsys fs.FS, inputs []string) (
+	fs.FS, []string, *sluicev1.ChartSource, string, error) {
+	c, err := r.remoteChart(ctx, repo, svc, env)
+	var ce *chartError
+	switch {
+	case errors.As(err, &ce):
+		return nil, nil, nil, ce.msg, nil
+	case err != nil:
+		return nil, nil, nil, "", err
+	case c == nil:
+		return fsys, inputs, nil, "", nil
+	}
+	content, in, err := withChart(fsys, inputs, c)
+	if err != nil {
+		return nil, nil, nil, err.Error(), nil
+	}
+	return content, in, &sluicev1.ChartSource{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: sluicev1.Digest(c.Digest)}, "", nil
+}
