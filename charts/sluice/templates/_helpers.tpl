@@ -88,7 +88,9 @@ capabilities:
 sluice.manifestFile: renders a multi-document YAML file of the chart's files/
 folder, one object per document, with the chart's labels added. Call with
 (dict "ctx" $ "file" "files/x.yaml" "paramNamespace" "ns"); a non-empty
-paramNamespace replaces spec.paramRef.namespace of every binding.
+paramNamespace replaces spec.paramRef.namespace of every binding that names
+its parameter object (one selecting its parameters reads them in the
+request's namespace).
 */}}
 {{- define "sluice.manifestFile" -}}
 {{- $ctx := .ctx -}}
@@ -103,7 +105,7 @@ paramNamespace replaces spec.paramRef.namespace of every binding.
 {{- fail (printf "%s document %d: %s" $.file $i (get $obj "Error")) -}}
 {{- end -}}
 {{- if $obj.kind }}
-{{- if and $.paramNamespace (eq $obj.kind "ValidatingAdmissionPolicyBinding") $obj.spec.paramRef }}
+{{- if and $.paramNamespace (eq $obj.kind "ValidatingAdmissionPolicyBinding") $obj.spec.paramRef $obj.spec.paramRef.name }}
 {{- $_ := set $obj.spec.paramRef "namespace" $.paramNamespace -}}
 {{- end }}
 {{- $_ := set $obj.metadata "labels" (merge (default (dict) $obj.metadata.labels) $labels) }}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
@@ -31,6 +33,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	sluicescheme "github.com/sluice-gitops/sluice/operator/api/scheme"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Options configure the syncer.
@@ -55,6 +58,11 @@ type Options struct {
 	// LeaderElection turns on leader election in LeaderElectionNamespace.
 	LeaderElection          bool
 	LeaderElectionNamespace string
+	// Shard is the shard key served (sluicev1.LabelShard): the cache holds
+	// only Repositories, Releases, ChangeRequests and Approvals carrying it
+	// ("" serves those without the label), and the leader election Lease is
+	// named after it.
+	Shard string
 	// Namespaces restricts the syncer to these namespaces (all when empty).
 	Namespaces []string
 	// Concurrency is the number of Repositories synced at once.
@@ -115,7 +123,18 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 	if probeAddr == "" {
 		probeAddr = "0"
 	}
-	cacheOpts := cache.Options{}
+	if err := sluicev1.ValidateShard(opts.Shard); err != nil {
+		return nil, err
+	}
+	// Only this shard's objects are watched and held (the syncer moves a
+	// relabelled Repository's objects with uncached reads, shard.go).
+	sel := sluicev1.ShardSelector(opts.Shard)
+	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&sluicev1.Repository{}:    {Label: sel},
+		&sluicev1.Release{}:       {Label: sel},
+		&sluicev1.ChangeRequest{}: {Label: sel},
+		&sluicev1.Approval{}:      {Label: sel},
+	}}
 	if len(opts.Namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range opts.Namespaces {
@@ -137,7 +156,7 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          opts.LeaderElection,
-		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionID:        sluicev1.ShardLeaseName(LeaderElectionID, opts.Shard),
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		Cache:                   cacheOpts,
 		Client:                  clientOpts,
@@ -146,7 +165,13 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	m, err := metrics.New(nil)
+	var reg prometheus.Registerer = ctrlmetrics.Registry
+	if opts.Shard != "" {
+		// Every sluice_* series of a shard's syncer says which shard it
+		// counts; the unsharded syncer's keep their labels as before.
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"shard": opts.Shard}, reg)
+	}
+	m, err := metrics.New(reg)
 	if err != nil {
 		ln.Close()
 		return nil, err

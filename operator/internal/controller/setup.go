@@ -51,6 +51,11 @@ type Options struct {
 	// the release's own; 30 seconds when zero. Changes waiting in line do
 	// not poll: the lock is handed to them.
 	LockRetryInterval time.Duration
+	// Shard is the shard key this operator serves (see sluicev1.LabelShard):
+	// its cache holds only Releases, ChangeRequests, Approvals and
+	// Repositories carrying it ("" serves those without the label), and its
+	// uncached lists are selected by it too.
+	Shard string
 	// SkipNameValidation lets a process run the controllers more than once
 	// (tests that restart the manager); the operator leaves it false.
 	SkipNameValidation bool
@@ -101,6 +106,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Appliers:          opts.Appliers,
 		Metrics:           opts.Metrics,
 		LockRetryInterval: opts.LockRetryInterval,
+		Shard:             opts.Shard,
 	}
 	if err := cr.SetupWithManager(mgr, copts); err != nil {
 		return fmt.Errorf("set up the ChangeRequest controller: %w", err)
@@ -113,6 +119,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		KeepChangeRequests:  opts.KeepChangeRequests,
 		ApprovalGracePeriod: opts.ApprovalGracePeriod,
 		LockRetryInterval:   opts.LockRetryInterval,
+		Shard:               opts.Shard,
 	}
 	if err := rel.SetupWithManager(mgr, copts); err != nil {
 		return fmt.Errorf("set up the Release controller: %w", err)
