@@ -36,7 +36,7 @@ func startShard(t *testing.T, ns, shard string, a *testapplier.Applier) *shardOp
 		o.Metrics = metrics.New(nil)
 	}
 	mgr, err := NewManager(ctx(t), env.Config, ManagerOptions{
-		Options: o,
+		Options:     o,
 		MetricsAddr: "0", ProbeAddr: "0", PprofAddr: "0",
 		Namespaces: []string{ns},
 	})
