@@ -1,0 +1,147 @@
+package controller_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// startShardSyncer starts a syncer of shard key watching ns.
+func startShardSyncer(t *testing.T, ns, key string) *runningSyncer {
+	t.Helper()
+	return startSyncerWith(t, syncer.Options{
+		ArtifactAddr: "127.0.0.1:0", DataDir: t.TempDir(), AllowFileURLs: true,
+		Namespaces: []string{ns}, Validator: validator, SkipNameValidation: true, Shard: key,
+	})
+}
+
+// inShard labels a Repository with shard key.
+func inShard(key string) func(*sluicev1.Repository) {
+	return func(r *sluicev1.Repository) { sluicev1.SetShard(r, key) }
+}
+
+// requireAllInShard checks that every Release and ChangeRequest of repo,
+// and every review ConfigMap of those changes, carries shard key.
+func requireAllInShard(t *testing.T, ns, repo, key string) {
+	t.Helper()
+	ctx := context.Background()
+	var rels sluicev1.ReleaseList
+	require.NoError(t, k8s.List(ctx, &rels, client.InNamespace(ns), client.MatchingLabels{sluicev1.LabelRepository: repo}))
+	require.NotEmpty(t, rels.Items)
+	for _, r := range rels.Items {
+		require.Equal(t, key, sluicev1.ShardOf(&r), "Release %s", r.Name)
+	}
+	var crs sluicev1.ChangeRequestList
+	require.NoError(t, k8s.List(ctx, &crs, client.InNamespace(ns), client.MatchingLabels{sluicev1.LabelRepository: repo}))
+	require.NotEmpty(t, crs.Items)
+	for _, cr := range crs.Items {
+		require.Equal(t, key, sluicev1.ShardOf(&cr), "ChangeRequest %s", cr.Name)
+		cm := &corev1.ConfigMap{}
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: review.ConfigMapName(cr.Name)}, cm)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, key, sluicev1.ShardOf(cm), "review ConfigMap of %s", cr.Name)
+	}
+}
+
+func TestShard_twoSyncersOfDifferentShardsSyncOnlyTheirOwnRepositories(t *testing.T) {
+	ns := newNamespace(t)
+	root := t.TempDir()
+	fa := seedHelmRepo(t, root, "infra-a")
+	fb := seedHelmRepo(t, root, "infra-b")
+	a := startShardSyncer(t, ns, "a")
+	b := startShardSyncer(t, ns, "b")
+	repoA := newRepository(t, ns, "infra-a", fa.FileURL(), inShard("a"))
+	repoB := newRepository(t, ns, "infra-b", fb.FileURL(), inShard("b"))
+	waitHandled(t, repoA, requestReconcile(t, repoA))
+	waitHandled(t, repoB, requestReconcile(t, repoB))
+
+	// Everything a Repository's syncer wrote carries its key.
+	requireAllInShard(t, ns, "infra-a", "a")
+	requireAllInShard(t, ns, "infra-b", "b")
+	// Each syncer's cache holds its own shard only.
+	for _, tc := range []struct {
+		s    *runningSyncer
+		repo string
+	}{{a, "infra-a"}, {b, "infra-b"}} {
+		var repos sluicev1.RepositoryList
+		require.NoError(t, tc.s.Manager.GetCache().List(context.Background(), &repos, client.InNamespace(ns)))
+		require.Len(t, repos.Items, 1)
+		require.Equal(t, tc.repo, repos.Items[0].Name)
+		var rels sluicev1.ReleaseList
+		require.NoError(t, tc.s.Manager.GetCache().List(context.Background(), &rels, client.InNamespace(ns)))
+		for _, r := range rels.Items {
+			require.Equal(t, tc.repo, r.Spec.Repository, "the syncer caches only its shard's Releases")
+		}
+	}
+}
+
+func TestShard_aRelabelledRepositoryMovesItsObjectsWhenTheirLockIsFree(t *testing.T) {
+	ns := newNamespace(t)
+	root := t.TempDir()
+	fixture := seedHelmRepo(t, root, "infra")
+	startShardSyncer(t, ns, "a")
+	startShardSyncer(t, ns, "b")
+	repo := newRepository(t, ns, "infra", fixture.FileURL(), inShard("a"))
+	waitHandled(t, repo, requestReconcile(t, repo))
+	requireAllInShard(t, ns, "infra", "a")
+	before := changeRequests(t, ns)
+	require.Len(t, before, 2)
+
+	// alpha's change holds its Release's apply lock, not ended: as if
+	// shard a's operator were applying it.
+	alpha := getRelease(t, ns, "alpha-staging")
+	var holder string
+	for name, cr := range before {
+		if cr.Spec.Release == alpha.Name {
+			holder = name
+		}
+	}
+	require.NotEmpty(t, holder)
+	alpha.Status.CurrentChange = holder
+	require.NoError(t, k8s.Status().Update(context.Background(), alpha))
+
+	// A platform admin moves the Repository to shard b.
+	cur := &sluicev1.Repository{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(repo), cur))
+	sluicev1.SetShard(cur, "b")
+	require.NoError(t, k8s.Update(context.Background(), cur))
+
+	// beta moves at once; alpha waits for its lock, and the Repository
+	// says so.
+	cond := waitReady(t, repo, metav1.ConditionFalse, sluicev1.ReasonShardMoving)
+	require.Contains(t, cond.Message, "alpha-staging")
+	require.NotContains(t, cond.Message, "beta-staging")
+	require.Equal(t, "b", sluicev1.ShardOf(getRelease(t, ns, "beta-staging")))
+	require.Equal(t, "a", sluicev1.ShardOf(getRelease(t, ns, "alpha-staging")), "a Release whose lock is held stays on its shard")
+	require.Equal(t, "a", sluicev1.ShardOf(ptr(before[holder])))
+
+	// The holder ends (applied on shard a): alpha moves too.
+	h := &sluicev1.ChangeRequest{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: holder}, h))
+	h.Status.Phase = sluicev1.PhaseApplied
+	require.NoError(t, k8s.Status().Update(context.Background(), h))
+	require.Eventually(t, func() bool {
+		got := &sluicev1.Repository{}
+		require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(repo), got))
+		c := meta.FindStatusCondition(got.Status.Conditions, sluicev1.ConditionReady)
+		return c != nil && c.Reason != sluicev1.ReasonShardMoving
+	}, 2*time.Minute, 50*time.Millisecond, "the move ends")
+	requireAllInShard(t, ns, "infra", "b")
+	require.Len(t, changeRequests(t, ns), 2, "moving created nothing")
+}
+
+func ptr[T any](v T) *T { return &v }
