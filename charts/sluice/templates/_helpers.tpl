@@ -27,12 +27,44 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/name: {{ default .ctx.Chart.Name .ctx.Values.nameOverride | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
+{{- with .shard }}
+sluice.dev/shard: {{ . }}
+{{- end }}
 {{- end -}}
 
-{{/* sluice.componentLabels: common labels plus the component. */}}
+{{/* sluice.componentLabels: common labels plus the component (and the shard, with "shard" in the dict). */}}
 {{- define "sluice.componentLabels" -}}
 {{ include "sluice.labels" .ctx }}
 app.kubernetes.io/component: {{ .component }}
+{{- with .shard }}
+sluice.dev/shard: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+sluice.shardNames: a JSON list of the shards a syncer and operator pair
+is deployed for: "" (the unsharded pair, serving objects without a shard
+key) and the name of every entry of .Values.shards.
+*/}}
+{{- define "sluice.shardNames" -}}
+{{- $names := list "" -}}
+{{- range .Values.shards }}
+{{- if has .name $names }}{{ fail (printf "shards: %q is listed twice" .name) }}{{ end }}
+{{- $names = append $names .name }}
+{{- end -}}
+{{- if and .Values.shards .Values.syncer.artifactBaseURL }}
+{{- fail "syncer.artifactBaseURL cannot be used with shards: each shard's operator fetches artifacts from its own shard's syncer Service" }}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
+
+{{/* sluice.shardArtifactBaseURL: sluice.artifactBaseURL of one shard's syncer; call with (dict "ctx" $ "shard" "a"); "" is the unsharded one. */}}
+{{- define "sluice.shardArtifactBaseURL" -}}
+{{- if .shard -}}
+{{- printf "http://%s-syncer-%s.%s.svc:%d" (include "sluice.fullname" .ctx) .shard .ctx.Release.Namespace (int .ctx.Values.syncer.ports.artifacts) -}}
+{{- else -}}
+{{- include "sluice.artifactBaseURL" .ctx -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "sluice.operator.serviceAccountName" -}}
