@@ -5,13 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/controller"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -145,3 +148,95 @@ func TestShard_aRelabelledRepositoryMovesItsObjectsWhenTheirLockIsFree(t *testin
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestShardWatch_aShardWithoutALiveLeaseIsShownDownOnItsRepositories(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	repoA := newRepository(t, ns, "infra-a", "https://git.example.com/a.git", inShard("a"))
+	newRepository(t, ns, "infra-plain", "https://git.example.com/plain.git")
+	reg := prometheus.NewRegistry()
+	now := time.Now()
+	w, err := controller.NewShardWatch(reg, controller.ShardWatch{
+		Client: k8s, APIReader: k8s, LeaseNamespace: ns, Namespaces: []string{ns},
+		Leases: map[string]string{"syncer": syncer.LeaderElectionID, "operator": sluicev1.OperatorLeaseName},
+		Now:    func() time.Time { return now },
+	})
+	require.NoError(t, err)
+
+	shardCondition := func(name string) *metav1.Condition {
+		got := &sluicev1.Repository{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got))
+		return meta.FindStatusCondition(got.Status.Conditions, sluicev1.ConditionShardAvailable)
+	}
+	gauge := func(name string, labels ...string) float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+		metrics:
+			for _, m := range f.GetMetric() {
+				for i, l := range m.GetLabel() {
+					if l.GetValue() != labels[i] {
+						continue metrics
+					}
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+
+	// No Lease at all: shard a is down.
+	require.NoError(t, w.Check(ctx))
+	c := shardCondition(repoA.Name)
+	require.NotNil(t, c)
+	require.Equal(t, metav1.ConditionFalse, c.Status)
+	require.Equal(t, sluicev1.ReasonShardDown, c.Reason)
+	require.Contains(t, c.Message, `shard "a"`)
+	require.Contains(t, c.Message, "operator and syncer")
+	require.Nil(t, shardCondition("infra-plain"), "an unsharded Repository gets no condition")
+	require.Equal(t, 0.0, gauge("sluice_shard_up", "operator", "a"))
+	require.Equal(t, 1.0, gauge("sluice_shard_repositories", "a"))
+
+	// Both components renew their Leases: up.
+	lease := func(base string, renewed time.Time) {
+		holder := "pod-1"
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ShardLeaseName(base, "a"), Namespace: ns},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: ptr(int32(60)), RenewTime: &metav1.MicroTime{Time: renewed}}}
+		err := k8s.Create(ctx, l)
+		if apierrors.IsAlreadyExists(err) {
+			cur := &coordinationv1.Lease{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(l), cur))
+			cur.Spec = l.Spec
+			err = k8s.Update(ctx, cur)
+		}
+		require.NoError(t, err)
+	}
+	lease(syncer.LeaderElectionID, now)
+	lease(sluicev1.OperatorLeaseName, now)
+	require.NoError(t, w.Check(ctx))
+	c = shardCondition(repoA.Name)
+	require.Equal(t, metav1.ConditionTrue, c.Status)
+	require.Equal(t, sluicev1.ReasonShardLive, c.Reason)
+	require.Equal(t, 1.0, gauge("sluice_shard_up", "operator", "a"))
+
+	// The operator stops renewing: after its lease duration, down again,
+	// naming it.
+	lease(sluicev1.OperatorLeaseName, now.Add(-2*time.Minute))
+	require.NoError(t, w.Check(ctx))
+	c = shardCondition(repoA.Name)
+	require.Equal(t, metav1.ConditionFalse, c.Status)
+	require.Contains(t, c.Message, "Lease of its operator")
+	require.Equal(t, 0.0, gauge("sluice_shard_up", "operator", "a"))
+	require.Equal(t, 1.0, gauge("sluice_shard_up", "syncer", "a"))
+
+	// Nothing changed: nothing is written.
+	before := &sluicev1.Repository{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(repoA), before))
+	require.NoError(t, w.Check(ctx))
+	after := &sluicev1.Repository{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(repoA), after))
+	require.Equal(t, before.ResourceVersion, after.ResourceVersion)
+}

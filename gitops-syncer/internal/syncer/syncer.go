@@ -63,6 +63,10 @@ type Options struct {
 	// ("" serves those without the label), and the leader election Lease is
 	// named after it.
 	Shard string
+	// ShardWatchInterval is how often the unsharded syncer's leader checks
+	// the shards' Leases (ShardAvailable); 15 seconds when zero. It runs
+	// with leader election in LeaderElectionNamespace only.
+	ShardWatchInterval time.Duration
 	// Namespaces restricts the syncer to these namespaces (all when empty).
 	Namespaces []string
 	// Concurrency is the number of Repositories synced at once.
@@ -85,7 +89,7 @@ type Syncer struct {
 }
 
 // LeaderElectionID names the syncer's leader election lease.
-const LeaderElectionID = "gitops-syncer.sluice.dev"
+const LeaderElectionID = sluicev1.SyncerLeaseName
 
 // New builds the manager and registers the reconciler and the artifact
 // server (which runs on every replica, not only the leader).
@@ -208,6 +212,23 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 	if err := mgr.Add(&httpRunnable{srv: srv, ln: ln}); err != nil {
 		ln.Close()
 		return nil, err
+	}
+	if opts.Shard == "" && opts.LeaderElection && opts.LeaderElectionNamespace != "" {
+		// The unsharded leader tells when a shard is down: a shard
+		// cannot report its own absence.
+		w, err := controller.NewShardWatch(reg, controller.ShardWatch{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), LeaseNamespace: opts.LeaderElectionNamespace,
+			Leases:     map[string]string{"syncer": LeaderElectionID, "operator": sluicev1.OperatorLeaseName},
+			Namespaces: opts.Namespaces, Interval: opts.ShardWatchInterval,
+		})
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		if err := mgr.Add(w); err != nil {
+			ln.Close()
+			return nil, err
+		}
 	}
 	if probeAddr != "0" {
 		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -35,6 +35,15 @@ const (
 	ReasonShardMoving = "ShardMoving"
 )
 
+// Leader election Lease names of the components (of the unsharded
+// replicas; a shard's are ShardLeaseName of these).
+const (
+	// SyncerLeaseName is the gitops-syncer's leader election Lease.
+	SyncerLeaseName = "gitops-syncer.sluice.dev"
+	// OperatorLeaseName is the operator's leader election Lease.
+	OperatorLeaseName = "sluice-operator.gitops.sluice.dev"
+)
+
 // ShardOf returns the shard key of obj ("" for the unsharded replicas).
 func ShardOf(obj metav1.Object) string { return obj.GetLabels()[LabelShard] }
 

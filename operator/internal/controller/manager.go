@@ -68,7 +68,7 @@ func ShardCache(key string) map[client.Object]cache.ByObject {
 func NewScheme() (*runtime.Scheme, error) { return sluicescheme.New() }
 
 // DefaultLeaderElectionID is the Lease of the operator's leader election.
-const DefaultLeaderElectionID = "sluice-operator.gitops.sluice.dev"
+const DefaultLeaderElectionID = sluicev1.OperatorLeaseName
 
 // CheckInternalAddr refuses a listen address that is not loopback or
 // private (pprof must never face the outside).
