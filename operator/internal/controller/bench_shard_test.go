@@ -125,9 +125,9 @@ func (o *benchOperator) stop() {
 	}
 }
 
-// shardBenchObjects makes, per namespace, one Repository per shard and
-// perNS Releases each with one auto-approved change, spread over shards
-// (none when shards is empty).
+// shardBenchObjects makes, per namespace, one Repository and perNS
+// Releases each with one auto-approved change; the namespaces are spread
+// over shards (none when shards is empty).
 func shardBenchObjects(nss []string, perNS int, shards []string) (repos, rels, changes []client.Object) {
 	rule := sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
 	keys := shards
@@ -135,17 +135,18 @@ func shardBenchObjects(nss []string, perNS int, shards []string) (repos, rels, c
 		keys = []string{""}
 	}
 	n := 0
-	for _, ns := range nss {
-		for _, key := range keys {
-			repo := &sluicev1.Repository{
-				ObjectMeta: metav1.ObjectMeta{Name: "infra" + key, Namespace: ns},
-				Spec:       sluicev1.RepositorySpec{URL: "https://git.example.com/infra.git", TargetNamespaces: []string{"*"}, ServiceAccountName: "deployer"},
-			}
-			sluicev1.SetShard(repo, key)
-			repos = append(repos, repo)
+	for j, ns := range nss {
+		// A namespace's Repository, and so its Releases, belong to one
+		// shard (the record-only applier keeps one record per namespace:
+		// one writer each, as with one operator).
+		key := keys[j%len(keys)]
+		repo := &sluicev1.Repository{
+			ObjectMeta: metav1.ObjectMeta{Name: "infra" + key, Namespace: ns},
+			Spec:       sluicev1.RepositorySpec{URL: "https://git.example.com/infra.git", TargetNamespaces: []string{"*"}, ServiceAccountName: "deployer"},
 		}
+		sluicev1.SetShard(repo, key)
+		repos = append(repos, repo)
 		for i := range perNS {
-			key := keys[n%len(keys)]
 			n++
 			name := fmt.Sprintf("svc%05d-prod", i)
 			rel := &sluicev1.Release{

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/kit/testenv"
@@ -227,4 +228,28 @@ func TestShard_cacheSelectsTheShard(t *testing.T) {
 			require.Equal(t, want, c.Label.String(), "%T", obj)
 		}
 	}
+}
+
+func TestShard_aReleaseOfAnotherShardInTheTargetNamespaceStillSetsTheRule(t *testing.T) {
+	f := newFixture(t)
+	startShard(t, f.ns, "a", &testapplier.Applier{Client: env.Client})
+	// Shard b's Release applied to checkout-prod under a rule of two
+	// approvals.
+	strict := sluicev1.ApprovalRule{Required: 2}
+	relB := f.release("cart", "prod", strict, nil, inShard("b"), func(r *sluicev1.Release) { r.Spec.TargetNamespace = "checkout-prod" })
+	relB.Status.AppliedRule = strict.DeepCopy()
+	relB.Status.AppliedTargetNamespace = "checkout-prod"
+	require.NoError(t, f.c.Status().Update(ctx(t), relB))
+
+	// A new release of shard a moves into that namespace with a rule that
+	// would auto-approve: the strictest rule there counts, although shard
+	// a's cache holds no Release of shard b, and the cached gate agrees
+	// with the hand-off's (no approval that the hand-off takes back).
+	relA := f.release("checkout", "prod", autoApprove, nil, inShard("a"))
+	cr := f.change(relA, autoApprove, changeInShard("a"))
+	got := f.phase(cr, sluicev1.PhaseAwaitingApproval)
+	c := meta.FindStatusCondition(got.Status.Conditions, sluicev1.ConditionApproved)
+	require.NotNil(t, c)
+	require.NotEqual(t, sluicev1.ReasonGateFailedAtHandOff, c.Reason, "decided on the cache as at the hand-off: %s", c.Message)
+	require.Equal(t, int32(2), got.Status.EffectiveRule.Required)
 }
