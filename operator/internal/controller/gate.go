@@ -103,4 +103,3 @@ func (r releasesFromAPI) List(ctx context.Context, list client.ObjectList, opts 
 	}
 	return r.Reader.List(ctx, list, opts...)
 }
-
