@@ -63,6 +63,10 @@ type Options struct {
 	// ("" serves those without the label), and the leader election Lease is
 	// named after it.
 	Shard string
+	// Registry takes the sluice_* metrics; controller-runtime's global
+	// registry (served on the metrics endpoint) when nil. Tests running
+	// syncers of several shards in one process give each its own.
+	Registry prometheus.Registerer
 	// ShardWatchInterval is how often the unsharded syncer's leader checks
 	// the shards' Leases (ShardAvailable); 15 seconds when zero. It runs
 	// with leader election in LeaderElectionNamespace only.
@@ -170,6 +174,9 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
 	var reg prometheus.Registerer = ctrlmetrics.Registry
+	if opts.Registry != nil {
+		reg = opts.Registry
+	}
 	if opts.Shard != "" {
 		// Every sluice_* series of a shard's syncer says which shard it
 		// counts; the unsharded syncer's keep their labels as before.

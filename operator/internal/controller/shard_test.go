@@ -30,12 +30,11 @@ func startShard(t *testing.T, ns, shard string, a *testapplier.Applier) *shardOp
 		Appliers: applier.Registry{sluicev1.DeliveryHelm: a}, Shard: shard,
 		LockRetryInterval: time.Second, SkipNameValidation: true,
 	}
-	if shard == "" {
-		// A process runs one shard: the unsharded operator's metrics
-		// (without the shard label) cannot share the registry with a
-		// shard's, so this one records into an unregistered recorder.
-		o.Metrics = metrics.New(nil)
-	}
+	// A process runs one shard: an unsharded operator's metrics (without
+	// the shard label, registered by other tests of this binary) cannot
+	// share the global registry with a shard's, so these record into an
+	// unregistered recorder.
+	o.Metrics = metrics.New(nil)
 	mgr, err := NewManager(ctx(t), env.Config, ManagerOptions{
 		Options:     o,
 		MetricsAddr: "0", ProbeAddr: "0", PprofAddr: "0",
