@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/controller"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/shardwatch"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -159,7 +159,7 @@ func TestShardWatch_aShardWithoutALiveLeaseIsShownDownOnItsRepositories(t *testi
 	newRepository(t, ns, "infra-plain", "https://git.example.com/plain.git")
 	reg := prometheus.NewRegistry()
 	now := time.Now()
-	w, err := controller.NewShardWatch(reg, controller.ShardWatch{
+	w, err := shardwatch.New(reg, shardwatch.Watch{
 		Client: k8s, APIReader: k8s, LeaseNamespace: ns, Namespaces: []string{ns},
 		Leases: map[string]string{"syncer": syncer.LeaderElectionID, "operator": sluicev1.OperatorLeaseName},
 		Now:    func() time.Time { return now },

@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/controller"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/shardwatch"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	sluicescheme "github.com/sluice-gitops/sluice/operator/api/scheme"
@@ -223,7 +224,7 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 	if opts.Shard == "" && opts.LeaderElection && opts.LeaderElectionNamespace != "" {
 		// The unsharded leader tells when a shard is down: a shard
 		// cannot report its own absence.
-		w, err := controller.NewShardWatch(reg, controller.ShardWatch{
+		w, err := shardwatch.New(reg, shardwatch.Watch{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), LeaseNamespace: opts.LeaderElectionNamespace,
 			Leases:     map[string]string{"syncer": LeaderElectionID, "operator": sluicev1.OperatorLeaseName},
 			Namespaces: opts.Namespaces, Interval: opts.ShardWatchInterval,

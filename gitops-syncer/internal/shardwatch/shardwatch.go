@@ -1,4 +1,7 @@
-package controller
+// Package shardwatch makes a shard that is down visible: the ShardAvailable
+// condition on sharded Repositories and the sluice_shard_* metrics, from the
+// shards' leader election Leases (docs/design.md "Sharding").
+package shardwatch
 
 import (
 	"context"
@@ -19,10 +22,10 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
-// ShardWatchFieldOwner is the field owner of the ShardAvailable condition.
-const ShardWatchFieldOwner = "gitops-syncer-shardwatch"
+// FieldOwner is the field owner of the ShardAvailable condition.
+const FieldOwner = "gitops-syncer-shardwatch"
 
-// ShardWatch makes a shard that is down visible. Every Interval it reads
+// Watch makes a shard that is down visible. Every Interval it reads
 // the leader election Leases of each shard key found on a Repository (the
 // shard's syncer and operator each renew one, named
 // sluicev1.ShardLeaseName(<component lease>, key)) and sets
@@ -34,7 +37,7 @@ const ShardWatchFieldOwner = "gitops-syncer-shardwatch"
 // while it has Repositories. The unsharded syncer's leader runs it (the
 // shards cannot report their own absence); it reads Repositories past its
 // cache, which holds only the unsharded ones.
-type ShardWatch struct {
+type Watch struct {
 	// Client writes the condition; APIReader lists Repositories and reads
 	// Leases.
 	Client    client.Client
@@ -55,8 +58,8 @@ type ShardWatch struct {
 	repos *prometheus.GaugeVec
 }
 
-// NewShardWatch returns a ShardWatch with its metrics registered with reg.
-func NewShardWatch(reg prometheus.Registerer, w ShardWatch) (*ShardWatch, error) {
+// New returns a Watch with its metrics registered with reg.
+func New(reg prometheus.Registerer, w Watch) (*Watch, error) {
 	w.up = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sluice_shard_up",
 		Help: "1 while the shard's component (syncer, operator) renews its leader election Lease, else 0; by shard key of the Repositories.",
@@ -72,7 +75,7 @@ func NewShardWatch(reg prometheus.Registerer, w ShardWatch) (*ShardWatch, error)
 }
 
 // Start runs the watch until ctx ends (a manager Runnable).
-func (w *ShardWatch) Start(ctx context.Context) error {
+func (w *Watch) Start(ctx context.Context) error {
 	interval := w.Interval
 	if interval <= 0 {
 		interval = 15 * time.Second
@@ -92,12 +95,12 @@ func (w *ShardWatch) Start(ctx context.Context) error {
 }
 
 // NeedLeaderElection is true: only the leader writes the conditions.
-func (w *ShardWatch) NeedLeaderElection() bool { return true }
+func (w *Watch) NeedLeaderElection() bool { return true }
 
 // Check looks once: the Leases of every shard key in use, the metrics, and
 // the condition of each Repository with a key, written only when it
 // changes.
-func (w *ShardWatch) Check(ctx context.Context) error {
+func (w *Watch) Check(ctx context.Context) error {
 	var repos []sluicev1.Repository
 	nss := w.Namespaces
 	if len(nss) == 0 {
@@ -142,7 +145,7 @@ func (w *ShardWatch) Check(ctx context.Context) error {
 }
 
 // live reports whether the Lease name was renewed within its duration.
-func (w *ShardWatch) live(ctx context.Context, name string) (bool, error) {
+func (w *Watch) live(ctx context.Context, name string) (bool, error) {
 	l := &coordinationv1.Lease{}
 	err := w.APIReader.Get(ctx, client.ObjectKey{Namespace: w.LeaseNamespace, Name: name}, l)
 	if apierrors.IsNotFound(err) {
@@ -159,7 +162,7 @@ func (w *ShardWatch) live(ctx context.Context, name string) (bool, error) {
 }
 
 // setCondition sets ShardAvailable on repo, when it changes.
-func (w *ShardWatch) setCondition(ctx context.Context, repo *sluicev1.Repository, downComponents []string) error {
+func (w *Watch) setCondition(ctx context.Context, repo *sluicev1.Repository, downComponents []string) error {
 	shard := sluicev1.ShardOf(repo)
 	cond := metav1.Condition{Type: sluicev1.ConditionShardAvailable, Status: metav1.ConditionTrue, Reason: sluicev1.ReasonShardLive,
 		Message: fmt.Sprintf("the syncer and operator of shard %q renew their Leases", shard), ObservedGeneration: repo.Generation}
@@ -173,7 +176,7 @@ func (w *ShardWatch) setCondition(ctx context.Context, repo *sluicev1.Repository
 	}
 	orig := repo.DeepCopy()
 	meta.SetStatusCondition(&repo.Status.Conditions, cond)
-	if err := w.Client.Status().Patch(ctx, repo, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(ShardWatchFieldOwner)); err != nil {
+	if err := w.Client.Status().Patch(ctx, repo, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil // looked at again at the next interval
 		}
@@ -182,7 +185,7 @@ func (w *ShardWatch) setCondition(ctx context.Context, repo *sluicev1.Repository
 	return nil
 }
 
-func (w *ShardWatch) now() time.Time {
+func (w *Watch) now() time.Time {
 	if w.Now != nil {
 		return w.Now()
 	}
