@@ -8,12 +8,18 @@
 #    (first phase, lock hand-over, apply) and the work queues' waits;
 #  - write calls per reconcile at steady state (target 0);
 #  - the operator's memory with 10,000 ChangeRequests in its cache;
+#  - sharding (issue 24): 10,000 Releases, each with one auto-approved
+#    change, to terminal on one unsharded operator and on four shard
+#    operators, each an operator binary in its own process, in the same run:
+#    the time ratio, each process's heap and API requests per change
+#    (SLUICE_BENCH_SHARD_RELEASES, SLUICE_BENCH_SHARD_PER_NAMESPACE);
 #  - the pure gate's cost per decision (Go benchmark);
 #  - a live compliance pass over 10,000 objects vs conftest test over the
 #    same objects (Go benchmark).
 #  - a verification pass over 100 releases with 3 checks each against a real
 #    Prometheus (make prometheus): CPU per pass and Prometheus requests per pass.
-# Knobs: SLUICE_BENCH_RELEASES, SLUICE_BENCH_PER_RELEASE, SLUICE_BENCH_CACHED;
+# Knobs: SLUICE_BENCH_RELEASES, SLUICE_BENCH_PER_RELEASE, SLUICE_BENCH_CACHED,
+# SLUICE_BENCH_SHARD_RELEASES, SLUICE_BENCH_SHARD_PER_NAMESPACE;
 # SLUICE_BENCH_APISERVER_PROFILE=<file> writes a CPU profile of kube-apiserver
 # over the first SLUICE_BENCH_APISERVER_PROFILE_SECONDS (20) of the run.
 # BENCH_SMOKE=1 (make bench-smoke) runs one short iteration of each (a few
@@ -25,6 +31,7 @@ benchtime=() installs=20x passes=3x drift_releases=100 verify_passes=10x
 if [ -n "${BENCH_SMOKE:-}" ]; then
 	benchtime=(-benchtime 1x) installs=1x passes=1x drift_releases=3 verify_passes=1x
 	export SLUICE_BENCH_RELEASES=${SLUICE_BENCH_RELEASES:-2} SLUICE_BENCH_PER_RELEASE=${SLUICE_BENCH_PER_RELEASE:-2} SLUICE_BENCH_CACHED=${SLUICE_BENCH_CACHED:-20}
+	export SLUICE_BENCH_SHARD_RELEASES=${SLUICE_BENCH_SHARD_RELEASES:-8} SLUICE_BENCH_SHARD_PER_NAMESPACE=${SLUICE_BENCH_SHARD_PER_NAMESPACE:-4}
 fi
 
 # bench runs go test with the arguments given and prints its Benchmark lines;

@@ -27,12 +27,44 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/name: {{ default .ctx.Chart.Name .ctx.Values.nameOverride | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
+{{- with .shard }}
+sluice.dev/shard: {{ . }}
+{{- end }}
 {{- end -}}
 
-{{/* sluice.componentLabels: common labels plus the component. */}}
+{{/* sluice.componentLabels: common labels plus the component (and the shard, with "shard" in the dict). */}}
 {{- define "sluice.componentLabels" -}}
 {{ include "sluice.labels" .ctx }}
 app.kubernetes.io/component: {{ .component }}
+{{- with .shard }}
+sluice.dev/shard: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+sluice.shardNames: a JSON list of the shards a syncer and operator pair
+is deployed for: "" (the unsharded pair, serving objects without a shard
+key) and the name of every entry of .Values.shards.
+*/}}
+{{- define "sluice.shardNames" -}}
+{{- $names := list "" -}}
+{{- range .Values.shards }}
+{{- if has .name $names }}{{ fail (printf "shards: %q is listed twice" .name) }}{{ end }}
+{{- $names = append $names .name }}
+{{- end -}}
+{{- if and .Values.shards .Values.syncer.artifactBaseURL }}
+{{- fail "syncer.artifactBaseURL cannot be used with shards: each shard's operator fetches artifacts from its own shard's syncer Service" }}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
+
+{{/* sluice.shardArtifactBaseURL: sluice.artifactBaseURL of one shard's syncer; call with (dict "ctx" $ "shard" "a"); "" is the unsharded one. */}}
+{{- define "sluice.shardArtifactBaseURL" -}}
+{{- if .shard -}}
+{{- printf "http://%s-syncer-%s.%s.svc:%d" (include "sluice.fullname" .ctx) .shard .ctx.Release.Namespace (int .ctx.Values.syncer.ports.artifacts) -}}
+{{- else -}}
+{{- include "sluice.artifactBaseURL" .ctx -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "sluice.operator.serviceAccountName" -}}
@@ -88,7 +120,9 @@ capabilities:
 sluice.manifestFile: renders a multi-document YAML file of the chart's files/
 folder, one object per document, with the chart's labels added. Call with
 (dict "ctx" $ "file" "files/x.yaml" "paramNamespace" "ns"); a non-empty
-paramNamespace replaces spec.paramRef.namespace of every binding.
+paramNamespace replaces spec.paramRef.namespace of every binding that names
+its parameter object (one selecting its parameters reads them in the
+request's namespace).
 */}}
 {{- define "sluice.manifestFile" -}}
 {{- $ctx := .ctx -}}
@@ -103,7 +137,7 @@ paramNamespace replaces spec.paramRef.namespace of every binding.
 {{- fail (printf "%s document %d: %s" $.file $i (get $obj "Error")) -}}
 {{- end -}}
 {{- if $obj.kind }}
-{{- if and $.paramNamespace (eq $obj.kind "ValidatingAdmissionPolicyBinding") $obj.spec.paramRef }}
+{{- if and $.paramNamespace (eq $obj.kind "ValidatingAdmissionPolicyBinding") $obj.spec.paramRef $obj.spec.paramRef.name }}
 {{- $_ := set $obj.spec.paramRef "namespace" $.paramNamespace -}}
 {{- end }}
 {{- $_ := set $obj.metadata "labels" (merge (default (dict) $obj.metadata.labels) $labels) }}

@@ -36,6 +36,7 @@ func main() {
 	flag.BoolVar(&opts.AllowFileURLs, "allow-file-urls", false, "Allow file:// repository URLs (tests and the quickstart only).")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Use leader election, for more than one replica.")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's).")
+	flag.StringVar(&opts.Shard, "shard", "", "Shard key served: only Repositories labelled sharding.sluice.dev/key=<shard> (and their Releases, ChangeRequests, Approvals) are watched, cached and synced, and the leader election Lease is named after it. Empty serves the objects without the label.")
 	common.Bind(flag.CommandLine, "Comma-separated namespaces to watch (default: all).")
 	flag.IntVar(&opts.Concurrency, "concurrency", 4, "Repositories synced at once.")
 	tfFlags.Bind(flag.CommandLine)

@@ -167,6 +167,8 @@ func Build(c Change) *sluicev1.ChangeRequest {
 		},
 		Spec: spec,
 	}
+	// The change is served by its Repository's shard.
+	sluicev1.SetShard(cr, sluicev1.ShardOf(repo))
 	if pr := c.PullRequest; pr != nil && pr.Preview {
 		cr.Labels[sluicev1.LabelPreview] = "true"
 		cr.Labels[sluicev1.LabelPullRequest] = strconv.FormatInt(pr.Number, 10)

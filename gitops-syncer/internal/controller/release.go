@@ -100,6 +100,9 @@ func (p *syncPass) ensureRelease(ctx context.Context, want *sluicev1.Release, ex
 	}
 	if existing == nil {
 		want.Labels = labels
+		// A new Release starts in its Repository's shard; an existing one
+		// is moved by reconcileShard only, when its apply lock is free.
+		sluicev1.SetShard(want, sluicev1.ShardOf(p.repo))
 		if err := controllerutil.SetControllerReference(p.repo, want, p.r.Scheme()); err != nil {
 			return nil, fmt.Errorf("own release %s: %w", want.Name, err)
 		}

@@ -85,6 +85,10 @@ type RepositoryReconciler struct {
 	// (guarded by memoMu).
 	manifests     map[types.NamespacedName]renderedManifest
 	manifestBytes int
+	// shardSettled is, per Repository, the shard key all its objects were
+	// found in (guarded by memoMu): reconcileShard looks again only when
+	// the key changes or after a restart.
+	shardSettled map[types.NamespacedName]string
 }
 
 // Hooks let tests stop a reconcile at a chosen point.
@@ -111,6 +115,7 @@ type syncMemo struct {
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases,verbs=get;list;watch;create;patch;update
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=releases/status,verbs=get;patch
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=changerequests,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=gitops.sluice.dev,resources=approvals,verbs=get;list;create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -175,6 +180,7 @@ func (r *RepositoryReconciler) pass(ctx context.Context, repo *sluicev1.Reposito
 	patch := reconcile.NewHelper(r.Client, repo, ControllerName, reconcile.WithoutOptimisticLock())
 	res := reconcile.RunSteps(ctx, s, []reconcile.Step[*repoScope]{
 		{Name: "suspend", Run: r.reconcileSuspend},
+		{Name: "shard", Run: r.reconcileShard},
 		{Name: "sync", Run: r.reconcileSync},
 		{Name: "rollbacks", Run: r.reconcileRollbacks},
 		{Name: "poll", Run: r.reconcilePoll},
@@ -221,6 +227,7 @@ func (r *RepositoryReconciler) forget(key types.NamespacedName) {
 	r.memoMu.Lock()
 	defer r.memoMu.Unlock()
 	delete(r.memo, key)
+	delete(r.shardSettled, key)
 }
 
 func (r *RepositoryReconciler) memoFor(key types.NamespacedName) (syncMemo, bool) {

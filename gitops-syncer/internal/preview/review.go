@@ -122,6 +122,7 @@ func (h *Handler) Review(ctx context.Context, repo *sluicev1.Repository, ev *pro
 				ReviewID:       rev.ID,
 			},
 		}
+		sluicev1.SetShard(a, sluicev1.ShardOf(cr))
 		if err := h.Client.Create(ctx, a, client.FieldOwner(FieldOwner)); err != nil && !apierrors.IsAlreadyExists(err) {
 			errs = append(errs, fmt.Errorf("create approval %s: %w", a.Name, err))
 			continue

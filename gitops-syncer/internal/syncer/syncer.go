@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,15 +23,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/controller"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/shardwatch"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/runner"
 	sluicescheme "github.com/sluice-gitops/sluice/operator/api/scheme"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
 // Options configure the syncer.
@@ -55,6 +59,19 @@ type Options struct {
 	// LeaderElection turns on leader election in LeaderElectionNamespace.
 	LeaderElection          bool
 	LeaderElectionNamespace string
+	// Shard is the shard key served (sluicev1.LabelShard): the cache holds
+	// only Repositories, Releases, ChangeRequests and Approvals carrying it
+	// ("" serves those without the label), and the leader election Lease is
+	// named after it.
+	Shard string
+	// Registry takes the sluice_* metrics; controller-runtime's global
+	// registry (served on the metrics endpoint) when nil. Tests running
+	// syncers of several shards in one process give each its own.
+	Registry prometheus.Registerer
+	// ShardWatchInterval is how often the unsharded syncer's leader checks
+	// the shards' Leases (ShardAvailable); 15 seconds when zero. It runs
+	// with leader election in LeaderElectionNamespace only.
+	ShardWatchInterval time.Duration
 	// Namespaces restricts the syncer to these namespaces (all when empty).
 	Namespaces []string
 	// Concurrency is the number of Repositories synced at once.
@@ -77,7 +94,7 @@ type Syncer struct {
 }
 
 // LeaderElectionID names the syncer's leader election lease.
-const LeaderElectionID = "gitops-syncer.sluice.dev"
+const LeaderElectionID = sluicev1.SyncerLeaseName
 
 // New builds the manager and registers the reconciler and the artifact
 // server (which runs on every replica, not only the leader).
@@ -115,7 +132,18 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 	if probeAddr == "" {
 		probeAddr = "0"
 	}
-	cacheOpts := cache.Options{}
+	if err := sluicev1.ValidateShard(opts.Shard); err != nil {
+		return nil, err
+	}
+	// Only this shard's objects are watched and held (the syncer moves a
+	// relabelled Repository's objects with uncached reads, shard.go).
+	sel := sluicev1.ShardSelector(opts.Shard)
+	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&sluicev1.Repository{}:    {Label: sel},
+		&sluicev1.Release{}:       {Label: sel},
+		&sluicev1.ChangeRequest{}: {Label: sel},
+		&sluicev1.Approval{}:      {Label: sel},
+	}}
 	if len(opts.Namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range opts.Namespaces {
@@ -137,7 +165,7 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          opts.LeaderElection,
-		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionID:        sluicev1.ShardLeaseName(LeaderElectionID, opts.Shard),
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		Cache:                   cacheOpts,
 		Client:                  clientOpts,
@@ -146,7 +174,16 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	m, err := metrics.New(nil)
+	var reg prometheus.Registerer = ctrlmetrics.Registry
+	if opts.Registry != nil {
+		reg = opts.Registry
+	}
+	if opts.Shard != "" {
+		// Every sluice_* series of a shard's syncer says which shard it
+		// counts; the unsharded syncer's keep their labels as before.
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"shard": opts.Shard}, reg)
+	}
+	m, err := metrics.New(reg)
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -183,6 +220,23 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 	if err := mgr.Add(&httpRunnable{srv: srv, ln: ln}); err != nil {
 		ln.Close()
 		return nil, err
+	}
+	if opts.Shard == "" && opts.LeaderElection && opts.LeaderElectionNamespace != "" {
+		// The unsharded leader tells when a shard is down: a shard
+		// cannot report its own absence.
+		w, err := shardwatch.New(reg, shardwatch.Watch{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), LeaseNamespace: opts.LeaderElectionNamespace,
+			Leases:     map[string]string{"syncer": LeaderElectionID, "operator": sluicev1.OperatorLeaseName},
+			Namespaces: opts.Namespaces, Interval: opts.ShardWatchInterval,
+		})
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		if err := mgr.Add(w); err != nil {
+			ln.Close()
+			return nil, err
+		}
 	}
 	if probeAddr != "0" {
 		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -54,14 +54,17 @@ func NewConfigMap(cr *sluicev1.ChangeRequest, s *Section) (*corev1.ConfigMap, er
 			return nil, err
 		}
 	}
-	return &corev1.ConfigMap{
+	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ConfigMapName(cr.Name), Namespace: cr.Namespace,
 			Labels:          map[string]string{LabelReview: "true", sluicev1.LabelRelease: cr.Spec.Release},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cr, sluicev1.GroupVersion.WithKind("ChangeRequest"))},
 		},
 		BinaryData: map[string][]byte{DataKey: data},
-	}, nil
+	}
+	// The review goes with its change's shard.
+	sluicev1.SetShard(cm, sluicev1.ShardOf(cr))
+	return cm, nil
 }
 
 // FromConfigMap reads the section stored in cm for cr; false when cr does

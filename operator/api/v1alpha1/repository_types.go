@@ -183,7 +183,8 @@ type RepositoryStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Stalled, Reconciling.
+	// Conditions: Ready, Stalled, Reconciling; ShardAvailable on a
+	// Repository with a shard key (written by the unsharded syncer).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

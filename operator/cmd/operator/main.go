@@ -62,6 +62,7 @@ func main() {
 	flag.IntVar(&o.KeepChangeRequests, "keep-changerequests", 20, "ChangeRequests kept per Release; older terminal ones are deleted.")
 	flag.DurationVar(&o.ApprovalGracePeriod, "approval-grace-period", 0, "How long an Approval matching no ChangeRequest is kept (default 10m).")
 	flag.DurationVar(&o.LockRetryInterval, "lock-retry-interval", 0, "How often a lock that no watch frees is looked at again: a change in Applying whose lock a manual edit gave away, or a lock held by another release's change (default 30s). Changes waiting in line do not poll.")
+	flag.StringVar(&o.Shard, "shard", "", "Shard key served: only Repositories, Releases, ChangeRequests and Approvals labelled sharding.sluice.dev/key=<shard> are watched, cached and reconciled, and the leader election Lease is named after it. Empty serves the objects without the label.")
 	common.Bind(flag.CommandLine, "Comma-separated control namespaces to watch (default: all).")
 	flag.StringVar(&testAppliers, "test-applier", "", "FOR DEMOS AND TESTS ONLY: comma-separated deliveries (helm,argocd) handled by the record-only test applier, which installs nothing and only records changes in a ConfigMap.")
 	flag.Parse()

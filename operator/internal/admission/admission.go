@@ -158,7 +158,10 @@ func Load(paramNamespace string) (*Policies, error) {
 		return nil, fmt.Errorf("embedded admission policies: %w", err)
 	}
 	for _, b := range p.Bindings {
-		if b.Spec.ParamRef != nil {
+		// A binding naming its parameter object reads the ConfigMap in
+		// the Sluice namespace; one selecting its parameters reads them
+		// in the request's own namespace (the shard-key policies).
+		if b.Spec.ParamRef != nil && b.Spec.ParamRef.Name != "" {
 			b.Spec.ParamRef.Namespace = paramNamespace
 		}
 	}

@@ -459,9 +459,16 @@ func TestParse_rejectsUnknownFieldsAndKinds(t *testing.T) {
 func TestLoad_pointsBindingsAtTheParamNamespace(t *testing.T) {
 	p, err := admission.Load("elsewhere")
 	require.NoError(t, err)
-	require.Len(t, p.Policies, 6)
-	require.Len(t, p.Bindings, 6)
+	require.Len(t, p.Policies, 9)
+	require.Len(t, p.Bindings, 9)
 	for _, b := range p.Bindings {
+		if strings.HasPrefix(b.Name, "sluice-shard-") {
+			// The shard-key policies read the Repositories or Releases of
+			// the request's own namespace.
+			require.Empty(t, b.Spec.ParamRef.Namespace, b.Name)
+			require.NotNil(t, b.Spec.ParamRef.Selector, b.Name)
+			continue
+		}
 		require.Equal(t, "elsewhere", b.Spec.ParamRef.Namespace)
 		require.Equal(t, admission.ParamName, b.Spec.ParamRef.Name)
 	}

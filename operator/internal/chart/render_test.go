@@ -223,8 +223,8 @@ func TestChart_defaultValuesPassTheDefaultPolicies(t *testing.T) {
 		"Secret":                           1, // the tokens
 		"NetworkPolicy":                    3,
 		"ConfigMap":                        1,
-		"ValidatingAdmissionPolicy":        6,
-		"ValidatingAdmissionPolicyBinding": 6,
+		"ValidatingAdmissionPolicy":        9,
+		"ValidatingAdmissionPolicyBinding": 9,
 	}, kinds)
 }
 
@@ -322,6 +322,50 @@ func TestChart_valueVariantsRenderAndPass(t *testing.T) {
 			},
 		},
 		{
+			name:   "two shards: a syncer and operator pair each, with its own flag, Services and artifact URL, beside the unsharded pair",
+			values: "shards: [{name: eu}, {name: us}]\n",
+			check: func(t *testing.T, r *rendered) {
+				// The unsharded pair is as without shards.
+				for _, name := range []string{"sluice-operator", "sluice-syncer"} {
+					d := find[*appsv1.Deployment](t, r, name)
+					assert.NotContains(t, args(d.Spec.Template.Spec.Containers[0]), "shard")
+					assert.NotContains(t, d.Spec.Selector.MatchLabels, "sluice.dev/shard")
+				}
+				for _, shard := range []string{"eu", "us"} {
+					op := find[*appsv1.Deployment](t, r, "sluice-operator-"+shard)
+					sy := find[*appsv1.Deployment](t, r, "sluice-syncer-"+shard)
+					for _, d := range []*appsv1.Deployment{op, sy} {
+						a := args(d.Spec.Template.Spec.Containers[0])
+						assert.Equal(t, shard, a["shard"], d.Name)
+						assert.Equal(t, "true", a["leader-elect"], d.Name)
+						assert.Equal(t, shard, d.Spec.Selector.MatchLabels["sluice.dev/shard"], d.Name)
+						assert.Equal(t, d.Spec.Selector.MatchLabels["sluice.dev/shard"], d.Spec.Template.Labels["sluice.dev/shard"], d.Name)
+					}
+					url := "http://sluice-syncer-" + shard + "." + releaseNS + ".svc:9090"
+					assert.Equal(t, url, args(op.Spec.Template.Spec.Containers[0])["artifact-base-url"], "the shard's operator fetches from its own syncer")
+					assert.Equal(t, url, args(sy.Spec.Template.Spec.Containers[0])["artifact-base-url"])
+					svc := find[*corev1.Service](t, r, "sluice-syncer-"+shard)
+					assert.Equal(t, sy.Spec.Selector.MatchLabels, svc.Spec.Selector, "the shard's Service selects its syncer only")
+					find[*corev1.Service](t, r, "sluice-syncer-"+shard+"-webhook")
+					find[*corev1.Service](t, r, "sluice-operator-"+shard)
+				}
+				// No Service of the unsharded pair selects a shard's pods.
+				for _, svc := range []string{"sluice-syncer", "sluice-operator", "sluice-syncer-webhook"} {
+					sel := find[*corev1.Service](t, r, svc).Spec.Selector
+					for _, shard := range []string{"eu", "us"} {
+						for _, d := range []string{"sluice-operator-" + shard, "sluice-syncer-" + shard} {
+							tmpl := find[*appsv1.Deployment](t, r, d).Spec.Template.Labels
+							matches := true
+							for k, v := range sel {
+								matches = matches && tmpl[k] == v
+							}
+							assert.False(t, matches, "Service %s selects the pods of %s", svc, d)
+						}
+					}
+				}
+			},
+		},
+		{
 			name:   "an explicit artifact URL reaches both components",
 			values: "syncer: {artifactBaseURL: 'https://artifacts.example.com/sluice'}\n",
 			check: func(t *testing.T, r *rendered) {
@@ -354,6 +398,7 @@ func TestChart_schemaRejectsBadValues(t *testing.T) {
 		{"runner egress that is not a list of rules", "runner: {egress: {cidr: 0.0.0.0/0}}\n"},
 		{"a state port out of range", "syncer: {ports: {state: 70000}}\n"},
 		{"an unknown tokens key", "tokens: {runnerToken: hunter2}\n"},
+		{"a shard name that cannot name a Lease", "shards: [{name: EU_1}]\n"},
 		{"an API server CIDR that is not one", "networkPolicy: {apiServer: {cidrs: [kubernetes.default]}}\n"},
 	}
 	for _, tc := range cases {
@@ -375,6 +420,8 @@ func TestChart_templatesRefuseInconsistentValues(t *testing.T) {
 		{"two operators without leader election", "operator: {replicas: 2, leaderElection: {enabled: false}}\n", "operator.replicas > 1 needs operator.leaderElection.enabled"},
 		{"two syncers without leader election", "syncer: {replicas: 3, leaderElection: {enabled: false}}\n", "syncer.replicas > 1 needs syncer.leaderElection.enabled"},
 		{"commit statuses without a token", "syncer: {statusProvider: {name: github}}\n", "syncer.statusProvider.tokenSecret is required"},
+		{"a shard listed twice", "shards: [{name: eu}, {name: eu}]\n", `shards: "eu" is listed twice`},
+		{"one artifact URL for every shard", "shards: [{name: eu}]\nsyncer: {artifactBaseURL: 'https://a.example.com'}\n", "syncer.artifactBaseURL cannot be used with shards"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -523,6 +570,12 @@ func TestChart_admissionIsTheOneSourceFileWithTheChartsNamespaceAndServiceAccoun
 	require.Len(t, gotBindings, len(wantBindings))
 	for i := range wantBindings {
 		assert.True(t, equality.Semantic.DeepEqual(wantBindings[i], gotBindings[i]), "binding %s differs from the source file", wantBindings[i].Name)
+		if strings.HasPrefix(gotBindings[i].Name, "sluice-shard-") {
+			// Its parameters are the Repositories or Releases of the
+			// request's own namespace.
+			assert.Empty(t, gotBindings[i].Spec.ParamRef.Namespace)
+			continue
+		}
 		assert.Equal(t, releaseNS, gotBindings[i].Spec.ParamRef.Namespace)
 		assert.Equal(t, admission.ParamName, gotBindings[i].Spec.ParamRef.Name)
 	}

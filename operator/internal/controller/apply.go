@@ -95,7 +95,15 @@ func (r *ChangeRequestReconciler) reconcileApplyLock(ctx context.Context, s *cha
 func (r *ChangeRequestReconciler) reconcileRepository(ctx context.Context, s *changeScope) reconcile.Result {
 	rel := s.release
 	repo := &sluicev1.Repository{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}, repo); err != nil {
+	key := client.ObjectKey{Namespace: rel.Namespace, Name: rel.Spec.Repository}
+	err := r.Client.Get(ctx, key, repo)
+	if apierrors.IsNotFound(err) {
+		// The Repository may have moved to another shard while this
+		// shard finishes the change holding the lock (the syncer moves
+		// the Release only once that ends): read it past the cache.
+		err = r.APIReader.Get(ctx, key, repo)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			s.setCondition(sluicev1.ConditionApplied, metav1.ConditionFalse, sluicev1.ReasonApplying, fmt.Sprintf("waiting for Repository %s", rel.Spec.Repository))
 			return reconcile.Requeue(r.lockRetry())

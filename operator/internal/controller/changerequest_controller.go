@@ -65,6 +65,9 @@ type ChangeRequestReconciler struct {
 	// Changes waiting in line for the lock do not poll: the lock moving to
 	// them wakes them.
 	LockRetryInterval time.Duration
+	// Shard is the shard key served (Options.Shard): an object of another
+	// shard, seen while the cache catches up with a move, is left alone.
+	Shard string
 	// BeforeHandOff, when set, is called after the gate passed on cached
 	// data and the apply lock was taken, right before the uncached
 	// re-check. It is a seam for tests (a decision changing at that very
@@ -160,6 +163,11 @@ func (r *ChangeRequestReconciler) pass(ctx context.Context, cr *sluicev1.ChangeR
 	if cr.Status.Phase.IsTerminal() || !cr.DeletionTimestamp.IsZero() {
 		// Terminal phases never change; the Release reconciler takes
 		// the apply lock from a terminal holder.
+		return reconcile.Done(), false
+	}
+	if sluicev1.ShardOf(cr) != r.Shard {
+		// Moved to another shard (a fresh copy at the hand-off, or the
+		// cache not yet caught up): that shard's operator decides it.
 		return reconcile.Done(), false
 	}
 	s := &changeScope{

@@ -23,7 +23,7 @@ import (
 // reconcileGate evaluates the gate on cached data: Rejected, waiting, or
 // Approved (then the hand-off follows).
 func (r *ChangeRequestReconciler) reconcileGate(ctx context.Context, s *changeScope) reconcile.Result {
-	in, err := gateinput.Load(ctx, r.Client, s.cr, s.release)
+	in, err := gateinput.Load(ctx, r.gateReader(), s.cr, s.release)
 	if err != nil {
 		return reconcile.Failure(err)
 	}
@@ -74,4 +74,32 @@ func (r *ChangeRequestReconciler) decide(s *changeScope, in gate.Inputs, approva
 	}
 	s.setCondition(sluicev1.ConditionValidated, validated, vReason, vMessage)
 	return d
+}
+
+// gateReader is what the gate reads its inputs through: the cache, except
+// for the Releases of the control namespace. Those are read only for a
+// change new to its target namespace (gate.NewToNamespace: every rule
+// there counts), and they must all count, whichever shard serves them,
+// while the cache of a sharded operator holds its own shard's only; the
+// hand-off reads them from the API server too, and the two must agree.
+func (r *ChangeRequestReconciler) gateReader() client.Reader {
+	if r.APIReader == nil {
+		return r.Client
+	}
+	return releasesFromAPI{Reader: r.Client, api: r.APIReader}
+}
+
+// releasesFromAPI lists Releases from the API server and reads everything
+// else from the wrapped reader.
+type releasesFromAPI struct {
+	client.Reader
+	api client.Reader
+}
+
+// List implements client.Reader.
+func (r releasesFromAPI) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*sluicev1.ReleaseList); ok && r.api != nil {
+		return r.api.List(ctx, list, opts...)
+	}
+	return r.Reader.List(ctx, list, opts...)
 }

@@ -149,11 +149,13 @@ func collectable(approvals []sluicev1.Approval, live map[sluicev1.Digest]bool) [
 
 // liveDigests reads the approval digests of the release's ChangeRequests
 // from the API server, past the cache. ChangeRequests are matched by
-// spec.release, not by label, so one without the label still protects its
-// Approvals.
+// spec.release, not by the release label, so one without it still
+// protects its Approvals; only this shard's are listed (the syncer moves a
+// Release's changes and Approvals together, and an orphan is kept for the
+// grace period anyway).
 func (r *ReleaseReconciler) liveDigests(ctx context.Context, rel *sluicev1.Release) (map[sluicev1.Digest]bool, error) {
 	var list sluicev1.ChangeRequestList
-	if err := r.APIReader.List(ctx, &list, client.InNamespace(rel.Namespace)); err != nil {
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(rel.Namespace), client.MatchingLabelsSelector{Selector: sluicev1.ShardSelector(r.Shard)}); err != nil {
 		return nil, fmt.Errorf("list ChangeRequests of Release %s: %w", rel.Name, err)
 	}
 	live := map[sluicev1.Digest]bool{}

@@ -147,6 +147,13 @@ func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.
 	if holder == cr.Name {
 		return rel, true, "", nil
 	}
+	if sluicev1.ShardOf(rel) != r.Shard {
+		// The Release moved to another shard (the syncer moves it only
+		// while its lock is free): this shard takes no lock of it, and
+		// the move's optimistic write makes a take that read it before
+		// the move fail.
+		return rel, false, holder, nil
+	}
 	orig := rel.DeepCopy()
 	if holder != "" && !takeOver {
 		return rel, false, holder, nil
@@ -251,7 +258,9 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 		return reconcile.Failure(fmt.Errorf("re-read the gate's inputs at hand-off: %w", err))
 	}
 	var all sluicev1.ApprovalList
-	if err := r.APIReader.List(ctx, &all, client.InNamespace(s.cr.Namespace)); err != nil {
+	// Only this shard's Approvals: the Release and its change are this
+	// shard's, and the syncer moves a Release's Approvals with it.
+	if err := r.APIReader.List(ctx, &all, client.InNamespace(s.cr.Namespace), client.MatchingLabelsSelector{Selector: sluicev1.ShardSelector(r.Shard)}); err != nil {
 		return reconcile.Failure(fmt.Errorf("re-read Approvals at hand-off: %w", err))
 	}
 	var approvals []sluicev1.Approval

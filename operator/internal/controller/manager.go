@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -18,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sluicescheme "github.com/sluice-gitops/sluice/operator/api/scheme"
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 )
 
@@ -47,11 +49,26 @@ type ManagerOptions struct {
 	Namespaces []string
 }
 
+// ShardCache is the cache's per-kind configuration for shard key: the
+// Sluice kinds a Repository's work is made of, selected by the shard label
+// (sluicev1.ShardSelector), so a replica neither watches nor holds another
+// shard's objects. ApprovalPolicies and Persons are platform-wide and
+// cached whole.
+func ShardCache(key string) map[client.Object]cache.ByObject {
+	sel := sluicev1.ShardSelector(key)
+	return map[client.Object]cache.ByObject{
+		&sluicev1.Repository{}:    {Label: sel},
+		&sluicev1.Release{}:       {Label: sel},
+		&sluicev1.ChangeRequest{}: {Label: sel},
+		&sluicev1.Approval{}:      {Label: sel},
+	}
+}
+
 // NewScheme returns a scheme with the client-go and Sluice kinds.
 func NewScheme() (*runtime.Scheme, error) { return sluicescheme.New() }
 
 // DefaultLeaderElectionID is the Lease of the operator's leader election.
-const DefaultLeaderElectionID = "sluice-operator.gitops.sluice.dev"
+const DefaultLeaderElectionID = sluicev1.OperatorLeaseName
 
 // CheckInternalAddr refuses a listen address that is not loopback or
 // private (pprof must never face the outside).
@@ -92,10 +109,17 @@ func NewManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (ctrl.M
 	if id == "" {
 		id = DefaultLeaderElectionID
 	}
+	// Each shard elects its own leader; its Lease's renewals are also how
+	// the shard is seen to be up (ShardAvailable).
+	id = sluicev1.ShardLeaseName(id, o.Shard)
 	// managedFields are never read by the operator and are a large part
 	// of every cached object.
 	// Pods: every namespace, label-selected and slimmed (health.go).
-	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: PodCache()}}
+	if err := sluicev1.ValidateShard(o.Shard); err != nil {
+		return nil, err
+	}
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: ShardCache(o.Shard)}
+	cacheOpts.ByObject[&corev1.Pod{}] = PodCache()
 	if len(o.Namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range o.Namespaces {
@@ -144,7 +168,14 @@ func NewManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (ctrl.M
 	}
 	if o.Metrics == nil {
 		o.Metrics = metrics.New(mgr.GetCache())
-		if err := o.Metrics.Register(ctrlmetrics.Registry); err != nil {
+		var reg prometheus.Registerer = ctrlmetrics.Registry
+		if o.Shard != "" {
+			// Every sluice_* series of a shard says which shard it
+			// counts; the unsharded operator's keep their labels as
+			// before.
+			reg = prometheus.WrapRegistererWith(prometheus.Labels{"shard": o.Shard}, reg)
+		}
+		if err := o.Metrics.Register(reg); err != nil {
 			return nil, err
 		}
 	}

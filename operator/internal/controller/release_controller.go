@@ -55,6 +55,9 @@ type ReleaseReconciler struct {
 	// not one of the release's own (a manual edit) is looked at again;
 	// 30s when zero.
 	LockRetryInterval time.Duration
+	// Shard is the shard key served (Options.Shard): an object of another
+	// shard, seen while the cache catches up with a move, is left alone.
+	Shard string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -102,6 +105,10 @@ func (r *ReleaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	rel := &sluicev1.Release{}
 	if err := r.Client.Get(ctx, req.NamespacedName, rel); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if sluicev1.ShardOf(rel) != r.Shard {
+		// Moved to another shard; the cache has not caught up yet.
+		return ctrl.Result{}, nil
 	}
 	return reconcile.Loop(ctx, rel, r.pass)
 }

@@ -54,6 +54,11 @@ type Options struct {
 	// AppliedObjects, when set, gives verification's health the live
 	// objects a Helm change installed (see ChangeRequestReconciler).
 	AppliedObjects AppliedObjectsFunc
+	// Shard is the shard key this operator serves (see sluicev1.LabelShard):
+	// its cache holds only Releases, ChangeRequests, Approvals and
+	// Repositories carrying it ("" serves those without the label), and its
+	// uncached lists are selected by it too.
+	Shard string
 	// SkipNameValidation lets a process run the controllers more than once
 	// (tests that restart the manager); the operator leaves it false.
 	SkipNameValidation bool
@@ -105,6 +110,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Metrics:           opts.Metrics,
 		LockRetryInterval: opts.LockRetryInterval,
 		AppliedObjects:    opts.AppliedObjects,
+		Shard:             opts.Shard,
 	}
 	if err := cr.SetupWithManager(mgr, copts); err != nil {
 		return fmt.Errorf("set up the ChangeRequest controller: %w", err)
@@ -117,6 +123,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		KeepChangeRequests:  opts.KeepChangeRequests,
 		ApprovalGracePeriod: opts.ApprovalGracePeriod,
 		LockRetryInterval:   opts.LockRetryInterval,
+		Shard:               opts.Shard,
 	}
 	if err := rel.SetupWithManager(mgr, copts); err != nil {
 		return fmt.Errorf("set up the Release controller: %w", err)

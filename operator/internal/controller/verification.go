@@ -243,7 +243,7 @@ func (r *ChangeRequestReconciler) reconcileSettle(ctx context.Context, s *change
 		}
 		return 1
 	})
-	in, err := gateinput.Load(ctx, r.Client, s.cr, s.release)
+	in, err := gateinput.Load(ctx, r.gateReader(), s.cr, s.release)
 	if err != nil {
 		return reconcile.Failure(err)
 	}

@@ -147,6 +147,10 @@ func (a *app) decide(cmd *cobra.Command, decision sluicev1.Decision, name string
 		},
 	}
 
+	// The Approval goes to the shard serving its change (admission refuses
+	// any other key).
+	sluicev1.SetShard(ap, sluicev1.ShardOf(cr))
+
 	out := a.opts.Out
 	if o.dryRun == dryRunClient {
 		format := o.output

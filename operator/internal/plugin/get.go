@@ -100,7 +100,18 @@ func (a *app) get(cmd *cobra.Command, o *getOptions, names []string) error {
 		}
 		return nil
 	}
-	headers := []string{"NAME", "RELEASE", "OPERATION", "PHASE", "RISK", "APPROVALS", "AGE"}
+	// SHARD (the change's shard key, "-" for none) shows when a listed
+	// change has one, and always with -o wide: an unsharded install keeps
+	// its columns.
+	sharded := o.output == outputWide
+	for i := range list.Items {
+		sharded = sharded || sluicev1.ShardOf(&list.Items[i]) != ""
+	}
+	headers := []string{"NAME", "RELEASE", "OPERATION", "PHASE", "RISK", "APPROVALS"}
+	if sharded {
+		headers = append(headers, "SHARD")
+	}
+	headers = append(headers, "AGE")
 	if o.output == outputWide {
 		headers = append(headers, "VERDICT", "REVISION", "DELIVERY", "DIGEST")
 	}
@@ -111,7 +122,11 @@ func (a *app) get(cmd *cobra.Command, o *getOptions, names []string) error {
 	now := a.opts.Now()
 	for i := range list.Items {
 		cr := &list.Items[i]
-		row := []string{cr.Name, cr.Spec.Release, string(cr.OperationOf()), phaseOf(cr), orNone(string(cr.Spec.Verdict.Risk)), approvalsColumn(cr), age(now, cr.CreationTimestamp)}
+		row := []string{cr.Name, cr.Spec.Release, string(cr.OperationOf()), phaseOf(cr), orNone(string(cr.Spec.Verdict.Risk)), approvalsColumn(cr)}
+		if sharded {
+			row = append(row, orNone(sluicev1.ShardOf(cr)))
+		}
+		row = append(row, age(now, cr.CreationTimestamp))
 		if o.output == outputWide {
 			row = append(row, orNone(string(cr.Spec.Verdict.Result)), sluicev1.ShortSHA(cr.Spec.Revision), orNone(string(cr.Spec.Delivery)), string(cr.Spec.ApprovalDigest))
 		}

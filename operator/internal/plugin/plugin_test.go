@@ -158,6 +158,13 @@ var seq atomic.Int32
 // ChangeRequest for it with the given rule, and returns the change.
 func newChange(t *testing.T, ns, environment string, rule sluicev1.ApprovalRule, authors ...sluicev1.Identity) *sluicev1.ChangeRequest {
 	t.Helper()
+	return newChangeInShard(t, ns, environment, rule, "", authors...)
+}
+
+// newChangeInShard is newChange in shard key (its Release and change carry
+// the key, as the syncer writes them for a Repository of that shard).
+func newChangeInShard(t *testing.T, ns, environment string, rule sluicev1.ApprovalRule, key string, authors ...sluicev1.Identity) *sluicev1.ChangeRequest {
+	t.Helper()
 	ctx := context.Background()
 	n := seq.Add(1)
 	service := fmt.Sprintf("svc%d", n)
@@ -168,6 +175,10 @@ func newChange(t *testing.T, ns, environment string, rule sluicev1.ApprovalRule,
 			SourcePath: sluicev1.RelativePath("services/" + service), TargetNamespace: service + "-" + environment,
 			Chart: sluicev1.ChartSource{Path: "charts/service"}, Rule: rule,
 		},
+	}
+	if key != "" {
+		rel.Spec.Repository = "infra-" + key
+		sluicev1.SetShard(rel, key)
 	}
 	require.NoError(t, syncer.Create(ctx, rel))
 	content := sluicev1.SHA256Digest([]byte(fmt.Sprintf("content-%d", n)))
@@ -190,6 +201,7 @@ func newChange(t *testing.T, ns, environment string, rule sluicev1.ApprovalRule,
 			ApprovalDigest: sluicev1.ComputeApprovalDigest(ns, rel.Name, content, manifest, ""),
 		},
 	}
+	sluicev1.SetShard(cr, key)
 	require.NoError(t, syncer.Create(ctx, cr))
 	return cr
 }
@@ -247,6 +259,25 @@ func TestApprove_createsApprovalInTheUsersName(t *testing.T) {
 	_, _, err = sluice(t, "approve", cr.Name, "-n", teamNS)
 	require.NoError(t, err)
 	require.Len(t, approvalsOf(t, cr), 2)
+}
+
+func TestGet_showsTheShardAndApproveKeepsTheApprovalInIt(t *testing.T) {
+	cr := newChangeInShard(t, teamNS, "prod", sluicev1.ApprovalRule{Required: 1}, "eu")
+	sel := sluicev1.LabelRelease + "=" + cr.Spec.Release
+	out, _, err := sluice(t, "get", "-n", teamNS, "-l", sel)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	require.Regexp(t, `^NAME\s+RELEASE\s+OPERATION\s+PHASE\s+RISK\s+APPROVALS\s+SHARD\s+AGE$`, lines[0])
+	require.Regexp(t, `^`+cr.Name+`\s+.*\s+eu\s+\d+s$`, lines[1])
+
+	// The Approval goes to the change's shard (admission refuses any
+	// other key, so the approve would fail without it).
+	_, _, err = sluice(t, "approve", cr.Name, "-n", teamNS)
+	require.NoError(t, err)
+	got := approvalsOf(t, cr)
+	require.Len(t, got, 1)
+	require.Equal(t, "eu", sluicev1.ShardOf(&got[0]))
 }
 
 func TestApprove_saysWhenTheApprovalDoesNotCount(t *testing.T) {
@@ -472,7 +503,7 @@ func TestGet_listsChangesWithReleasePhaseRiskApprovalsAndAge(t *testing.T) {
 
 	out, _, err = sluice(t, "get", "-A", "-l", sel, "-o", "wide")
 	require.NoError(t, err)
-	require.Regexp(t, `NAMESPACE\s+NAME\s+RELEASE\s+OPERATION\s+PHASE\s+RISK\s+APPROVALS\s+AGE\s+VERDICT\s+REVISION`, out)
+	require.Regexp(t, `NAMESPACE\s+NAME\s+RELEASE\s+OPERATION\s+PHASE\s+RISK\s+APPROVALS\s+SHARD\s+AGE\s+VERDICT\s+REVISION`, out)
 	require.Regexp(t, teamNS+`\s+`+cr.Name+`\s+`, out)
 
 	out, _, err = sluice(t, "get", "-n", teamNS, "-l", sel, "-o", "json")

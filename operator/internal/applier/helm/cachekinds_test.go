@@ -58,5 +58,6 @@ func TestManager_cachesOnlyTheOperatorsOwnKinds(t *testing.T) {
 	for _, k := range kinds {
 		require.Truef(t, ownKind(k), "the operator's cache holds an informer for %s, a kind it does not own or more of it than it reads (all: %v)", k, kinds)
 	}
-	require.Contains(t, kinds, controller.CachedKind{GroupVersionKind: sluicev1.GroupVersion.WithKind("ChangeRequest")})
+	// The unsharded operator holds only the changes without a shard key.
+	require.Contains(t, kinds, controller.CachedKind{GroupVersionKind: sluicev1.GroupVersion.WithKind("ChangeRequest"), Selector: "!" + sluicev1.LabelShard})
 }

@@ -1,0 +1,270 @@
+package controller
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+)
+
+// benchOperator is an operator binary running as its own process (so its
+// heap and API requests are its own), serving one shard.
+type benchOperator struct {
+	shard   string
+	cmd     *exec.Cmd
+	metrics string
+}
+
+// metric sums the samples of the named metric on the process's /metrics,
+// keeping those whose labels contain every fragment in match.
+func (o *benchOperator) metric(t *testing.T, name string, match func(labels string) bool) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + o.metrics + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		labels := ""
+		if strings.HasPrefix(rest, "{") {
+			end := strings.Index(rest, "}")
+			labels, rest = rest[1:end], rest[end+1:]
+		} else if !strings.HasPrefix(rest, " ") {
+			continue // another metric with this prefix
+		}
+		if match != nil && !match(labels) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// terminal counts the changes the process's sluice_changerequests gauge
+// shows in a terminal phase.
+func (o *benchOperator) terminal(t *testing.T) float64 {
+	return o.metric(t, "sluice_changerequests", func(labels string) bool {
+		for _, l := range strings.Split(labels, ",") {
+			if k, v, _ := strings.Cut(l, "="); k == "phase" {
+				return sluicev1.ChangeRequestPhase(strings.Trim(v, `"`)).IsTerminal()
+			}
+		}
+		return false
+	})
+}
+
+// heap is the lowest live heap seen over a few samples (the process does
+// not GC on request; the lowest sample is nearest its live data).
+func (o *benchOperator) heap(t *testing.T) float64 {
+	low := -1.0
+	for range 6 {
+		if v := o.metric(t, "go_memstats_heap_alloc_bytes", nil); v > 0 && (low < 0 || v < low) {
+			low = v
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return low / (1 << 20)
+}
+
+func freeLocalAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startBenchOperator runs the operator binary for shard key over nss,
+// with the record-only test applier and nothing else that is not the
+// gate and the lock (no compliance, drift, Terraform or Argo CD).
+func startBenchOperator(t *testing.T, bin, kubeconfig, shard string, nss []string) *benchOperator {
+	t.Helper()
+	o := &benchOperator{shard: shard, metrics: freeLocalAddr(t)}
+	o.cmd = exec.Command(bin, "--shard="+shard, "--namespaces="+strings.Join(nss, ","), "--test-applier=helm",
+		"--metrics-bind-address="+o.metrics, "--health-probe-bind-address=0", "--pprof-bind-address=0",
+		"--leader-elect=false", "--compliance=false", "--drift=false", "--terraform-apply=false", "--argocd-apply=false",
+		"--concurrency=4", "--zap-log-level=error")
+	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	o.cmd.Stdout, o.cmd.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, o.cmd.Start())
+	t.Cleanup(func() { o.stop() })
+	require.Eventually(t, func() bool { return o.metric(t, "sluice_changerequests", nil) >= 0 }, time.Minute, 200*time.Millisecond, "operator %q serves metrics", shard)
+	return o
+}
+
+func (o *benchOperator) stop() {
+	if o.cmd.Process != nil && o.cmd.ProcessState == nil {
+		_ = o.cmd.Process.Kill()
+		_ = o.cmd.Wait()
+	}
+}
+
+// shardBenchObjects makes, per namespace, one Repository and perNS
+// Releases each with one auto-approved change; the namespaces are spread
+// over shards (none when shards is empty).
+func shardBenchObjects(nss []string, perNS int, shards []string) (repos, rels, changes []client.Object) {
+	rule := sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
+	keys := shards
+	if len(keys) == 0 {
+		keys = []string{""}
+	}
+	n := 0
+	for j, ns := range nss {
+		// A namespace's Repository, and so its Releases, belong to one
+		// shard (the record-only applier keeps one record per namespace:
+		// one writer each, as with one operator).
+		key := keys[j%len(keys)]
+		repo := &sluicev1.Repository{
+			ObjectMeta: metav1.ObjectMeta{Name: "infra" + key, Namespace: ns},
+			Spec:       sluicev1.RepositorySpec{URL: "https://git.example.com/infra.git", TargetNamespaces: []string{"*"}, ServiceAccountName: "deployer"},
+		}
+		sluicev1.SetShard(repo, key)
+		repos = append(repos, repo)
+		for i := range perNS {
+			n++
+			name := fmt.Sprintf("svc%05d-prod", i)
+			rel := &sluicev1.Release{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: sluicev1.ReleaseSpec{
+					Repository: "infra" + key, Service: fmt.Sprintf("svc%05d", i), Environment: "prod", Delivery: sluicev1.DeliveryHelm,
+					SourcePath: "services/x", TargetNamespace: "checkout-prod", Chart: sluicev1.ChartSource{Path: "charts/service"}, Rule: rule,
+				},
+			}
+			sluicev1.SetShard(rel, key)
+			rels = append(rels, rel)
+			rev := fmt.Sprintf("%010x%030x", n, 0x5a)
+			cr := &sluicev1.ChangeRequest{
+				ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(name, rev, 1), Namespace: ns, Labels: map[string]string{sluicev1.LabelRelease: name}},
+				Spec: sluicev1.ChangeRequestSpec{
+					Release: name, Revision: rev, TargetNamespace: "checkout-prod", Delivery: sluicev1.DeliveryHelm,
+					Artifact:      sluicev1.ArtifactReference{URL: "http://syncer/a.tar.gz", SHA256: sluicev1.SHA256Digest([]byte(rev))},
+					ContentDigest: sluicev1.SHA256Digest([]byte("content" + rev)),
+					Verdict:       sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow},
+					Rule:          rule,
+				},
+			}
+			cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+			sluicev1.SetShard(cr, key)
+			changes = append(changes, cr)
+		}
+	}
+	return repos, rels, changes
+}
+
+// shardRun is one run's figures.
+type shardRun struct {
+	took     time.Duration
+	heap     map[string]float64
+	requests map[string]float64
+}
+
+// runShardBench creates the objects for shards (none: one unsharded
+// operator), starts one operator process per shard, and waits until every
+// change is terminal.
+func runShardBench(t *testing.T, bin, kubeconfig string, total, perNS int, shards []string) shardRun {
+	t.Helper()
+	var nss []string
+	for i := 0; i*perNS < total; i++ {
+		nss = append(nss, env.Namespace(t, "bench-shard-"))
+	}
+	repos, rels, changes := shardBenchObjects(nss, perNS, shards)
+	keys := shards
+	if len(keys) == 0 {
+		keys = []string{""}
+	}
+	ops := map[string]*benchOperator{}
+	for _, key := range keys {
+		ops[key] = startBenchOperator(t, bin, kubeconfig, key, nss)
+	}
+	createAll(t, repos)
+	createAll(t, rels)
+	start := time.Now()
+	createAll(t, changes)
+	want := float64(len(changes))
+	for {
+		done := 0.0
+		for _, o := range ops {
+			done += max(o.terminal(t), 0)
+		}
+		if done >= want {
+			break
+		}
+		require.Less(t, time.Since(start), 60*time.Minute, "changes never finished: %v of %v terminal", done, want)
+		time.Sleep(time.Second)
+	}
+	run := shardRun{took: time.Since(start), heap: map[string]float64{}, requests: map[string]float64{}}
+	for key, o := range ops {
+		run.heap[key] = o.heap(t)
+		run.requests[key] = o.metric(t, "rest_client_requests_total", nil)
+		o.stop()
+	}
+	// Leave the API server as it was for the next run: the namespaces go.
+	for _, ns := range nss {
+		_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	return run
+}
+
+// TestBench_shardsVersusOneOperator is issue 24's figure: the same
+// releases, each with one auto-approved change, to terminal on one
+// unsharded operator and on four shard operators (each its own process),
+// in the same run: time (and the ratio), each process's heap and its API
+// requests per change.
+func TestBench_shardsVersusOneOperator(t *testing.T) {
+	if os.Getenv("SLUICE_BENCH") == "" {
+		t.Skip("benchmark: run with SLUICE_BENCH=1 (make bench)")
+	}
+	total, perNS := envInt("SLUICE_BENCH_SHARD_RELEASES", 10000), envInt("SLUICE_BENCH_SHARD_PER_NAMESPACE", 250)
+	shards := []string{"s0", "s1", "s2", "s3"}
+	bin := filepath.Join(t.TempDir(), "operator")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/operator")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, build.Run(), "build the operator")
+	kubeconfig, err := env.AdminKubeconfig("bench-operator")
+	require.NoError(t, err)
+
+	one := runShardBench(t, bin, kubeconfig, total, perNS, nil)
+	four := runShardBench(t, bin, kubeconfig, total, perNS, shards)
+
+	perChange := func(r float64) float64 { return r / float64(total) }
+	benchLine("shards: %d Releases with one auto-approved change each (%d per namespace), record-only applier, each operator its own process", total, perNS)
+	benchLine("shards: one unsharded operator: all terminal in %.1fs; heap %.1f MiB; API requests %.0f = %.2f per change",
+		one.took.Seconds(), one.heap[""], one.requests[""], perChange(one.requests[""]))
+	var reqs, maxHeap float64
+	var parts []string
+	for _, key := range shards {
+		reqs += four.requests[key]
+		maxHeap = max(maxHeap, four.heap[key])
+		parts = append(parts, fmt.Sprintf("%s heap %.1f MiB, %.0f requests", key, four.heap[key], four.requests[key]))
+	}
+	benchLine("shards: four shard operators: all terminal in %.1fs (time ratio sharded/unsharded %.2f); %s; API requests %.0f = %.2f per change",
+		four.took.Seconds(), four.took.Seconds()/one.took.Seconds(), strings.Join(parts, "; "), reqs, perChange(reqs))
+	benchLine("shards: largest shard heap / unsharded heap = %.2f (target <= 0.33); API requests per change sharded/unsharded = %.2f (target <= 1)",
+		maxHeap/one.heap[""], perChange(reqs)/perChange(one.requests[""]))
+}
