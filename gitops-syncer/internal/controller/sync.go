@@ -114,13 +114,29 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) 
 	ctx, span := tracer.Start(tracing.Extract(ctx, r.Trigger.Take(key)), "sluice.sync", trace.WithAttributes(
 		attribute.String("sluice.repository", key.String()), attribute.String("vcs.ref.head.revision", head)))
 	defer span.End()
+	// The recorded pushes are read fresh from the API server while git
+	// fetches: neither waits on the other.
+	type pushesRead struct {
+		pushes []sluicev1.PushRecord
+		err    error
+	}
+	pushesc := make(chan pushesRead, 1)
+	go func() {
+		pushes, err := r.freshPushes(ctx, repo)
+		pushesc <- pushesRead{pushes, err}
+	}()
 	cache, err := r.Git.Fetch(ctx, remote, ref, head)
+	pushes := <-pushesc
 	if err != nil {
 		span.SetStatus(codes.Error, "fetch failed")
 		return gitFailure(s, err)
 	}
 	repo.Status.LastFetchedCommit = head
-	pass := &syncPass{repoScope: s, r: r, cache: cache, head: head, owned: owned.Items}
+	if pushes.err != nil {
+		span.SetStatus(codes.Error, "sync failed")
+		return reconcile.Failure(pushes.err)
+	}
+	pass := &syncPass{repoScope: s, r: r, cache: cache, head: head, owned: owned.Items, pushes: pushes.pushes}
 	if err := pass.run(ctx); err != nil {
 		span.SetStatus(codes.Error, "sync failed")
 		return reconcile.Failure(err)
@@ -181,7 +197,7 @@ type syncPass struct {
 	notes   []string
 	created []string
 	// pushes are the verified pushes recorded in the Repository's status,
-	// read fresh at the start of the pass.
+	// read fresh at the start of the pass (beside the fetch).
 	pushes []sluicev1.PushRecord
 }
 
@@ -197,11 +213,6 @@ func (p *syncPass) problem(reason, msg string) {
 func (p *syncPass) run(ctx context.Context) error {
 	logger := log.FromContext(ctx)
 	p.trees = map[string]string{}
-	pushes, err := p.r.freshPushes(ctx, p.repo)
-	if err != nil {
-		return err
-	}
-	p.pushes = pushes
 	if last := p.repo.Status.LastSyncedCommit; last != "" && last != p.head {
 		ok, err := p.cache.IsAncestor(last, p.head)
 		if err != nil {
