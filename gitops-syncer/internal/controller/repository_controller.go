@@ -8,6 +8,7 @@ package controller
 import (
 	"context"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
@@ -73,6 +75,8 @@ type RepositoryReconciler struct {
 	// (guarded by memoMu).
 	manifests     map[types.NamespacedName]renderedManifest
 	manifestBytes int
+	// catalog keeps each Repository's last services, by skeleton digest.
+	catalog catalog.Cache
 }
 
 // Hooks let tests stop a reconcile at a chosen point.
@@ -206,6 +210,7 @@ func (r *RepositoryReconciler) forget(key types.NamespacedName) {
 	r.memoMu.Lock()
 	defer r.memoMu.Unlock()
 	delete(r.memo, key)
+	r.catalog.Forget(func(owner string) bool { return strings.HasPrefix(owner, key.Namespace+"/"+key.Name+"/") })
 }
 
 func (r *RepositoryReconciler) memoFor(key types.NamespacedName) (syncMemo, bool) {
