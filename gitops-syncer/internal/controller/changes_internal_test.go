@@ -89,3 +89,31 @@ func TestTruncate_keepsValidUTF8(t *testing.T) {
 	assert.Equal(t, "a…", text.Truncate("aé", 2), "never cuts inside a rune")
 	assert.Equal(t, "a\uFFFDb", text.Truncate("a\xffb", 10))
 }
+
+// resumePoint reads in full only the ChangeRequests named as attempts of
+// the change: the first name, then "-r2", "-r3"…; not another revision's,
+// a preview's, a Delete change's or a rollback's, and for a rollback only
+// the attempts of that rollback.
+func TestChangeAttemptNames_onlyTheAttemptsOfTheChange(t *testing.T) {
+	rev := "0123456789abcdef0123456789abcdef01234567"
+	rel := &sluicev1.Release{ObjectMeta: metav1.ObjectMeta{Name: "web-prod", Namespace: "ctl"}}
+	items := func(names ...string) []metav1.PartialObjectMetadata {
+		out := make([]metav1.PartialObjectMetadata, len(names))
+		for i, n := range names {
+			out[i].Name = n
+		}
+		return out
+	}
+	all := items(
+		"web-prod-0123456789", "web-prod-0123456789-r2", "web-prod-0123456789-r11",
+		"web-prod-0123456789-r1", "web-prod-0123456789-r02", "web-prod-0123456789-rx", "web-prod-0123456789-r2x",
+		"web-prod-fedcba9876", "web-prod-pr3-0123456789", "web-prod-del-0123456789",
+		"web-prod-rb-0123456789", "web-prod-rb-0123456789-r2", "web-prod-0123456789ab",
+	)
+	plan := &changePlan{release: rel, revision: rev}
+	assert.Equal(t, []string{"web-prod-0123456789", "web-prod-0123456789-r2", "web-prod-0123456789-r11"}, changeAttemptNames(plan, all))
+
+	rb := &changePlan{release: rel, revision: rev, rollback: &sluicev1.RollbackSpec{Of: "web-prod-0123456789"}}
+	assert.Equal(t, []string{"web-prod-rb-0123456789", "web-prod-rb-0123456789-r2"}, changeAttemptNames(rb, all))
+	assert.Empty(t, changeAttemptNames(plan, nil))
+}

@@ -26,19 +26,38 @@ const maxAttempts = 50
 // the name of a newly created ChangeRequest.
 //
 // The steps, in order: store the artifact (what is validated is exactly
-// what will be applied); find where an earlier pass stopped; then try one
-// ChangeRequest name after the other until one carries the change.
+// what will be applied) and validate it; find where an earlier pass
+// stopped; then try one ChangeRequest name after the other until one
+// carries the change. Finding where an earlier pass stopped is a read of
+// the API server that depends on nothing else, so it runs beside the
+// artifact and the validation (which almost every pass needs: only a pass
+// resuming a change recorded in full does without it).
 func (r *RepositoryReconciler) planChange(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, plan *changePlan) (string, error) {
 	run := &planRun{r: r, repo: repo, cache: cache, plan: plan}
-	if err := run.storeArtifact(); err != nil {
-		return "", err
+	type resumeAt struct {
+		existing *sluicev1.ChangeRequest
+		attempt  int
+		err      error
 	}
-	if err := run.checkRollbackContent(); err != nil {
-		return "", err
+	resumed := make(chan resumeAt, 1)
+	go func() {
+		existing, attempt, err := r.resumePoint(ctx, plan)
+		resumed <- resumeAt{existing, attempt, err}
+	}()
+	err := run.storeArtifact()
+	if err == nil {
+		err = run.checkRollbackContent()
 	}
-	existing, attempt, err := r.resumePoint(ctx, plan)
+	if err == nil {
+		_, err = run.validation(ctx)
+	}
+	at := <-resumed
 	if err != nil {
 		return "", err
+	}
+	existing, attempt := at.existing, at.attempt
+	if at.err != nil {
+		return "", at.err
 	}
 	for ; attempt <= maxAttempts; attempt, existing = attempt+1, nil {
 		if done, err := run.attempt(ctx, int32(attempt), existing); err != nil || done {

@@ -173,7 +173,7 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 	// The tree covers everything the release reads, its view of the
 	// manifest included: the same tree is the same change.
 	if existing != nil && metav1.IsControlledBy(existing, p.repo) && existing.Status.LastSyncedTree == tree && replanRequested(existing) == "" {
-		p.trees[want.Name] = tree
+		p.synced(want.Name, tree)
 		return nil
 	}
 	rel, err := p.ensureRelease(ctx, want.DeepCopy(), existing)
@@ -181,7 +181,7 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 		return err
 	}
 	if rel.Status.LastSyncedTree == tree && replanRequested(rel) == "" {
-		p.trees[want.Name] = tree
+		p.synced(want.Name, tree)
 		return nil
 	}
 	plan := &changePlan{
@@ -234,7 +234,7 @@ func (p *syncPass) syncInvalid(ctx context.Context, e *catalog.Entry, rel *sluic
 		return fmt.Errorf("hash inputs: %w", err)
 	}
 	if rel.Status.LastSyncedTree == tree && replanRequested(rel) == "" {
-		p.trees[rel.Name] = tree
+		p.synced(rel.Name, tree)
 		return nil
 	}
 	plan := &changePlan{release: rel, revision: p.head, inputs: inputs, tree: tree, env: string(rel.Spec.Environment), replan: replanRequested(rel),
@@ -256,9 +256,9 @@ func (p *syncPass) plan(ctx context.Context, plan *changePlan) error {
 		}
 		return err
 	}
-	p.trees[rel.Name] = plan.tree
+	p.synced(rel.Name, plan.tree)
 	if cr != "" {
-		p.created = append(p.created, cr)
+		p.createdFor(rel.Name, cr)
 	}
 	return nil
 }

@@ -30,20 +30,21 @@ func (r *RepositoryReconciler) recordChange(ctx context.Context, plan *changePla
 	return r.recordSynced(ctx, plan, cr)
 }
 
-// recordSynced writes the syncer's fields of the Release status with a
-// merge patch of just those fields (the operator owns the rest), then marks
+// recordSynced writes the syncer's fields of the Release status (the
+// operator owns the rest) and its Synced condition in one write, then marks
 // a re-plan request handled.
 func (r *RepositoryReconciler) recordSynced(ctx context.Context, plan *changePlan, cr *sluicev1.ChangeRequest) error {
 	rel := plan.release
-	if rel.Status.LastSyncedTree != plan.tree || rel.Status.LastSyncedCommit != plan.revision || rel.Status.LatestChange != cr.Name {
-		patch := statusPatch(map[string]*string{"lastSyncedTree": &plan.tree, "lastSyncedCommit": &plan.revision, "latestChange": &cr.Name})
-		if err := r.Status().Patch(ctx, rel, patch, client.FieldOwner(ControllerName)); err != nil {
-			return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
+	fields := func(st *sluicev1.ReleaseStatus) bool {
+		if st.LastSyncedTree == plan.tree && st.LastSyncedCommit == plan.revision && st.LatestChange == cr.Name {
+			return false
 		}
+		st.LastSyncedTree, st.LastSyncedCommit, st.LatestChange = plan.tree, plan.revision, cr.Name
+		return true
 	}
-	if err := r.setSynced(ctx, rel, metav1.ConditionTrue, sluicev1.ReasonSucceeded,
+	if err := r.setReleaseStatus(ctx, rel, fields, sluicev1.ConditionSynced, metav1.ConditionTrue, sluicev1.ReasonSucceeded,
 		fmt.Sprintf("%s holds the inputs at %s", cr.Name, sluicev1.ShortSHA(plan.revision))); err != nil {
-		return err
+		return fmt.Errorf("record sync of release %s: %w", rel.Name, err)
 	}
 	if plan.replan != "" && rel.Annotations[annotationReplanHandled] != plan.replan {
 		if err := r.Patch(ctx, rel, annotationPatch(annotationReplanHandled, plan.replan), client.FieldOwner(ControllerName)); err != nil {
@@ -122,9 +123,17 @@ func (r *RepositoryReconciler) setSynced(ctx context.Context, rel *sluicev1.Rele
 // same list, so the write carries the resourceVersion of rel (a conflict
 // reads again); nothing is written when rel already says the same.
 func (r *RepositoryReconciler) setReleaseCondition(ctx context.Context, rel *sluicev1.Release, typ string, status metav1.ConditionStatus, reason, msg string) error {
+	return r.setReleaseStatus(ctx, rel, nil, typ, status, reason, msg)
+}
+
+// setReleaseStatus is setReleaseCondition that also sets the syncer's
+// status fields with fields (when not nil; it reports whether it changed
+// any), in the same write. On success rel holds what was written.
+func (r *RepositoryReconciler) setReleaseStatus(ctx context.Context, rel *sluicev1.Release, fields func(*sluicev1.ReleaseStatus) bool, typ string, status metav1.ConditionStatus, reason, msg string) error {
 	want := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: text.Truncate(msg, 1024), ObservedGeneration: rel.Generation}
 	if c := meta.FindStatusCondition(rel.Status.Conditions, typ); c != nil &&
-		c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration {
+		c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration &&
+		(fields == nil || !fields(rel.Status.DeepCopy())) {
 		return nil
 	}
 	fresh := false
@@ -141,10 +150,20 @@ func (r *RepositoryReconciler) setReleaseCondition(ctx context.Context, rel *slu
 		}
 		fresh = true
 		orig := cur.DeepCopy()
-		if !meta.SetStatusCondition(&cur.Status.Conditions, want) {
+		changed := meta.SetStatusCondition(&cur.Status.Conditions, want)
+		if fields != nil && fields(&cur.Status) {
+			changed = true
+		}
+		if !changed {
 			return nil
 		}
-		return r.Status().Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(ControllerName))
+		if err := r.Status().Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(ControllerName)); err != nil {
+			return err
+		}
+		if fields != nil {
+			cur.DeepCopyInto(rel)
+		}
+		return nil
 	})
 	if client.IgnoreNotFound(err) != nil {
 		// A Release deleted mid-pass has no condition to set.

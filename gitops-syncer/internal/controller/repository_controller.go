@@ -8,6 +8,7 @@ package controller
 import (
 	"context"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/metrics"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/provider"
@@ -89,6 +91,8 @@ type RepositoryReconciler struct {
 	// found in (guarded by memoMu): reconcileShard looks again only when
 	// the key changes or after a restart.
 	shardSettled map[types.NamespacedName]string
+	// catalog keeps each Repository's last services, by skeleton digest.
+	catalog catalog.Cache
 }
 
 // Hooks let tests stop a reconcile at a chosen point.
@@ -228,6 +232,7 @@ func (r *RepositoryReconciler) forget(key types.NamespacedName) {
 	defer r.memoMu.Unlock()
 	delete(r.memo, key)
 	delete(r.shardSettled, key)
+	r.catalog.Forget(func(owner string) bool { return strings.HasPrefix(owner, key.Namespace+"/"+key.Name+"/") })
 }
 
 func (r *RepositoryReconciler) memoFor(key types.NamespacedName) (syncMemo, bool) {

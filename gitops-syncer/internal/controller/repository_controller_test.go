@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -229,4 +231,52 @@ func TestSync_forcePushIsComparedByTreesNeverRolledBack(t *testing.T) {
 		}
 		return false
 	}, timeout, tick, "a HistoryRewritten event")
+}
+
+// The releases of one push are synced side by side: the first release to
+// create its ChangeRequest holds its pass until the other release's
+// ChangeRequest exists, which a pass syncing one release after the other
+// never reaches (the hook then gives up and the pass fails). Both changes
+// are then recorded in full.
+func TestSync_releasesOfOnePushAreSyncedSideBySide(t *testing.T) {
+	ns := newNamespace(t)
+	root := t.TempDir()
+	fixture := seedHelmRepo(t, root, "infra")
+	head := fixture.Head("main")
+	var mu sync.Mutex
+	arrived := map[string]bool{}
+	var once sync.Once
+	both := make(chan struct{})
+	var sideBySide atomic.Bool
+	startSyncer(t, ns, "", func(s *syncer.Syncer) {
+		s.Reconciler.Hooks.AfterChangeRequestCreated = func(cr *sluicev1.ChangeRequest) error {
+			if cr.Spec.Revision != head {
+				return nil
+			}
+			mu.Lock()
+			arrived[cr.Name] = true
+			if len(arrived) == 2 {
+				once.Do(func() { close(both) })
+			}
+			mu.Unlock()
+			select {
+			case <-both:
+				sideBySide.Store(true)
+				return nil
+			case <-time.After(timeout):
+				return errors.New("the other release's ChangeRequest did not come while this one waited")
+			}
+		}
+	})
+	repo := newRepository(t, ns, "infra", fixture.FileURL())
+	got := waitHandled(t, repo, requestReconcile(t, repo))
+	require.True(t, sideBySide.Load(), "both releases were in flight at once")
+	assert.Equal(t, head, got.Status.LastSyncedCommit)
+	for _, name := range []string{"alpha-staging", "beta-staging"} {
+		rel := getRelease(t, ns, name)
+		assert.Equal(t, sluicev1.ChangeRequestName(name, head, 1), rel.Status.LatestChange)
+		assert.NotEmpty(t, rel.Status.LastSyncedTree)
+	}
+	assert.Len(t, changeRequests(t, ns), 2, "one ChangeRequest per release, none twice")
+	waitReady(t, repo, metav1.ConditionTrue, sluicev1.ReasonSucceeded)
 }

@@ -80,7 +80,8 @@ func ptr(r readiness) *readiness { return &r }
 // observedGeneration have one writer, summarize: the steps only say what
 // they concluded. Read from the package's source, every condition write
 // and every observedGeneration assignment is in summarize, or in
-// setReleaseCondition (a Release's own Synced and Orphaned conditions).
+// setReleaseStatus (a Release's own Synced and Orphaned conditions, with
+// setReleaseCondition).
 func TestRepositoryStatus_hasOneWriter(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
@@ -123,5 +124,5 @@ func TestRepositoryStatus_hasOneWriter(t *testing.T) {
 		got = append(got, w)
 	}
 	sort.Strings(got)
-	assert.Equal(t, []string{"setReleaseCondition", "summarize"}, got, "functions that write conditions or observedGeneration")
+	assert.Equal(t, []string{"setReleaseStatus", "summarize"}, got, "functions that write conditions or observedGeneration")
 }

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"sort"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -114,13 +114,29 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) 
 	ctx, span := tracer.Start(tracing.Extract(ctx, r.Trigger.Take(key)), "sluice.sync", trace.WithAttributes(
 		attribute.String("sluice.repository", key.String()), attribute.String("vcs.ref.head.revision", head)))
 	defer span.End()
+	// The recorded pushes are read fresh from the API server while git
+	// fetches: neither waits on the other.
+	type pushesRead struct {
+		pushes []sluicev1.PushRecord
+		err    error
+	}
+	pushesc := make(chan pushesRead, 1)
+	go func() {
+		pushes, err := r.freshPushes(ctx, repo)
+		pushesc <- pushesRead{pushes, err}
+	}()
 	cache, err := r.Git.Fetch(ctx, remote, ref, head)
+	pushes := <-pushesc
 	if err != nil {
 		span.SetStatus(codes.Error, "fetch failed")
 		return gitFailure(s, err)
 	}
 	repo.Status.LastFetchedCommit = head
-	pass := &syncPass{repoScope: s, r: r, cache: cache, head: head, owned: owned.Items}
+	if pushes.err != nil {
+		span.SetStatus(codes.Error, "sync failed")
+		return reconcile.Failure(pushes.err)
+	}
+	pass := &syncPass{repoScope: s, r: r, cache: cache, head: head, owned: owned.Items, pushes: pushes.pushes}
 	if err := pass.run(ctx); err != nil {
 		span.SetStatus(codes.Error, "sync failed")
 		return reconcile.Failure(err)
@@ -180,8 +196,12 @@ type syncPass struct {
 	// notes are facts for the Ready message (rewritten history).
 	notes   []string
 	created []string
+
+	// mu guards trees and createdBy while releases sync side by side.
+	mu        sync.Mutex
+	createdBy map[string][]string
 	// pushes are the verified pushes recorded in the Repository's status,
-	// read fresh at the start of the pass.
+	// read fresh at the start of the pass (beside the fetch).
 	pushes []sluicev1.PushRecord
 	// remote says a release's chart comes from a chart repository.
 	remote bool
@@ -199,11 +219,6 @@ func (p *syncPass) problem(reason, msg string) {
 func (p *syncPass) run(ctx context.Context) error {
 	logger := log.FromContext(ctx)
 	p.trees = map[string]string{}
-	pushes, err := p.r.freshPushes(ctx, p.repo)
-	if err != nil {
-		return err
-	}
-	p.pushes = pushes
 	if last := p.repo.Status.LastSyncedCommit; last != "" && last != p.head {
 		ok, err := p.cache.IsAncestor(last, p.head)
 		if err != nil {
@@ -233,6 +248,7 @@ func (p *syncPass) run(ctx context.Context) error {
 		ownedByName[p.owned[i].Name] = &p.owned[i]
 	}
 	wanted := map[string]bool{}
+	var jobs releaseJobs
 	for i := range entries {
 		e := &entries[i]
 		if e.Err != nil {
@@ -243,9 +259,8 @@ func (p *syncPass) run(ctx context.Context) error {
 				if string(rel.Spec.SourcePath) == e.Dir {
 					known = true
 					wanted[rel.Name] = true
-					if err := p.syncInvalid(ctx, e, rel.DeepCopy()); err != nil {
-						p.fail(ctx, rel.Name, err)
-					}
+					rel := rel.DeepCopy()
+					jobs.add(rel.Name, func(ctx context.Context) error { return p.syncInvalid(ctx, e, rel) })
 				}
 			}
 			if !known {
@@ -256,12 +271,89 @@ func (p *syncPass) run(ctx context.Context) error {
 		for _, env := range e.Service.Environments {
 			name := sluicev1.ReleaseName(e.Service.Name, sluicev1.EnvironmentName(env.Name))
 			wanted[name] = true
-			if err := p.syncRelease(ctx, e, env.Name, ownedByName[name]); err != nil {
-				p.fail(ctx, name, err)
-			}
+			existing := ownedByName[name]
+			jobs.add(name, func(ctx context.Context) error { return p.syncRelease(ctx, e, env.Name, existing) })
 		}
 	}
+	jobs.run(ctx, releaseWorkers)
+	// What the releases concluded, in the order of the serial loop.
+	for _, j := range jobs.list {
+		for _, err := range j.errs {
+			p.fail(ctx, j.name, err)
+		}
+		p.created = append(p.created, p.createdBy[j.name]...)
+	}
 	return p.prune(ctx, wanted)
+}
+
+// releaseWorkers bounds the releases one pass syncs at a time. Releases
+// are independent (their own Release, ChangeRequests, artifact and
+// validation), so a push changing several waits for the slowest, not for
+// their sum.
+const releaseWorkers = 4
+
+// releaseJob is the sync of one release name in a pass: one step, or
+// several, one after the other, when more than one folder claims the name.
+type releaseJob struct {
+	name  string
+	steps []func(context.Context) error
+	errs  []error
+}
+
+// releaseJobs are a pass's release syncs in the order of the serial loop.
+type releaseJobs struct {
+	list   []*releaseJob
+	byName map[string]*releaseJob
+}
+
+func (js *releaseJobs) add(name string, step func(context.Context) error) {
+	if js.byName == nil {
+		js.byName = map[string]*releaseJob{}
+	}
+	j, ok := js.byName[name]
+	if !ok {
+		j = &releaseJob{name: name}
+		js.byName[name] = j
+		js.list = append(js.list, j)
+	}
+	j.steps = append(j.steps, step)
+}
+
+// run runs the jobs, at most workers at a time, each job's steps in order,
+// and returns when all are done; every step's error is kept on its job.
+func (js *releaseJobs) run(ctx context.Context, workers int) {
+	sem := make(chan struct{}, max(workers, 1))
+	var wg sync.WaitGroup
+	for _, j := range js.list {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for _, step := range j.steps {
+				if err := step(ctx); err != nil {
+					j.errs = append(j.errs, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// synced records that release name holds tree at the pass's head.
+func (p *syncPass) synced(name, tree string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.trees[name] = tree
+}
+
+// createdFor records a ChangeRequest created for release name.
+func (p *syncPass) createdFor(name, cr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.createdBy == nil {
+		p.createdBy = map[string][]string{}
+	}
+	p.createdBy[name] = append(p.createdBy[name], cr)
 }
 
 // fail records a release's failure: conflicts and bad manifests are for a
@@ -426,17 +518,20 @@ func (s *repoScope) summarize(ok bool) {
 // servicesAt lists the services of repo at commit rev (catalog.Discover)
 // and returns the commit's tree with them, to build artifacts from. The
 // scratch skeleton Discover needs lives in a folder named prefix… under
-// ScratchDir only while it runs: the entries do not refer to it.
+// ScratchDir only while it runs: the entries do not refer to it. The
+// entries of the last tree of each Repository and purpose (prefix) are
+// kept under the digest of what Discover reads (catalog.Cache): a commit
+// changing only values or templates does not write the skeleton again.
 func (r *RepositoryReconciler) servicesAt(cache *git.Repo, repo *sluicev1.Repository, rev, prefix string) (fs.FS, []catalog.Entry, error) {
 	fsys, err := cache.FS(rev)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read commit %s: %w", sluicev1.ShortSHA(rev), err)
 	}
-	scratch, err := os.MkdirTemp(r.ScratchDir, prefix)
-	if err != nil {
-		return nil, nil, fmt.Errorf("create scratch folder: %w", err)
-	}
-	defer os.RemoveAll(scratch)
-	entries, err := catalog.Discover(fsys, repo.ServicesPath(), scratch)
+	entries, err := r.catalog.Discover(catalogOwner(repo, prefix), fsys, repo.ServicesPath(), r.ScratchDir, prefix)
 	return fsys, entries, err
+}
+
+// catalogOwner names repo's slot for one purpose in the catalog cache.
+func catalogOwner(repo *sluicev1.Repository, prefix string) string {
+	return repo.Namespace + "/" + repo.Name + "/" + prefix
 }
