@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"testing"
 	"time"
 
@@ -67,7 +68,13 @@ func TestShard_twoSyncersOfDifferentShardsSyncOnlyTheirOwnRepositories(t *testin
 	ns := newNamespace(t)
 	root := t.TempDir()
 	fa := seedHelmRepo(t, root, "infra-a")
-	fb := seedHelmRepo(t, root, "infra-b")
+	// Other services than infra-a's: two Repositories of one namespace
+	// must not name the same Releases (whichever syncs first takes them).
+	fb := gittest.NewRepo(t, root, "infra-b")
+	fb.CopyDir(chartDir, "charts/service")
+	helmService(fb, "gamma", "staging")
+	helmService(fb, "delta", "staging")
+	fb.Commit("initial catalog", "alice@example.com")
 	a := startShardSyncer(t, ns, "a")
 	b := startShardSyncer(t, ns, "b")
 	repoA := newRepository(t, ns, "infra-a", fa.FileURL(), inShard("a"))
