@@ -149,7 +149,7 @@ config:
 }
 
 // targetNamespaces are where the tests' services deploy.
-var targetNamespaces = []string{webNS, faultNS, tfNS, shopNS}
+var targetNamespaces = []string{webNS, faultNS, tfNS, shopNS, argoNS}
 
 // setupControlNamespace creates the control and target namespaces, the
 // deployer ServiceAccount with its rights in the target namespace and the

@@ -149,22 +149,30 @@ func eventTime(e *corev1.Event) time.Time {
 	return e.CreationTimestamp.Time
 }
 
-// dumpSluiceLogs writes the tail of every container log of Sluice's pods,
-// and of the previous container when it restarted.
+// dumpSluiceLogs writes the tail of every container log of Sluice's pods
+// and of Argo CD's (the plugin sidecar is Sluice's), and of the previous
+// container when it restarted.
 func (c *cluster) dumpSluiceLogs(ctx context.Context, b *strings.Builder) {
-	l, err := c.cs.CoreV1().Pods(sluiceNS).List(ctx, metav1.ListOptions{})
+	for _, ns := range []string{sluiceNS, argocdNS} {
+		c.dumpLogs(ctx, b, ns)
+	}
+}
+
+// dumpLogs writes the tail of every container log of the pods in ns.
+func (c *cluster) dumpLogs(ctx context.Context, b *strings.Builder, ns string) {
+	l, err := c.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		fmt.Fprintf(b, "sluice pods: %v\n", err)
+		fmt.Fprintf(b, "pods in %s: %v\n", ns, err)
 		return
 	}
 	tail := int64(logTailLines)
 	for _, p := range l.Items {
-		for _, s := range p.Status.ContainerStatuses {
+		for _, s := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
 			for _, previous := range []bool{false, true} {
 				if previous && s.RestartCount == 0 {
 					continue
 				}
-				out, err := c.cs.CoreV1().Pods(sluiceNS).GetLogs(p.Name, &corev1.PodLogOptions{Container: s.Name, TailLines: &tail, Previous: previous}).DoRaw(ctx)
+				out, err := c.cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: s.Name, TailLines: &tail, Previous: previous}).DoRaw(ctx)
 				fmt.Fprintf(b, "--- log of %s/%s (previous %v, last %d lines)\n", p.Name, s.Name, previous, tail)
 				if err != nil {
 					fmt.Fprintf(b, "%v\n", err)

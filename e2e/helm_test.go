@@ -74,8 +74,16 @@ func (c *cluster) installSluice(ctx context.Context) error {
 			"watchNamespaces": []any{controlNS},
 			// Verifications query the Prometheus the verification test
 			// runs on the node.
-			"egress": []any{map[string]any{"ports": []any{map[string]any{"port": promPort, "protocol": "TCP"}}}},
+			// Delivery argocd: the operator reads git itself at the
+			// approved commit (the infra repository the test serves).
+			"egress": []any{map[string]any{"ports": []any{map[string]any{"port": promPort, "protocol": "TCP"},
+				map[string]any{"port": gitPort, "protocol": "TCP"}}}},
 		},
+		// Delivery argocd (the Argo CD test runs Argo CD in pods): the
+		// plugin's ConfigMap, token Secret and rights, the operator's
+		// AppProject rights in argocd, and the repo-server's way to the
+		// artifact port.
+		"argocd": map[string]any{"enabled": true, "namespace": argocdNS},
 		"syncer": map[string]any{
 			// The infra repository is served by the test from the node,
 			// and by Gitea in its pod (its API too).
@@ -89,6 +97,11 @@ func (c *cluster) installSluice(ctx context.Context) error {
 			// bound only in these: without it the review is never stored.
 			"watchNamespaces": []any{controlNS},
 		},
+	}
+	// Before the chart: the operator registers its Argo CD applier only
+	// when the Application kind is served at its start.
+	if err := c.installArgoCDCRDs(ctx); err != nil {
+		return fmt.Errorf("installing Argo CD's CRDs: %w", err)
 	}
 	dir := filepath.Join(c.root, "charts", "sluice")
 	// A node kept up between runs (up.sh, then the test binary run by hand

@@ -16,6 +16,8 @@ echo "----- pods"; k get pods -A -o wide
 echo "----- ChangeRequests, Releases, Repositories"
 k get changerequests,releases,repositories -A -o wide
 echo "----- last 60 Events"; k get events -A --sort-by=.lastTimestamp | tail -60
+# Argo CD's too: its repo-server runs the Sluice plugin sidecar.
+for ns in "$ns" argocd; do
 for p in $(kubectl --request-timeout=20s -n "$ns" get pods -o name 2>/dev/null); do
   echo "----- logs of $ns/${p#pod/} (last 200 lines)"
   k -n "$ns" logs "$p" --all-containers --tail=200 --timestamps
@@ -23,5 +25,6 @@ for p in $(kubectl --request-timeout=20s -n "$ns" get pods -o name 2>/dev/null);
     echo "----- previous container of $ns/${p#pod/}"
     k -n "$ns" logs "$p" --all-containers --previous --tail=100 --timestamps
   fi
+done
 done
 echo "===== end of dump"

@@ -7,6 +7,8 @@ KUBE_ROUTER_VERSION=${KUBE_ROUTER_VERSION:-2.1.0}
 ETCD_VERSION=${ETCD_VERSION:-3.6.6}
 # The forge of the pull-request test (make gitea builds it).
 GITEA_VERSION=${GITEA_VERSION:-v1.27.3}
+# Argo CD of the argocd delivery test (make argocd builds it).
+ARGOCD_VERSION=${ARGOCD_VERSION:-v2.14.21}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # RN holds all state; short, because the containerd socket path must stay
 # under 108 characters.

@@ -54,4 +54,41 @@ done
 mapfile -t specs < <(printf '%s\n' "${specs[@]}" | sort -u)
 mkimage -o "$out/gitea.tar" -t "sluice.local/gitea:$GITEA_VERSION" -entrypoint /gitea -user 65532:65532 \
   -env PATH=/usr/bin -env HOME=/data -env GITEA_WORK_DIR=/data "${specs[@]}"
-echo "e2e-images: pause, coredns, testapp, gitea in ${out#$root/} ($(( $(date +%s) - t0 )) s)"
+# with_libs prints /dst=src specs for the programs given and every shared
+# library they load (Debian's, dynamically linked: copied at the paths the
+# loader looks at; ldd lists "name => /path (addr)" and the loader as
+# "/path (addr)").
+with_libs() {
+  local b l
+  for b in "$@"; do
+    echo "$b=$(readlink -f "$b")"
+    for l in $(ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
+      echo "$l=$(readlink -f "$l")"
+    done
+  done | sort -u
+}
+
+# Argo CD (make argocd builds it, static as upstream ships it): one binary
+# acting as the application controller, the repo-server or the
+# config-management-plugin server by its name (ARGOCD_BINARY_NAME in the
+# pods); git with its HTTP transport for the repo-server's fetches; cp for
+# the init container that copies the binary into the repo-server's
+# var-files volume as argocd-cmp-server, which the Sluice plugin sidecar
+# (the operator image, FROM scratch) runs: so it must be static.
+argocd="$root/bin/argocd/$ARGOCD_VERSION/argocd"
+[ -x "$argocd" ] || { echo "e2e-images: $argocd missing (make argocd)" >&2; exit 1; }
+if ldd "$argocd" >/dev/null 2>&1; then
+  echo "e2e-images: $argocd is dynamically linked: the plugin sidecar (FROM scratch) cannot run it; rebuild it static (rm it, make argocd)" >&2; exit 1
+fi
+for b in /usr/bin/git /usr/lib/git-core/git-remote-http /usr/bin/cp /usr/bin/redis-server; do
+  [ -x "$b" ] || { echo "e2e-images: $b missing: the Argo CD images need git, coreutils and redis-server (apt-get install git coreutils redis-server)" >&2; exit 1; }
+done
+mapfile -t specs < <(with_libs /usr/bin/git /usr/lib/git-core/git-remote-http /usr/bin/cp)
+# git finds its HTTPS helper under the name git-remote-https too.
+specs+=("/usr/lib/git-core/git-remote-https=$(readlink -f /usr/lib/git-core/git-remote-http)")
+mkimage -o "$out/argocd.tar" -t "sluice.local/argocd:$ARGOCD_VERSION" -entrypoint /usr/local/bin/argocd -user 999:999 \
+  -env PATH=/usr/local/bin:/usr/bin -env HOME=/home/argocd /usr/local/bin/argocd="$argocd" "${specs[@]}"
+# Redis, Argo CD's cache (the controller and repo-server need it).
+mapfile -t specs < <(with_libs /usr/bin/redis-server)
+mkimage -o "$out/redis.tar" -t "sluice.local/redis:e2e" -entrypoint /usr/bin/redis-server -user 999:999 "${specs[@]}"
+echo "e2e-images: pause, coredns, testapp, gitea, argocd, redis in ${out#$root/} ($(( $(date +%s) - t0 )) s)"

@@ -18,14 +18,19 @@ link() {
   for c in $components; do ln -sfn argocd "$dest/$c"; done
 }
 
-if [ -x "$dest/argocd" ]; then
+# Static, as upstream's Makefile builds it (CGO_FLAG=0): the Sluice plugin
+# sidecar runs this binary inside the operator image, which is FROM scratch
+# (no C library). A binary an older build.sh linked with cgo is rebuilt.
+if [ -x "$dest/argocd" ] && ldd "$dest/argocd" >/dev/null 2>&1; then
+  echo "argocd: $dest/argocd is dynamically linked (built with cgo): rebuilding it static"
+elif [ -x "$dest/argocd" ]; then
   link
   echo "argocd: Argo CD $ARGOCD_VERSION present in ${dest#$root/}"
   exit 0
 fi
 mkdir -p "$dest"
 # Argo CD's module must not see the project's go.work.
-export GOWORK=off GOFLAGS=-buildvcs=false
+export GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0
 src=$(go mod download -json "$module@$ARGOCD_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 if [ -z "$src" ] || [ ! -f "$src/go.mod" ]; then
   echo "argocd: cannot download $module@$ARGOCD_VERSION from the module proxy" >&2
