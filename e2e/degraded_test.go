@@ -42,7 +42,7 @@ func TestDegraded_anImageThatCannotBePulledIsOnTheReleaseWithinSeconds(t *testin
 	c := need(t)
 	ctx := context.Background()
 	repo := c.serveGit(t)
-	c.pullTargetNamespace(t)
+	c.targetNamespace(t, pullNS)
 	writeService(t, repo.work, c.root, "pullfail", pullNS, 1, "0s")
 	values := filepath.Join(repo.work, "services", "pullfail", "values.yaml")
 	if err := os.WriteFile(values, []byte(`image:
@@ -98,13 +98,13 @@ replicaCount: 1
 	}
 }
 
-// pullTargetNamespace creates pullNS and lets the Repository's deployer
-// act in it, as setupControlNamespace does for the other services.
-func (c *cluster) pullTargetNamespace(t *testing.T) {
+// targetNamespace creates ns and lets the Repository's deployer act in
+// it, as setupControlNamespace does for the other services.
+func (c *cluster) targetNamespace(t *testing.T, ns string) {
 	t.Helper()
 	for _, o := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: pullNS}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "infra-deployer", Namespace: pullNS},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "infra-deployer", Namespace: ns},
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "e2e-deployer"},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "infra-deployer", Namespace: controlNS}}},
 	} {

@@ -16,8 +16,6 @@ import (
 	"encoding/json"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,7 +44,7 @@ const (
 func TestVerification_aBadVersionOnLiveMetricsIsRolledBack(t *testing.T) {
 	c := need(t)
 	ctx := context.Background()
-	c.verifyTargetNamespace(t)
+	c.targetNamespace(t, verifyNS)
 	c.startPrometheus(t, verifyNS)
 	repo := c.serveGit(t)
 
@@ -136,22 +134,6 @@ config:
 	for f, body := range files {
 		if err := os.WriteFile(filepath.Join(svc, f), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
-		}
-	}
-}
-
-// verifyTargetNamespace creates verifyNS and lets the Repository's
-// deployer act in it, as setupControlNamespace does for the others.
-func (c *cluster) verifyTargetNamespace(t *testing.T) {
-	t.Helper()
-	for _, o := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: verifyNS}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "infra-deployer", Namespace: verifyNS},
-			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "e2e-deployer"},
-			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "infra-deployer", Namespace: controlNS}}},
-	} {
-		if err := c.c.Create(context.Background(), o); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
 		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -115,11 +114,7 @@ func TestRollback_terraformIsAFreshPlanAndADestroyWaitsForAPerson(t *testing.T) 
 
 			askRollback(t, ns, "stack-staging", v2.Name, v1.Name)
 			if c.declined != "" {
-				var cond *metav1.Condition
-				require.Eventually(t, func() bool {
-					cond = meta.FindStatusCondition(getRelease(t, ns, "stack-staging").Status.Conditions, sluicev1.ConditionRolledBack)
-					return cond != nil
-				}, 2*time.Minute, 50*time.Millisecond)
+				cond := waitRolledBack(t, ns, "stack-staging")
 				require.Equal(t, sluicev1.ReasonRollbackDeclined, cond.Reason)
 				require.Contains(t, cond.Message, c.declined)
 				for _, cr := range changeRequests(t, ns) {

@@ -116,6 +116,17 @@ func TestRollback_requestIsAnsweredWithOneRollbackChange(t *testing.T) {
 	require.ElementsMatch(t, []string{v1.Name, v2.Name, name}, alpha, "v1, v2 and one rollback; the head is not proposed again")
 }
 
+// waitRolledBack waits for release's RolledBack condition and returns it.
+func waitRolledBack(t *testing.T, ns, release string) *metav1.Condition {
+	t.Helper()
+	var c *metav1.Condition
+	require.Eventually(t, func() bool {
+		c = meta.FindStatusCondition(getRelease(t, ns, release).Status.Conditions, sluicev1.ConditionRolledBack)
+		return c != nil
+	}, 2*time.Minute, 50*time.Millisecond)
+	return c
+}
+
 // A rollback whose verified change is gone is declined, once: an Event and
 // RolledBack=False RollbackDeclined saying why; no ChangeRequest.
 func TestRollback_aGoneVerifiedChangeIsDeclined(t *testing.T) {
@@ -127,11 +138,7 @@ func TestRollback_aGoneVerifiedChangeIsDeclined(t *testing.T) {
 	require.NoError(t, k8s.Delete(context.Background(), &v1))
 
 	askRollback(t, ns, "alpha-staging", v2.Name, v1.Name)
-	var c *metav1.Condition
-	require.Eventually(t, func() bool {
-		c = meta.FindStatusCondition(getRelease(t, ns, "alpha-staging").Status.Conditions, sluicev1.ConditionRolledBack)
-		return c != nil
-	}, 2*time.Minute, 50*time.Millisecond)
+	c := waitRolledBack(t, ns, "alpha-staging")
 	require.Equal(t, metav1.ConditionFalse, c.Status)
 	require.Equal(t, sluicev1.ReasonRollbackDeclined, c.Reason)
 	require.Contains(t, c.Message, "rollback of "+v2.Name+" to "+v1.Name+" declined: the verified change "+v1.Name+" is gone")
@@ -185,11 +192,7 @@ func TestRollback_aGoneRevisionOrAnotherArtifactIsDeclined(t *testing.T) {
 			setPhase(t, other, sluicev1.PhaseVerified)
 
 			askRollback(t, ns, "alpha-staging", v2.Name, other.Name)
-			var cond *metav1.Condition
-			require.Eventually(t, func() bool {
-				cond = meta.FindStatusCondition(getRelease(t, ns, "alpha-staging").Status.Conditions, sluicev1.ConditionRolledBack)
-				return cond != nil
-			}, 2*time.Minute, 50*time.Millisecond)
+			cond := waitRolledBack(t, ns, "alpha-staging")
 			require.Equal(t, sluicev1.ReasonRollbackDeclined, cond.Reason)
 			require.Contains(t, cond.Message, "rollback of "+v2.Name+" to "+other.Name+" declined: ")
 			require.Contains(t, cond.Message, c.want)
