@@ -19,6 +19,13 @@ E2E_RUN=${E2E_RUN:-.}
 # fork per line).
 stamp() { local l; while IFS= read -r l; do printf '%(%H:%M:%S)T %s\n' -1 "$l"; done; }
 
+# One node per machine: a second make e2e waits for the first to tear its
+# node down (saying so) instead of failing on the node it finds.
+exec 9>"$RN.lock"
+if ! flock -n 9; then
+  echo "e2e: another make e2e is using this machine's node; waiting for it to finish"
+  flock 9
+fi
 # Refuse before touching anything (exit 3 with the reason): a second node,
 # or a machine that cannot host one, must not be torn down by our trap.
 "$here/up.sh" --check
