@@ -45,6 +45,7 @@ func runnerServe(ctx context.Context, e env, args []string) (int, error) {
 	cache := fs.String("plugin-cache-dir", "", "Provider plugin cache, read-only to runs.")
 	ports := fs.String("allow-ports", "", "Comma-separated TCP ports every run may connect to besides the state server's (provider endpoints).")
 	maxRuns := fs.Int("max-runs", 2, "Runs at once; more wait.")
+	spare := fs.Bool("spare", true, "Keep one child started ahead of the next run, waiting for its job (saves starting it and terraform's version check on every run; costs one idle process).")
 	if err := fs.Parse(args); err != nil {
 		return ExitBadUsage, usagef("%v", err)
 	}
@@ -66,12 +67,13 @@ func runnerServe(ctx context.Context, e env, args []string) (int, error) {
 	}
 	local := &runner.Local{
 		Command: []string{self, "runner", "child"}, TerraformPath: *tfPath, PluginCacheDir: *cache,
-		WorkDir: *work, AllowPorts: allow, Log: log,
+		WorkDir: *work, AllowPorts: allow, Log: log, Spare: *spare,
 	}
 	sb, err := local.Check()
 	if err != nil {
 		return ExitBadUsage, err
 	}
+	defer local.Close() // the spare child
 	logSandbox(log, sb)
 	srv := &runner.Server{Token: token, Local: local, MaxRuns: *maxRuns, Log: log}
 	h, err := srv.Handler()

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/terraform"
 )
@@ -104,16 +105,22 @@ func runJob(ctx context.Context, job *Job, cfg childConfig) *Result {
 			ports = append(ports, p)
 		}
 	}
+	steps := &terraform.Steps{}
 	if cfg.prepared != nil {
 		// Its `terraform version` started unconfined; nothing runs
 		// beside the job's terraform once the sandbox is on.
+		t0 := time.Now()
 		cfg.prepared.Wait()
+		steps.Since("version", t0)
 	}
+	t0 := time.Now()
 	sb, err := confine(cfg.work, cfg.terraform, cfg.pluginCache, cfg.readOnly, ports)
 	if err != nil {
 		return &Result{Error: &Error{Code: CodeInternal, Message: "sandbox: " + err.Error()}}
 	}
+	steps.Since("sandbox", t0)
 	res := &Result{Sandbox: sb}
+	defer func() { res.Steps = steps.List() }()
 	fail := func(err error) *Result {
 		e := wireError(err)
 		e.Message = terraform.Redact(e.Message, job.secrets())
@@ -132,16 +139,18 @@ func runJob(ctx context.Context, job *Job, cfg childConfig) *Result {
 	if err := os.Mkdir(src, 0o700); err != nil {
 		return fail(err)
 	}
+	t0 = time.Now()
 	if err := unpack(job.Files, src); err != nil {
 		res.Error = &Error{Code: CodeInvalid, Message: err.Error()}
 		return res
 	}
+	steps.Since("unpack", t0)
 	dir := filepath.Join(src, filepath.FromSlash(job.Stack))
 	if rel, err := filepath.Rel(src, dir); err != nil || rel == ".." || filepath.IsAbs(job.Stack) || len(rel) >= 3 && rel[:3] == ".."+string(filepath.Separator) {
 		res.Error = &Error{Code: CodeInvalid, Message: "the stack folder leaves the job's files"}
 		return res
 	}
-	exec := terraform.ExecOptions{ExecPath: cfg.terraform, Env: job.Env, Secrets: job.Secrets, Timeout: job.Timeout}
+	exec := terraform.ExecOptions{ExecPath: cfg.terraform, Env: job.Env, Secrets: job.Secrets, Timeout: job.Timeout, Steps: steps}
 	if cfg.prepared != nil && os.Chdir(dir) == nil {
 		exec.Prepared = cfg.prepared
 	}

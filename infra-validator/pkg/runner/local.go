@@ -263,7 +263,7 @@ func (l *Local) run(ctx context.Context, job *Job) (*Result, error) {
 		return nil, fmt.Errorf("%w: the runner child ended (%v) without a result%s", terraform.ErrRunnerLost, waitErr, suffix(msg))
 	}
 	res.Sandbox.Processes = c.contain
-	l.Log.V(1).Info("Terraform run finished", "op", job.Op, "duration", time.Since(start).Round(time.Millisecond).String(), "sandbox", res.Sandbox.String())
+	l.Log.V(1).Info("Terraform run finished", "op", job.Op, "duration", time.Since(start).Round(time.Millisecond).String(), "sandbox", res.Sandbox.String(), "steps", terraform.StepsString(res.Steps))
 	return &res, nil
 }
 

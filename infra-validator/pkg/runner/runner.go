@@ -94,6 +94,8 @@ type Result struct {
 	Error *Error `json:"error,omitempty"`
 	// Sandbox says how the run was confined.
 	Sandbox Sandbox `json:"sandbox"`
+	// Steps are the child's steps and how long each took.
+	Steps []terraform.Step `json:"steps,omitempty"`
 }
 
 // Error codes of a failed run.
@@ -361,7 +363,9 @@ func runPlan(ctx context.Context, r jobRunner, opts terraform.PlanOptions) ([]by
 	if err != nil {
 		return nil, nil, err
 	}
+	t0 := time.Now()
 	res, err := r.Run(ctx, job)
+	recordSteps(opts.Steps, res, t0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -374,9 +378,27 @@ func runApply(ctx context.Context, r jobRunner, opts terraform.ApplyOptions) (te
 	if err != nil {
 		return terraform.ApplyResult{}, err
 	}
+	t0 := time.Now()
 	res, err := r.Run(ctx, job)
+	recordSteps(opts.Steps, res, t0)
 	if err != nil {
 		return terraform.ApplyResult{}, err
 	}
 	return terraform.ApplyResult{InPlace: res.InPlace, State: res.State, StateError: terraform.Redact(res.StateError, job.secrets())}, nil
+}
+
+// recordSteps adds the child's steps of res to s, and as "handoff" the
+// rest of the run's time since t0: starting the child (unless a spare
+// waited), the job's way in and the result's way out.
+func recordSteps(s *terraform.Steps, res *Result, t0 time.Time) {
+	if s == nil || res == nil {
+		return
+	}
+	total := time.Since(t0)
+	var inChild time.Duration
+	for _, st := range res.Steps {
+		s.Add(st.Name, st.Took)
+		inChild += st.Took
+	}
+	s.Add("handoff", total-inChild)
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-exec/tfexec"
 	tfjson "github.com/hashicorp/terraform-json"
@@ -149,6 +150,19 @@ func Apply(ctx context.Context, opts ApplyOptions) (ApplyResult, error) {
 // pull` through the same backend, read by ReadStateRecord. A failure is
 // recorded as StateError, never an error of the apply, which is done.
 func withState(ctx context.Context, st *stack, opts ApplyOptions, res ApplyResult) ApplyResult {
+	if opts.Backend == BackendHTTP {
+		// What `terraform state pull` would ask the state server, asked
+		// here: one request instead of a terraform process that loads the
+		// stack and its backend again. Anything unexpected asks terraform.
+		t0 := time.Now()
+		if raw, err := pullHTTPState(ctx, opts.Env); err == nil {
+			if rec, err := ReadStateRecord(raw); err == nil {
+				opts.Steps.Since("state read", t0)
+				res.State = &rec
+				return res
+			}
+		}
+	}
 	var raw string
 	err := opts.run(ctx, st.tf, "state pull", func() error {
 		var err error

@@ -106,6 +106,9 @@ type ExecOptions struct {
 	// Prepared, when set and the run's folder is the process's current
 	// one, is the handle the run uses (its version already asked).
 	Prepared *Prepared
+	// Steps, when set, records how long each step of the run took (a
+	// Runner adds its own: see Step).
+	Steps *Steps
 }
 
 // PlanOptions describe one plan of a stack.
@@ -286,6 +289,7 @@ func (o ExecOptions) run(ctx context.Context, tf *tfexec.Terraform, step string,
 	var stderr stderrCapture
 	tf.SetStderr(&stderr)
 	defer tf.SetStderr(io.Discard)
+	defer o.Steps.Since(step, time.Now())
 	if err := f(); err != nil {
 		return stepError(ctx, step, o.timeout(), err, stderr.buf.String(), o.secrets())
 	}

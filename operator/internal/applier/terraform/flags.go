@@ -28,6 +28,9 @@ type Flags struct {
 	// workload; RunnerTokenFile holds the runner's token.
 	Runner          string
 	RunnerTokenFile string
+	// RunnerSpare keeps one local runner child started ahead of the next
+	// run (runner.Local.Spare).
+	RunnerSpare bool
 	// PluginCacheDir is the provider cache local runs may read.
 	PluginCacheDir string
 	// AllowPorts are TCP ports local runs may connect to besides the state
@@ -57,6 +60,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.PassEnv, "terraform-env", "", "Comma-separated names of this process's environment variables passed to terraform in its runner (e.g. cloud credentials); nothing else of the environment is.")
 	fs.StringVar(&f.Runner, "terraform-runner", runner.LocalName, "Where terraform runs: \"local\" (a sandboxed child process) or the runner workload's URL, e.g. http://sluice-runner:8090.")
 	fs.StringVar(&f.RunnerTokenFile, "terraform-runner-token-file", "", "File holding the runner workload's bearer token (with a --terraform-runner URL).")
+	fs.BoolVar(&f.RunnerSpare, "terraform-runner-spare", true, "Keep one local runner child started ahead of the next apply or plan, waiting for its job (saves starting it and terraform's version check on every run; costs one idle process).")
 	fs.StringVar(&f.PluginCacheDir, "terraform-plugin-cache-dir", "", "Provider plugin cache local runs may read (never write).")
 	fs.StringVar(&f.AllowPorts, "terraform-allow-ports", "", "Comma-separated TCP ports local runs may connect to besides the state server's (provider endpoints).")
 	fs.StringVar(&f.StateAddr, "state-bind-address", ":8092", "Address of the Terraform state server runs reach their release's state through.")
@@ -86,9 +90,15 @@ func (f *Flags) Register(ctx context.Context, reg applier.Registry, cfg *rest.Co
 		return fmt.Errorf("--artifact-base-url: %w", err)
 	}
 	run, env, err := runner.Flags{Runner: f.Runner, TokenFile: f.RunnerTokenFile, TerraformPath: f.Path,
-		PluginCacheDir: f.PluginCacheDir, AllowPorts: f.AllowPorts, PassEnv: f.PassEnv}.Build(log)
+		PluginCacheDir: f.PluginCacheDir, AllowPorts: f.AllowPorts, PassEnv: f.PassEnv, Spare: f.RunnerSpare}.Build(log)
 	if err != nil {
 		return err
+	}
+	if local, ok := run.(*runner.Local); ok {
+		go func() {
+			<-ctx.Done()
+			local.Close() // stops the spare child
+		}()
 	}
 	state, err := f.serveState(ctx, cfg, log)
 	if err != nil {
