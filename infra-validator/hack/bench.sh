@@ -7,8 +7,10 @@
 #   2. time per plan, infra-validator CLI vs `conftest test`, for a small and
 #      a 2,000-resource plan, with the conftest policy set and with Sluice's
 #      default Terraform policies (conftest --namespace 'sluice.terraform.*');
-#   3. time per plan of the library with policies compiled once (Go benchmark);
-#   4. time per chart of the library (render + schema + policy) vs `helm template`;
+#   3. time per plan of the library with policies compiled once (Go benchmark)
+#      vs `conftest test`, alternating;
+#   4. time per chart of the library (render + schema + policy) vs `helm
+#      template`, alternating;
 #   5. peak memory of the CLI on a 10,000-resource plan;
 #   6. terraform through the sandboxed runner vs bare terraform;
 #   7. CPU time of rendering the pull-request comment vs validating, 2,000-resource plan;
@@ -81,13 +83,11 @@ compat=ok
 echo "conftest compatibility: $compat"
 echo
 
-ms() { "$BT" time "$RUNS" "$@"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1fx", a / b }'; }
 verdict() { awk -v a="$1" -v b="$2" -v want="$3" 'BEGIN { if (a / b >= want) print "met"; else print "NOT met" }'; }
 
 echo "== 2. time per plan: infra-validator CLI vs conftest test (median of $RUNS alternating runs, ms)"
 printf "  %-34s %12s %12s %10s %s\n" "plan / policies" "conftest" "CLI" "speed-up" "target CLI <= conftest"
-declare -A CFT
 for size in small 2000; do
 	plan=$SMALL
 	[ $size = 2000 ] && plan=$LARGE
@@ -97,27 +97,45 @@ for size in small 2000; do
 	read -r c i < <("$BT" pair "$RUNS" "$CONFTEST" test --no-color --policy "$DEFAULTS" --data "$DEFAULT_DATA" --namespace 'sluice.terraform.*' "$plan" \
 		-- "$IV" terraform "$plan")
 	printf "  %-34s %12s %12s %10s %s\n" "$size / Sluice default policies" "$c" "$i" "$(ratio "$c" "$i")" "$(verdict "$c" "$i" 1)"
-	CFT[$size]=$c
 done
 echo
 
-echo "== 3. time per plan: library, policies compiled once (Go benchmark of validate.CheckPlanJSON, defaults)"
+# alt_lib RUNS BENCH TESTBIN ENV=VALUE -- CMD...: RUNS rounds of one timed
+# run of CMD (ms) followed by one run of the library's Go benchmark BENCH
+# from the prebuilt TESTBIN (ms per op over ${BENCH_TIME:-20x}), so load that
+# comes and goes weighs on both sides alike; prints the two medians.
+alt_lib() {
+	local runs=$1 name=$2 bin=$3 envset=$4 a=() l=() i
+	shift 5
+	for ((i = 0; i < runs; i++)); do
+		a+=("$("$BT" time 1 "$@")")
+		l+=("$(cd "$(dirname "$bin")" && env "$envset" "$bin" -test.run '^$' -test.bench "^$name\$" -test.benchtime "${BENCH_TIME:-20x}" |
+			awk -v b="$name" '$1 ~ "^"b { printf "%.2f", $3 / 1e6 }')")
+	done
+	echo "$(printf '%s\n' "${a[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')" \
+		"$(printf '%s\n' "${l[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
+}
+# The validate package's test binary runs in its own folder (its testdata).
+(cd "$MOD" && go test -c -o "$MOD/pkg/validate/validate.bench.test" ./pkg/validate)
+VT=$MOD/pkg/validate/validate.bench.test
+trap 'rm -rf "$WORK" "$VT"' EXIT
+
+echo "== 3. time per plan: library, policies compiled once (Go benchmark of validate.CheckPlanJSON, defaults) vs conftest test, $RUNS alternating rounds (medians, ms), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "  %-34s %12s %12s %10s %s\n" "plan" "conftest" "library" "speed-up" "target >= 10x"
 for size in small 2000; do
 	plan=$SMALL
 	[ $size = 2000 ] && plan=$LARGE
-	ns=$(cd "$MOD" && PLAN_JSON=$plan go test -run '^$' -bench '^BenchmarkCheckPlanJSON$' -benchtime "${BENCH_TIME:-20x}" ./pkg/validate | awk '/^BenchmarkCheckPlanJSON/ { print $3 }')
-	lib=$(awk -v n="$ns" 'BEGIN { printf "%.2f", n / 1e6 }')
-	printf "  %-34s %12s %12s %10s %s\n" "$size" "${CFT[$size]}" "$lib" "$(ratio "${CFT[$size]}" "$lib")" "$(verdict "${CFT[$size]}" "$lib" 10)"
+	read -r c lib < <(alt_lib "$RUNS" BenchmarkCheckPlanJSON "$VT" "PLAN_JSON=$plan" -- \
+		"$CONFTEST" test --no-color --policy "$DEFAULTS" --data "$DEFAULT_DATA" --namespace 'sluice.terraform.*' "$plan")
+	printf "  %-34s %12s %12s %10s %s\n" "$size" "$c" "$lib" "$(ratio "$c" "$lib")" "$(verdict "$c" "$lib" 10)"
 done
 echo
 
-echo "== 4. time per chart: library (render + schema + policy, Go benchmark of validate.CheckChart) vs helm template (median of $RUNS runs, ms)"
+echo "== 4. time per chart: library (render + schema + policy, Go benchmark of validate.CheckChart) vs helm template, $RUNS alternating rounds (medians, ms), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 CHART=${BENCH_CHART:-$MOD/pkg/validate/testdata/repo/charts/web}
 VALUES=$CHART/values.yaml
-h=$(ms "$HELM" template bench "$CHART" -f "$VALUES" --namespace shop-prod --kube-version 1.37.2)
-ns=$(cd "$MOD" && CHART_DIR=$CHART go test -run '^$' -bench '^BenchmarkCheckChart$' -benchtime "${BENCH_TIME:-20x}" ./pkg/validate | awk '/^BenchmarkCheckChart/ { print $3 }')
-lib=$(awk -v n="$ns" 'BEGIN { printf "%.2f", n / 1e6 }')
+read -r h lib < <(alt_lib "$RUNS" BenchmarkCheckChart "$VT" "CHART_DIR=$CHART" -- \
+	"$HELM" template bench "$CHART" -f "$VALUES" --namespace shop-prod --kube-version 1.37.2)
 printf "  %-34s %12s %12s %10s %s\n" "chart" "helm template" "library" "speed-up" "target >= 2x"
 printf "  %-34s %12s %12s %10s %s\n" "$(basename "$CHART")" "$h" "$lib" "$(ratio "$h" "$lib")" "$(verdict "$h" "$lib" 2)"
 echo
@@ -127,7 +145,7 @@ echo "  infra-validator CLI: $("$BT" peak "$IV" terraform "$WORK/plan-10000.json
 echo "  conftest (same policies): $("$BT" peak "$CONFTEST" test --no-color --policy "$DEFAULTS" --data "$DEFAULT_DATA" --namespace 'sluice.terraform.*' "$WORK/plan-10000.json")"
 echo
 
-echo "== 6. terraform through the sandboxed runner vs bare terraform (same stack, same run; median of $RUNS runs)"
+echo "== 6. terraform through the sandboxed runner vs bare terraform (same stack, same run, alternating; median of $RUNS runs)"
 (cd "$MOD" && go build -o "$WORK/runnerbench" ./hack/runnerbench)
 "$WORK/runnerbench" "$RUNS" 20 | sed 's/^/  /'
 echo

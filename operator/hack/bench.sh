@@ -60,9 +60,11 @@ echo "$out" | sed -n 's/^BENCH /  /p'
 # --- Helm applier (issue 7; package hack/bench-helm) ---
 # The Helm applier (download, digest checks, extraction, impersonation,
 # manifestDigest post-renderer, install) against a bare Helm SDK install of
-# the same chart, one fresh namespace per install, in the same run.
-echo "operator: Helm applier vs bare Helm SDK install (go test -bench, ${installs%x} installs each)"
-bench -count=1 -run '^$' -bench 'BenchmarkHelmApplier|BenchmarkBareHelmInstall' -benchtime "$installs" -benchmem ./hack/bench-helm/
+# the same chart (with discovery, and with the capabilities pinned as the
+# applier pins them), one fresh namespace per install, alternating per
+# iteration (applier, bare, pinned): medians and their ratios.
+echo "operator: Helm applier vs bare Helm SDK install, alternating (go test -bench, ${installs%x} installs each), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+bench -count=1 -run '^$' -bench 'BenchmarkHelmApplierVsBare' -benchtime "$installs" ./hack/bench-helm/
 
 # A drift pass over 100 Helm releases of 20 objects each with nothing
 # drifted: the operator's CPU time per pass and its writes (must be 0).

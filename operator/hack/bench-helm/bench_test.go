@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -132,94 +133,119 @@ func namespace(b *testing.B, e *testenv.Env, name string) {
 	}
 }
 
-func BenchmarkHelmApplier(b *testing.B) {
-	e := suite.Env(b)
-	ctx := context.Background()
-	var mu sync.Mutex
-	blobs := map[string][]byte{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		data, ok := blobs[strings.TrimPrefix(r.URL.Path, "/artifacts/")]
-		mu.Unlock()
+// applierBench is the Helm applier with what each of its installs needs:
+// the artifact server it downloads from and the control namespace.
+type applierBench struct {
+	e    *testenv.Env
+	a    *helmapplier.Applier
+	srv  *httptest.Server
+	ctl  string
+	mu   sync.Mutex
+	blob map[string][]byte
+	n    int
+}
+
+func newApplierBench(b *testing.B) *applierBench {
+	ab := &applierBench{e: suite.Env(b), blob: map[string][]byte{}}
+	ab.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ab.mu.Lock()
+		data, ok := ab.blob[strings.TrimPrefix(r.URL.Path, "/artifacts/")]
+		ab.mu.Unlock()
 		if !ok {
 			http.NotFound(w, r)
 			return
 		}
 		_, _ = w.Write(data)
 	}))
-	defer srv.Close()
-	fetcher, err := artifact.NewFetcher(srv.URL + "/artifacts/")
+	b.Cleanup(ab.srv.Close)
+	fetcher, err := artifact.NewFetcher(ab.srv.URL + "/artifacts/")
 	if err != nil {
 		b.Fatal(err)
 	}
 	fetcher.TempDir = b.TempDir()
-	a, err := helmapplier.New(helmapplier.Options{Config: e.Config, Fetcher: fetcher, Log: logr.Discard()})
+	if ab.a, err = helmapplier.New(helmapplier.Options{Config: ab.e.Config, Fetcher: fetcher, Log: logr.Discard()}); err != nil {
+		b.Fatal(err)
+	}
+	ab.ctl = fmt.Sprintf("bench-ctl-%d", time.Now().UnixNano())
+	namespace(b, ab.e, ab.ctl)
+	return ab
+}
+
+// install prepares one target namespace, its RBAC and its ChangeRequest
+// (untimed), then times the applier's install of it.
+func (ab *applierBench) install(b *testing.B) time.Duration {
+	ctx := context.Background()
+	e := ab.e
+	ab.n++
+	target := fmt.Sprintf("bench-app-%d-%d", time.Now().UnixNano(), ab.n)
+	namespace(b, e, target)
+	if err := e.Client.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: target},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"", "apps"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if err := e.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: target},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "deployer"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "deployer", Namespace: ab.ctl}},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if err := e.WaitAllowed(context.Background(), authorizationv1.SubjectAccessReviewSpec{
+		User:               "system:serviceaccount:" + ab.ctl + ":deployer",
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: target, Verb: "list", Resource: "secrets"},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	content := files(b, target)
+	tb := artifacttest.Tarball(content)
+	gz := artifacttest.Gzip(tb)
+	name := fmt.Sprintf("%d.tar.gz", ab.n)
+	ab.mu.Lock()
+	ab.blob[name] = gz
+	ab.mu.Unlock()
+	cr := &sluicev1.ChangeRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-staging-0123456789", Namespace: ab.ctl},
+		Spec: sluicev1.ChangeRequestSpec{
+			Release: "web-staging", Revision: strings.Repeat("a", 40), TargetNamespace: target,
+			Source: &sluicev1.ChangeSource{Service: "web", Environment: "staging", Path: "services/web",
+				Chart: sluicev1.ChartSource{Path: "charts/web"}, Values: []sluicev1.RelativePath{"values.yaml", "values-staging.yaml"}},
+			Artifact:       sluicev1.ArtifactReference{URL: ab.srv.URL + "/artifacts/" + name, SHA256: sluicev1.SHA256Digest(gz)},
+			ContentDigest:  sluicev1.SHA256Digest(tb),
+			ManifestDigest: offlineDigest(b, writeTree(b, content), "web-staging", target),
+		},
+	}
+	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+	req := applier.Request{
+		Change:  cr,
+		Release: &applier.ReleaseRef{Namespace: ab.ctl, Name: "web-staging"},
+		Repository: &sluicev1.Repository{
+			ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: ab.ctl},
+			Spec:       sluicev1.RepositorySpec{ServiceAccountName: "deployer", TargetNamespaces: []string{"bench-app-*"}},
+		},
+	}
+	t0 := time.Now()
+	res, err := ab.a.Apply(ctx, req)
+	took := time.Since(t0)
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctl := fmt.Sprintf("bench-ctl-%d", time.Now().UnixNano())
-	namespace(b, e, ctl)
-
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		target := fmt.Sprintf("bench-app-%d-%d", time.Now().UnixNano(), i)
-		namespace(b, e, target)
-		if err := e.Client.Create(ctx, &rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: target},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"", "apps"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
-		}); err != nil {
-			b.Fatal(err)
-		}
-		if err := e.Client.Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: target},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "deployer"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "deployer", Namespace: ctl}},
-		}); err != nil {
-			b.Fatal(err)
-		}
-		if err := e.WaitAllowed(context.Background(), authorizationv1.SubjectAccessReviewSpec{
-			User:               "system:serviceaccount:" + ctl + ":deployer",
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: target, Verb: "list", Resource: "secrets"},
-		}); err != nil {
-			b.Fatal(err)
-		}
-		content := files(b, target)
-		tb := artifacttest.Tarball(content)
-		gz := artifacttest.Gzip(tb)
-		name := fmt.Sprintf("%d.tar.gz", i)
-		mu.Lock()
-		blobs[name] = gz
-		mu.Unlock()
-		cr := &sluicev1.ChangeRequest{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-staging-0123456789", Namespace: ctl},
-			Spec: sluicev1.ChangeRequestSpec{
-				Release: "web-staging", Revision: strings.Repeat("a", 40), TargetNamespace: target,
-				Source: &sluicev1.ChangeSource{Service: "web", Environment: "staging", Path: "services/web",
-					Chart: sluicev1.ChartSource{Path: "charts/web"}, Values: []sluicev1.RelativePath{"values.yaml", "values-staging.yaml"}},
-				Artifact:       sluicev1.ArtifactReference{URL: srv.URL + "/artifacts/" + name, SHA256: sluicev1.SHA256Digest(gz)},
-				ContentDigest:  sluicev1.SHA256Digest(tb),
-				ManifestDigest: offlineDigest(b, writeTree(b, content), "web-staging", target),
-			},
-		}
-		cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
-		req := applier.Request{
-			Change:  cr,
-			Release: &applier.ReleaseRef{Namespace: ctl, Name: "web-staging"},
-			Repository: &sluicev1.Repository{
-				ObjectMeta: metav1.ObjectMeta{Name: "infra", Namespace: ctl},
-				Spec:       sluicev1.RepositorySpec{ServiceAccountName: "deployer", TargetNamespaces: []string{"bench-app-*"}},
-			},
-		}
-		b.StartTimer()
-		res, err := a.Apply(ctx, req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if res.HelmRevision != 1 {
-			b.Fatalf("revision %d", res.HelmRevision)
-		}
+	if res.HelmRevision != 1 {
+		b.Fatalf("revision %d", res.HelmRevision)
 	}
+	return took
+}
+
+func BenchmarkHelmApplier(b *testing.B) {
+	ab := newApplierBench(b)
+	b.ResetTimer()
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		total += ab.install(b)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "install-ms/op")
 }
 
 func BenchmarkBareHelmInstall(b *testing.B) { benchBare(b, false) }
@@ -232,34 +258,72 @@ func BenchmarkBareHelmInstallPinnedCapabilities(b *testing.B) { benchBare(b, tru
 
 func benchBare(b *testing.B, pinned bool) {
 	e := suite.Env(b)
-	caps := chartutil.DefaultCapabilities.Copy()
-	kv, err := chartutil.ParseKubeVersion(helmcheck.DefaultKubeVersion)
-	if err != nil {
-		b.Fatal(err)
+	b.ResetTimer()
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		total += bareInstall(b, e, pinned, i)
 	}
-	caps.KubeVersion = *kv
+	b.StopTimer()
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "install-ms/op")
+}
+
+// BenchmarkHelmApplierVsBare alternates the three installs (the applier, a
+// bare Helm SDK install with discovery, one with pinned capabilities), so
+// load that comes and goes weighs on each side alike; it reports each
+// side's median and the ratios of the medians.
+func BenchmarkHelmApplierVsBare(b *testing.B) {
+	ab := newApplierBench(b)
+	var viaApplier, bare, pinned []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		target := fmt.Sprintf("bench-bare-%d-%d", time.Now().UnixNano(), i)
-		namespace(b, e, target)
-		dir := writeTree(b, files(b, target))
-		b.StartTimer()
-		ch, vals := loadChart(b, dir)
-		cfg := bareConfig(b, e.Config, target)
-		if pinned {
-			cfg.Capabilities = caps
-		}
-		in := action.NewInstall(cfg)
-		in.ReleaseName, in.Namespace = "web-staging", target
-		rel, err := in.Run(ch, vals)
+		viaApplier = append(viaApplier, ab.install(b))
+		bare = append(bare, bareInstall(b, ab.e, false, i))
+		pinned = append(pinned, bareInstall(b, ab.e, true, i))
+	}
+	b.StopTimer()
+	a, d, p := medianMs(viaApplier), medianMs(bare), medianMs(pinned)
+	b.ReportMetric(a, "applier-p50-ms")
+	b.ReportMetric(d, "bare-p50-ms")
+	b.ReportMetric(p, "pinned-p50-ms")
+	b.ReportMetric(a/d, "ratio-bare")
+	b.ReportMetric(a/p, "ratio-pinned")
+}
+
+func medianMs(d []time.Duration) float64 {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return float64(s[len(s)/2].Microseconds()) / 1000
+}
+
+// bareInstall times one bare Helm SDK install of the chart into a new
+// namespace (made untimed).
+func bareInstall(b *testing.B, e *testenv.Env, pinned bool, i int) time.Duration {
+	target := fmt.Sprintf("bench-bare-%d-%d", time.Now().UnixNano(), i)
+	namespace(b, e, target)
+	dir := writeTree(b, files(b, target))
+	t0 := time.Now()
+	ch, vals := loadChart(b, dir)
+	cfg := bareConfig(b, e.Config, target)
+	if pinned {
+		caps := chartutil.DefaultCapabilities.Copy()
+		kv, err := chartutil.ParseKubeVersion(helmcheck.DefaultKubeVersion)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if rel.Version != 1 {
-			b.Fatalf("revision %d", rel.Version)
-		}
+		caps.KubeVersion = *kv
+		cfg.Capabilities = caps
 	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName, in.Namespace = "web-staging", target
+	rel, err := in.Run(ch, vals)
+	took := time.Since(t0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if rel.Version != 1 {
+		b.Fatalf("revision %d", rel.Version)
+	}
+	return took
 }
 
 // bareConfig is what a plain Helm SDK program does: the operator's own
