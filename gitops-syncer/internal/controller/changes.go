@@ -53,6 +53,14 @@ type changePlan struct {
 	source *sluicev1.ChangeSource
 	// pushes are the Repository's recorded pushes (freshPushes).
 	pushes []sluicev1.PushRecord
+	// previews are the Repository's previews, oldest first, read at the
+	// start of the pass (passReads).
+	previews []sluicev1.ChangeRequest
+	// changes, when changesRead, are the names of the release's
+	// ChangeRequests read at the start of the pass (passReads);
+	// resumePoint lists them itself otherwise.
+	changes     []metav1.PartialObjectMetadata
+	changesRead bool
 	// rollback, when set, makes the change the rollback the operator
 	// asked for, rebuilt at target's revision (rollback.go).
 	rollback *sluicev1.RollbackSpec
@@ -79,22 +87,16 @@ type mergedPR struct {
 	pushers []sluicev1.Identity
 }
 
-// mergedPullRequests lists the previewed pull requests of repo whose head
-// commit is in the history of revision but not of base ("" for none): the
-// pull requests a change at revision merges. Squash and rebase merges
-// rewrite the head and are not found (their previews are deleted when the
-// pull request closes).
-func (r *RepositoryReconciler) mergedPullRequests(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, revision, base string) ([]mergedPR, error) {
-	var list sluicev1.ChangeRequestList
-	if err := r.APIReader.List(ctx, &list, client.InNamespace(repo.Namespace),
-		client.MatchingLabels{sluicev1.LabelRepository: repo.Name, sluicev1.LabelPreview: "true"}); err != nil {
-		return nil, fmt.Errorf("list previews: %w", err)
-	}
-	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].CreationTimestamp.Before(&list.Items[j].CreationTimestamp) })
+// mergedPullRequests returns, among previews (oldest first), the
+// previewed pull requests whose head commit is in the history of revision
+// but not of base ("" for none): the pull requests a change at revision
+// merges. Squash and rebase merges rewrite the head and are not found
+// (their previews are deleted when the pull request closes).
+func mergedPullRequests(previews []sluicev1.ChangeRequest, cache *git.Repo, revision, base string) []mergedPR {
 	byNumber := map[int64]*mergedPR{}
 	var order []int64
 	merged := map[int64]bool{}
-	for _, cr := range list.Items {
+	for _, cr := range previews {
 		pr := cr.Spec.PullRequest
 		if pr == nil || !pr.Preview {
 			continue
@@ -125,25 +127,22 @@ func (r *RepositoryReconciler) mergedPullRequests(ctx context.Context, repo *slu
 		}
 		merged[pr.Number], m.head = true, pr.HeadSHA
 	}
-	var out []mergedPR
+	out := []mergedPR{}
 	for _, n := range order {
 		if merged[n] {
 			out = append(out, *byNumber[n])
 		}
 	}
-	return out, nil
+	return out
 }
 
-// deleteMergedPreviews deletes the previews of pull requests whose head is
-// in the history of the synced head: their people are recorded.
-func (r *RepositoryReconciler) deleteMergedPreviews(ctx context.Context, repo *sluicev1.Repository, cache *git.Repo, head string) error {
-	var list sluicev1.ChangeRequestList
-	if err := r.APIReader.List(ctx, &list, client.InNamespace(repo.Namespace),
-		client.MatchingLabels{sluicev1.LabelRepository: repo.Name, sluicev1.LabelPreview: "true"}); err != nil {
-		return fmt.Errorf("list previews: %w", err)
-	}
+// deleteMergedPreviews deletes, among previews (those the pass read, whose
+// people its changes recorded), the previews of pull requests whose head
+// is in the history of the synced head. A preview created after the read
+// stays for the next pass, which reads its people first.
+func (r *RepositoryReconciler) deleteMergedPreviews(ctx context.Context, previews []sluicev1.ChangeRequest, cache *git.Repo, head string) error {
 	heads := map[int64]bool{}
-	for _, cr := range list.Items {
+	for _, cr := range previews {
 		if pr := cr.Spec.PullRequest; pr != nil && pr.Preview && cache.HasCommit(pr.HeadSHA) {
 			if in, err := cache.IsAncestor(pr.HeadSHA, head); err == nil && in {
 				heads[pr.Number] = true
@@ -151,8 +150,8 @@ func (r *RepositoryReconciler) deleteMergedPreviews(ctx context.Context, repo *s
 		}
 	}
 	var errs []error
-	for i := range list.Items {
-		cr := &list.Items[i]
+	for i := range previews {
+		cr := &previews[i]
 		if pr := cr.Spec.PullRequest; pr == nil || !pr.Preview || !heads[pr.Number] {
 			continue
 		}
@@ -212,19 +211,24 @@ func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *c
 // resumePoint finds where to continue: the ChangeRequest already made for
 // this revision (and re-plan value), or the next attempt number.
 //
-// It reads fresh from the API server, but only the names of the release's
-// ChangeRequests (a metadata list: the full list grows with the release's
-// history, ~60 ms a sync after 40 changes); only those named as an attempt
-// of this change (changeAttemptNames) are read in full and checked as
-// before.
+// It works from fresh reads of the API server, but only of the names of
+// the release's ChangeRequests (a metadata list: the full list grows with
+// the release's history, ~60 ms a sync after 40 changes), read at the
+// start of the sync pass beside the fetch (plan.changes) or here (a
+// rollback); only those named as an attempt of this change
+// (changeAttemptNames) are read in full and checked as before. A name
+// created after the read is not missed: creating it finds it (Creator),
+// and the change resumes there.
 func (r *RepositoryReconciler) resumePoint(ctx context.Context, plan *changePlan) (*sluicev1.ChangeRequest, int, error) {
-	var names metav1.PartialObjectMetadataList
-	names.SetGroupVersionKind(sluicev1.GroupVersion.WithKind("ChangeRequestList"))
-	if err := r.APIReader.List(ctx, &names, client.InNamespace(plan.release.Namespace), client.MatchingLabels{sluicev1.LabelRelease: plan.release.Name}); err != nil {
-		return nil, 0, fmt.Errorf("list change requests: %w", err)
+	names := plan.changes
+	if !plan.changesRead {
+		var err error
+		if names, err = r.listChangeNames(ctx, plan.release.Namespace, client.MatchingLabels{sluicev1.LabelRelease: plan.release.Name}); err != nil {
+			return nil, 0, err
+		}
 	}
 	var atRev []*sluicev1.ChangeRequest
-	for _, name := range changeAttemptNames(plan, names.Items) {
+	for _, name := range changeAttemptNames(plan, names) {
 		cr := &sluicev1.ChangeRequest{}
 		if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: plan.release.Namespace, Name: name}, cr); err != nil {
 			if apierrors.IsNotFound(err) {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -189,10 +190,13 @@ func (run *planRun) create(ctx context.Context, n int32) (found *sluicev1.Change
 	if err := run.r.afterCreated(cr); err != nil {
 		return nil, err
 	}
-	if err := run.storeOutputs(ctx, cr, res); err != nil {
-		return nil, err
-	}
-	if err := run.r.recordChange(ctx, run.plan, cr); err != nil {
+	// What is stored beside the change and the Release's record of it are
+	// independent writes: side by side (a pass interrupted in either
+	// resumes both, see resume).
+	outputs := make(chan error, 1)
+	go func() { outputs <- run.storeOutputs(ctx, cr, res) }()
+	recorded := run.r.recordChange(ctx, run.plan, cr)
+	if err := errors.Join(<-outputs, recorded); err != nil {
 		return nil, err
 	}
 	run.created = cr.Name
@@ -303,9 +307,7 @@ func (run *planRun) people(ctx context.Context) (changePeople, error) {
 	}
 	base := authorsBase(rel, cache)
 	if plan.pullRequests == nil {
-		if plan.pullRequests, err = run.r.mergedPullRequests(ctx, run.repo, cache, plan.revision, base); err != nil {
-			return changePeople{}, err
-		}
+		plan.pullRequests = mergedPullRequests(plan.previews, cache, plan.revision, base)
 	}
 	emails, err := cache.Authors(plan.revision, base, 1000)
 	if err != nil {

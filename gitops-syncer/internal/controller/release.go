@@ -196,7 +196,11 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 		spec:      &want.Spec,
 		source:    src,
 		pushes:    p.pushes,
+		previews:  p.previews,
 		chart:     remote,
+
+		changes:     p.changesOf(rel.Name),
+		changesRead: true,
 	}
 	return p.plan(ctx, plan)
 }
@@ -238,7 +242,8 @@ func (p *syncPass) syncInvalid(ctx context.Context, e *catalog.Entry, rel *sluic
 		return nil
 	}
 	plan := &changePlan{release: rel, revision: p.head, inputs: inputs, tree: tree, env: string(rel.Spec.Environment), replan: replanRequested(rel),
-		spec: rel.Spec.DeepCopy(), pushes: p.pushes, invalid: manifestFindings(e.Err, path.Join(e.Dir, manifest.FileName))}
+		spec: rel.Spec.DeepCopy(), pushes: p.pushes, previews: p.previews, changes: p.changesOf(rel.Name), changesRead: true,
+		invalid: manifestFindings(e.Err, path.Join(e.Dir, manifest.FileName))}
 	return p.plan(ctx, plan)
 }
 

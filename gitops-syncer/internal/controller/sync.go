@@ -114,29 +114,22 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) 
 	ctx, span := tracer.Start(tracing.Extract(ctx, r.Trigger.Take(key)), "sluice.sync", trace.WithAttributes(
 		attribute.String("sluice.repository", key.String()), attribute.String("vcs.ref.head.revision", head)))
 	defer span.End()
-	// The recorded pushes are read fresh from the API server while git
-	// fetches: neither waits on the other.
-	type pushesRead struct {
-		pushes []sluicev1.PushRecord
-		err    error
-	}
-	pushesc := make(chan pushesRead, 1)
-	go func() {
-		pushes, err := r.freshPushes(ctx, repo)
-		pushesc <- pushesRead{pushes, err}
-	}()
+	// What the pass reads from the API server is read fresh while git
+	// fetches: neither waits on the other (passReads).
+	readsc := make(chan passReads, 1)
+	go func() { readsc <- r.readForPass(ctx, repo) }()
 	cache, err := r.Git.Fetch(ctx, remote, ref, head)
-	pushes := <-pushesc
+	reads := <-readsc
 	if err != nil {
 		span.SetStatus(codes.Error, "fetch failed")
 		return gitFailure(s, err)
 	}
 	repo.Status.LastFetchedCommit = head
-	if pushes.err != nil {
+	if reads.err != nil {
 		span.SetStatus(codes.Error, "sync failed")
-		return reconcile.Failure(pushes.err)
+		return reconcile.Failure(reads.err)
 	}
-	pass := &syncPass{repoScope: s, r: r, cache: cache, head: head, owned: owned.Items, pushes: pushes.pushes}
+	pass := &syncPass{repoScope: s, r: r, cache: cache, head: head, owned: owned.Items, passReads: reads}
 	if err := pass.run(ctx); err != nil {
 		span.SetStatus(codes.Error, "sync failed")
 		return reconcile.Failure(err)
@@ -144,7 +137,7 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) 
 	res := pass.finish()
 	if res.Is(reconcile.KindFailure) {
 		span.SetStatus(codes.Error, "some releases failed")
-	} else if derr := r.deleteMergedPreviews(ctx, repo, cache, head); derr != nil {
+	} else if derr := r.deleteMergedPreviews(ctx, reads.previews, cache, head); derr != nil {
 		// Their people are recorded; a leftover preview is only clutter,
 		// deleted at the next pass.
 		log.FromContext(ctx).Error(derr, "Deleting previews of merged pull requests failed")
@@ -200,9 +193,9 @@ type syncPass struct {
 	// mu guards trees and createdBy while releases sync side by side.
 	mu        sync.Mutex
 	createdBy map[string][]string
-	// pushes are the verified pushes recorded in the Repository's status,
-	// read fresh at the start of the pass (beside the fetch).
-	pushes []sluicev1.PushRecord
+	// passReads are what the pass read from the API server at its start,
+	// beside the fetch.
+	passReads
 	// remote says a release's chart comes from a chart repository.
 	remote bool
 }

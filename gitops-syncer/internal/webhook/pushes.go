@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -28,30 +29,46 @@ const MaxPushRecords = 100
 // only after the signature check, so the identity is the provider's, not
 // the body's claim. The write carries the resourceVersion it read and
 // retries on a conflict, so concurrent deliveries never drop each other.
-func (r *Receiver) recordPush(ctx context.Context, key types.NamespacedName, push *provider.Push, at time.Time) error {
+func (r *Receiver) recordPush(ctx context.Context, key types.NamespacedName, cached *sluicev1.Repository, push *provider.Push, at time.Time) error {
 	if r.Writer == nil || push == nil || push.Deleted || push.Pusher == "" {
 		return nil
 	}
 	rec := sluicev1.PushRecord{Commit: push.After, Pusher: sluicev1.Identity(push.Pusher), ReceivedAt: &metav1.Time{Time: at}}
+	// The first attempt starts from the copy the receiver already holds
+	// (cached, read for this delivery): the write carries its
+	// resourceVersion, so a stale copy only costs a conflict, and then
+	// the attempts go on from fresh reads, as before.
+	if cached != nil && cached.ResourceVersion != "" {
+		err := r.appendPush(ctx, cached.DeepCopy(), rec)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		repo := &sluicev1.Repository{}
 		if err := r.SecretReader.Get(ctx, key, repo); err != nil {
 			return err
 		}
-		for _, p := range repo.Status.Pushes {
-			if p.Commit == rec.Commit && p.Pusher == rec.Pusher {
-				return nil // a redelivery
-			}
-		}
-		orig := repo.DeepCopy()
-		pushes := append(append([]sluicev1.PushRecord{}, repo.Status.Pushes...), rec)
-		if n := len(pushes) - MaxPushRecords; n > 0 {
-			pushes = pushes[n:]
-		}
-		repo.Status.Pushes = pushes
-		if err := r.Writer.Status().Patch(ctx, repo, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(PushFieldOwner)); err != nil {
-			return fmt.Errorf("record the pusher of %s: %w", sluicev1.ShortSHA(rec.Commit), err)
-		}
-		return nil
+		return r.appendPush(ctx, repo, rec)
 	})
+}
+
+// appendPush appends rec to repo's status.pushes (nothing for a
+// redelivery) in a write that carries repo's resourceVersion.
+func (r *Receiver) appendPush(ctx context.Context, repo *sluicev1.Repository, rec sluicev1.PushRecord) error {
+	for _, p := range repo.Status.Pushes {
+		if p.Commit == rec.Commit && p.Pusher == rec.Pusher {
+			return nil // a redelivery
+		}
+	}
+	orig := repo.DeepCopy()
+	pushes := append(append([]sluicev1.PushRecord{}, repo.Status.Pushes...), rec)
+	if n := len(pushes) - MaxPushRecords; n > 0 {
+		pushes = pushes[n:]
+	}
+	repo.Status.Pushes = pushes
+	if err := r.Writer.Status().Patch(ctx, repo, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(PushFieldOwner)); err != nil {
+		return fmt.Errorf("record the pusher of %s: %w", sluicev1.ShortSHA(rec.Commit), err)
+	}
+	return nil
 }

@@ -432,7 +432,7 @@ func (r *Receiver) handle(ctx context.Context, j job) {
 			r.Pushes.Pushed(j.repo, j.event.Push.After, j.at)
 		}
 		// Before the sync it triggers, so its change finds the pusher.
-		if err := r.recordPush(ctx, j.repo, j.event.Push, j.at); err != nil {
+		if err := r.recordPush(ctx, j.repo, repo, j.event.Push, j.at); err != nil {
 			log.Error(err, "Recording the pusher of a push failed; its change lists the commit e-mails only")
 		}
 		requested := false
