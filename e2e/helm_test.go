@@ -63,9 +63,16 @@ func (c *cluster) installSluice(ctx context.Context) error {
 		}
 	}
 	vals := map[string]any{
+		// Two shards, each a syncer and operator pair of its own beside
+		// the unsharded one (the shard test).
+		"shards": shardValues(),
 		// Two operator replicas: the fault tests delete the leader.
 		"operator": map[string]any{
 			"replicas": 2,
+			// Three syncer and operator pairs (two shards) on one node of
+			// 2 cores: small requests leave room for the tests' pods (the
+			// limits stay the chart's).
+			"resources": smallRequests("25m"),
 			// A change is Applied only once the chart's pods are Ready.
 			"helm": map[string]any{"wait": true},
 			// The operator's state server keeps the Terraform state of
@@ -85,6 +92,7 @@ func (c *cluster) installSluice(ctx context.Context) error {
 		// artifact port.
 		"argocd": map[string]any{"enabled": true, "namespace": argocdNS},
 		"syncer": map[string]any{
+			"resources": smallRequests("50m"),
 			// The infra repository is served by the test from the node,
 			// and by Gitea in its pod (its API too).
 			"gitPorts": []any{443, 22, gitPort, giteaPort},
@@ -129,4 +137,10 @@ func (c *cluster) installSluice(ctx context.Context) error {
 		return fmt.Errorf("release %s is %s", r.Name, r.Info.Status)
 	}
 	return nil
+}
+
+// smallRequests is a component's resources value asking for cpu only
+// (memory and the limits stay the chart's defaults).
+func smallRequests(cpu string) map[string]any {
+	return map[string]any{"requests": map[string]any{"cpu": cpu}}
 }
