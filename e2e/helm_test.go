@@ -62,16 +62,24 @@ func (c *cluster) installSluice(ctx context.Context) error {
 			return fmt.Errorf("creating namespace %s: %w", n.Name, err)
 		}
 	}
-	vals := map[string]any{
-		// Two shards, each a syncer and operator pair of its own beside
-		// the unsharded one (the shard test).
-		"shards": shardValues(),
+	// Before the chart: the operator registers its Argo CD applier only
+	// when the Application kind is served at its start.
+	if err := c.installArgoCDCRDs(ctx); err != nil {
+		return fmt.Errorf("installing Argo CD's CRDs: %w", err)
+	}
+	return c.deploySluice(ctx, sluiceValues())
+}
+
+// sluiceValues are the chart values of the e2e install.
+func sluiceValues() map[string]any {
+	return map[string]any{
 		// Two operator replicas: the fault tests delete the leader.
 		"operator": map[string]any{
 			"replicas": 2,
-			// Three syncer and operator pairs (two shards) on one node of
-			// 2 cores: small requests leave room for the tests' pods (the
-			// limits stay the chart's).
+			// Three syncer and operator pairs once the shard test adds
+			// its two shards, on one node of 2 cores: small requests
+			// leave room for the tests' pods (the limits stay the
+			// chart's).
 			"resources": smallRequests("25m"),
 			// A change is Applied only once the chart's pods are Ready.
 			"helm": map[string]any{"wait": true},
@@ -106,11 +114,11 @@ func (c *cluster) installSluice(ctx context.Context) error {
 			"watchNamespaces": []any{controlNS},
 		},
 	}
-	// Before the chart: the operator registers its Argo CD applier only
-	// when the Application kind is served at its start.
-	if err := c.installArgoCDCRDs(ctx); err != nil {
-		return fmt.Errorf("installing Argo CD's CRDs: %w", err)
-	}
+}
+
+// deploySluice installs charts/sluice with vals, or upgrades the release
+// to them when it is there, and waits until every workload is Ready.
+func (c *cluster) deploySluice(ctx context.Context, vals map[string]any) error {
 	dir := filepath.Join(c.root, "charts", "sluice")
 	// A node kept up between runs (up.sh, then the test binary run by hand
 	// more than once) already has the release: upgrade it to these values.

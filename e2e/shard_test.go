@@ -18,10 +18,24 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
-// shards are the shard keys the e2e install deploys (values `shards`):
-// each gets its own syncer and operator Deployments beside the unsharded
-// pair the other tests use.
+// shards are the shard keys the shard test adds to the e2e install
+// (values `shards`): each gets its own syncer and operator Deployments
+// beside the unsharded pair the other tests use.
 var shards = []string{"a", "b"}
+
+// addShards upgrades the e2e install to the same values plus shards and
+// waits for every pod Ready. Only the shard test pays for them: the other
+// tests, the benchmark above all, run on the unsharded install.
+func (c *cluster) addShards(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	vals := sluiceValues()
+	vals["shards"] = shardValues()
+	if err := c.deploySluice(context.Background(), vals); err != nil {
+		t.Fatalf("adding shards %v to charts/sluice: %v", shards, err)
+	}
+	t.Logf("shards %v installed and Ready in %s", shards, time.Since(start).Round(time.Second))
+}
 
 // shardValues is the chart's `shards` value for shards.
 func shardValues() []any {
@@ -39,9 +53,10 @@ func shardSelector(component, shard string) string {
 }
 
 // TestShardsEachApplyTheirOwnRepository (issue 24 on a real node): the
-// chart installed two shards (values `shards: [{name: a}, {name: b}]`);
-// two Repositories, each labelled sharding.sluice.dev/key with one of
-// them and each watching its own git repository, get one service each.
+// chart, upgraded with two shards (values `shards: [{name: a}, {name:
+// b}]`), runs their pods; two Repositories, each labelled
+// sharding.sluice.dev/key with one of them and each watching its own git
+// repository, get one service each.
 // Each shard's syncer pod turns its push into a ChangeRequest carrying the
 // key, `kubectl sluice approve` records the Approval on that shard, and
 // the shard's operator pod applies it (the service's pods Ready). Neither
@@ -53,6 +68,7 @@ func shardSelector(component, shard string) string {
 func TestShardsEachApplyTheirOwnRepository(t *testing.T) {
 	c := need(t)
 	ctx := context.Background()
+	c.addShards(t)
 	start := time.Now()
 	for _, s := range shards {
 		for _, comp := range []string{"syncer-shard", "operator-shard"} {
