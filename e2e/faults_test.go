@@ -134,25 +134,32 @@ func (c *cluster) operatorLeaderOrEmpty() string {
 // apply done twice or cut off would show).
 func (c *cluster) requireRevisions(t *testing.T, want int) {
 	t.Helper()
-	cfg, err := c.helmConfig(faultNS)
+	c.requireHelmRevisions(t, faultNS, faultRel, want)
+}
+
+// requireHelmRevisions checks Helm release rel's history in ns: want
+// revisions in all, the last one deployed.
+func (c *cluster) requireHelmRevisions(t *testing.T, ns, rel string, want int) {
+	t.Helper()
+	cfg, err := c.helmConfig(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := action.NewHistory(cfg).Run(faultRel)
+	h, err := action.NewHistory(cfg).Run(rel)
 	if err != nil {
-		t.Fatalf("helm history %s: %v", faultRel, err)
+		t.Fatalf("helm history %s: %v", rel, err)
 	}
 	var states []string
 	for _, r := range h {
 		states = append(states, fmt.Sprintf("%d:%s", r.Version, r.Info.Status))
 	}
-	t.Logf("helm history of %s: %v", faultRel, states)
+	t.Logf("helm history of %s: %v", rel, states)
 	if len(h) != want {
-		t.Fatalf("%d Helm revisions of %s, want %d: %v", len(h), faultRel, want, states)
+		t.Fatalf("%d Helm revisions of %s, want %d: %v", len(h), rel, want, states)
 	}
 	last := h[len(h)-1]
 	if last.Info.Status != release.StatusDeployed {
-		t.Fatalf("the last revision of %s is %s", faultRel, last.Info.Status)
+		t.Fatalf("the last revision of %s is %s", rel, last.Info.Status)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,9 +53,6 @@ func (c *cluster) startGit(t *testing.T) (*gitServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gitServer{dir: root, work: filepath.Join(root, "work")}
-	git(t, root, "init", "-q", "--bare", "-b", "main", "infra.git")
-	git(t, root, "clone", "-q", filepath.Join(root, "infra.git"), g.work)
 	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", gitPort))
 	if err != nil {
 		return nil, fmt.Errorf("serving git on :%d: %w", gitPort, err)
@@ -67,9 +65,28 @@ func (c *cluster) startGit(t *testing.T) (*gitServer, error) {
 			fmt.Fprintf(os.Stderr, "e2e: git server: %v\n", err)
 		}
 	}()
-	g.url = fmt.Sprintf("http://%s:%d/infra.git", c.nodeIP(t), gitPort)
+	g := newRepo(t, root, fmt.Sprintf("http://%s:%d", c.nodeIP(t), gitPort), "infra")
 	c.setupControlNamespace(t, g.url)
 	return g, nil
+}
+
+// newRepo makes bare repository <name>.git (branch main) under the
+// server's root dir and a clone of it to commit in; base is the server's
+// URL as the pods reach it.
+func newRepo(t *testing.T, root, base, name string) *gitServer {
+	t.Helper()
+	g := &gitServer{dir: root, work: filepath.Join(root, "work-"+name), url: base + "/" + name + ".git"}
+	git(t, root, "init", "-q", "--bare", "-b", "main", name+".git")
+	git(t, root, "clone", "-q", filepath.Join(root, name+".git"), g.work)
+	return g
+}
+
+// anotherRepo serves one more repository beside "infra" from the same
+// server (for a second Repository: a shard's, the demo's).
+func (c *cluster) anotherRepo(t *testing.T, name string) *gitServer {
+	t.Helper()
+	infra := c.serveGit(t)
+	return newRepo(t, infra.dir, strings.TrimSuffix(infra.url, "/infra.git"), name)
 }
 
 // commit commits everything in the clone with message and pushes it; it

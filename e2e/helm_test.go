@@ -62,10 +62,25 @@ func (c *cluster) installSluice(ctx context.Context) error {
 			return fmt.Errorf("creating namespace %s: %w", n.Name, err)
 		}
 	}
-	vals := map[string]any{
+	// Before the chart: the operator registers its Argo CD applier only
+	// when the Application kind is served at its start.
+	if err := c.installArgoCDCRDs(ctx); err != nil {
+		return fmt.Errorf("installing Argo CD's CRDs: %w", err)
+	}
+	return c.deploySluice(ctx, sluiceValues())
+}
+
+// sluiceValues are the chart values of the e2e install.
+func sluiceValues() map[string]any {
+	return map[string]any{
 		// Two operator replicas: the fault tests delete the leader.
 		"operator": map[string]any{
 			"replicas": 2,
+			// Three syncer and operator pairs once the shard test adds
+			// its two shards, on one node of 2 cores: small requests
+			// leave room for the tests' pods (the limits stay the
+			// chart's).
+			"resources": smallRequests("25m"),
 			// A change is Applied only once the chart's pods are Ready.
 			"helm": map[string]any{"wait": true},
 			// The operator's state server keeps the Terraform state of
@@ -85,6 +100,7 @@ func (c *cluster) installSluice(ctx context.Context) error {
 		// artifact port.
 		"argocd": map[string]any{"enabled": true, "namespace": argocdNS},
 		"syncer": map[string]any{
+			"resources": smallRequests("50m"),
 			// The infra repository is served by the test from the node,
 			// and by Gitea in its pod (its API too).
 			"gitPorts": []any{443, 22, gitPort, giteaPort},
@@ -98,11 +114,11 @@ func (c *cluster) installSluice(ctx context.Context) error {
 			"watchNamespaces": []any{controlNS},
 		},
 	}
-	// Before the chart: the operator registers its Argo CD applier only
-	// when the Application kind is served at its start.
-	if err := c.installArgoCDCRDs(ctx); err != nil {
-		return fmt.Errorf("installing Argo CD's CRDs: %w", err)
-	}
+}
+
+// deploySluice installs charts/sluice with vals, or upgrades the release
+// to them when it is there, and waits until every workload is Ready.
+func (c *cluster) deploySluice(ctx context.Context, vals map[string]any) error {
 	dir := filepath.Join(c.root, "charts", "sluice")
 	// A node kept up between runs (up.sh, then the test binary run by hand
 	// more than once) already has the release: upgrade it to these values.
@@ -129,4 +145,10 @@ func (c *cluster) installSluice(ctx context.Context) error {
 		return fmt.Errorf("release %s is %s", r.Name, r.Info.Status)
 	}
 	return nil
+}
+
+// smallRequests is a component's resources value asking for cpu only
+// (memory and the limits stay the chart's defaults).
+func smallRequests(cpu string) map[string]any {
+	return map[string]any{"requests": map[string]any{"cpu": cpu}}
 }

@@ -70,14 +70,26 @@ func TestTerraformPlansAndAppliesInTheRunnerPod(t *testing.T) {
 	c.wantState(t, state, `"size":"large"`)
 
 	// Both plans and both applies ran in the runner pod.
+	runs, pod, logs := c.runnerRuns(t, since, "tf")
+	if runs["plan"] < 2 || runs["apply"] != 2 {
+		t.Fatalf("the runner pod ran %v for services/tf (want at least 2 plans and exactly 2 applies); its log:\n%s", runs, logs)
+	}
+	t.Logf("runner pod %s ran %v; whole test %s", pod, runs, time.Since(start).Round(time.Second))
+}
+
+// runnerRuns counts the Terraform runs ("plan", "apply") the runner pod
+// logged since then for services/<svc>'s stack, failing the test on a run
+// that failed; it returns the counts, the pod's name and its log.
+func (c *cluster) runnerRuns(t *testing.T, since metav1.Time, svc string) (map[string]int, string, []byte) {
+	t.Helper()
 	pod := c.readyPod(t, sluiceNS, componentSelector("runner"))
-	logs, err := c.cs.CoreV1().Pods(sluiceNS).GetLogs(pod.Name, &corev1.PodLogOptions{SinceTime: &since}).DoRaw(ctx)
+	logs, err := c.cs.CoreV1().Pods(sluiceNS).GetLogs(pod.Name, &corev1.PodLogOptions{SinceTime: &since}).DoRaw(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	runs := map[string]int{}
 	for _, l := range strings.Split(string(logs), "\n") {
-		if !strings.Contains(l, `"msg"="Ran a job"`) || !strings.Contains(l, `tf/terraform"`) {
+		if !strings.Contains(l, `"msg"="Ran a job"`) || !strings.Contains(l, svc+`/terraform"`) {
 			continue
 		}
 		if !strings.Contains(l, `"failed"=""`) {
@@ -89,10 +101,7 @@ func TestTerraformPlansAndAppliesInTheRunnerPod(t *testing.T) {
 			}
 		}
 	}
-	if runs["plan"] < 2 || runs["apply"] != 2 {
-		t.Fatalf("the runner pod ran %v for services/tf (want at least 2 plans and exactly 2 applies); its log:\n%s", runs, logs)
-	}
-	t.Logf("runner pod %s ran %v; whole test %s", pod.Name, runs, time.Since(start).Round(time.Second))
+	return runs, pod.Name, logs
 }
 
 // writeTerraform adds a Terraform stack (one terraform_data of the size
