@@ -333,6 +333,16 @@ func withChart(fsys fs.FS, inputs []string, c *chartrepo.Chart) (fs.FS, []string
 	return overlayFS{base: fsys, extra: extra, root: strings.SplitN(sources.RemoteChartDir, "/", 2)[0]}, append(append([]string{}, inputs...), sources.RemoteChartDir), nil
 }
 
+// refuseRemoteBasesDir refuses a repository holding the folder Sluice
+// keeps fetched Kustomize remote bases in: an overlay would build files
+// the pusher wrote as if they were a pinned commit of another repository.
+func refuseRemoteBasesDir(fsys fs.FS) error {
+	if _, err := fs.Stat(fsys, manifest.RemoteBasesDir); err == nil {
+		return fmt.Errorf("the repository holds %s, a folder Sluice keeps for fetched remote bases", manifest.RemoteBasesDir)
+	}
+	return nil
+}
+
 // overlayFS serves paths under root from extra, the rest from base.
 type overlayFS struct {
 	base  fs.FS

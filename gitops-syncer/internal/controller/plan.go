@@ -94,6 +94,9 @@ func (run *planRun) storeArtifact() error {
 		return err
 	}
 	fsys, inputs, err := withChart(fsys, plan.inputs, plan.chart)
+	if err == nil {
+		err = refuseRemoteBasesDir(fsys)
+	}
 	var art *artifact.Artifact
 	if err == nil {
 		art, err = artifact.Build(fsys, inputs)
