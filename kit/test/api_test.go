@@ -254,6 +254,13 @@ func TestValidation_rejectsBadInputWithReadableMessages(t *testing.T) {
 				Verify: &sluicev1.ChartVerification{Provider: sluicev1.ChartSignatureCosign, SecretRef: sluicev1.LocalObjectReference{Name: "keys"}}}}
 			return repo
 		}, []string{"cosign verifies charts from oci:// registries only"}},
+		{"a remote base repository over plain http", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "remote-base-http"
+			repo.Spec.KustomizeRemoteBases = []string{"http://git.example/platform"}
+			return repo
+		}, []string{"spec.kustomizeRemoteBases[0]"}},
 		{"an unknown signature provider", func() client.Object {
 			repo := &sluicev1.Repository{}
 			loadSample(t, "repository.yaml", repo, ns)

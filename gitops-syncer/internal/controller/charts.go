@@ -316,21 +316,41 @@ func chartTree(tree string, c *chartrepo.Chart) string {
 // added, and the input paths with that folder; a repository holding that
 // folder itself is refused, so the content's chart is always the fetched one.
 func withChart(fsys fs.FS, inputs []string, c *chartrepo.Chart) (fs.FS, []string, error) {
-	if c == nil {
+	return withFetched(fsys, inputs, c, nil)
+}
+
+// withFetched is withChart with the fetched Kustomize remote bases added
+// too (under manifest.RemoteBasesDir).
+func withFetched(fsys fs.FS, inputs []string, c *chartrepo.Chart, bases []fetchedBase) (fs.FS, []string, error) {
+	if c == nil && len(bases) == 0 {
 		return fsys, inputs, nil
 	}
-	if _, err := fs.Stat(fsys, sources.RemoteChartDir); err == nil {
-		return nil, nil, fmt.Errorf("the repository holds %s, a folder Sluice keeps for fetched charts", sources.RemoteChartDir)
-	}
-	files, err := sources.RemoteChartFiles(c)
-	if err != nil {
-		return nil, nil, err
-	}
 	extra := fstest.MapFS{}
-	for name, data := range files {
-		extra[name] = &fstest.MapFile{Data: data, Mode: 0o644}
+	inputs = append([]string{}, inputs...)
+	if c != nil {
+		if _, err := fs.Stat(fsys, sources.RemoteChartDir); err == nil {
+			return nil, nil, fmt.Errorf("the repository holds %s, a folder Sluice keeps for fetched charts", sources.RemoteChartDir)
+		}
+		files, err := sources.RemoteChartFiles(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		for name, data := range files {
+			extra[name] = &fstest.MapFile{Data: data, Mode: 0o644}
+		}
+		inputs = append(inputs, sources.RemoteChartDir)
 	}
-	return overlayFS{base: fsys, extra: extra, root: strings.SplitN(sources.RemoteChartDir, "/", 2)[0]}, append(append([]string{}, inputs...), sources.RemoteChartDir), nil
+	if len(bases) > 0 {
+		if err := refuseRemoteBasesDir(fsys); err != nil {
+			return nil, nil, err
+		}
+		files, roots := remoteBaseFiles(bases)
+		for name, data := range files {
+			extra[name] = &fstest.MapFile{Data: data, Mode: 0o644}
+		}
+		inputs = append(inputs, roots...)
+	}
+	return overlayFS{base: fsys, extra: extra, root: strings.SplitN(sources.RemoteChartDir, "/", 2)[0]}, inputs, nil
 }
 
 // refuseRemoteBasesDir refuses a repository holding the folder Sluice

@@ -93,9 +93,10 @@ func (run *planRun) storeArtifact() error {
 	if err != nil {
 		return err
 	}
-	fsys, inputs, err := withChart(fsys, plan.inputs, plan.chart)
+	err = refuseRemoteBasesDir(fsys)
+	inputs := plan.inputs
 	if err == nil {
-		err = refuseRemoteBasesDir(fsys)
+		fsys, inputs, err = withFetched(fsys, plan.inputs, plan.chart, plan.bases)
 	}
 	var art *artifact.Artifact
 	if err == nil {

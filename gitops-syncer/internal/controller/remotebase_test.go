@@ -59,3 +59,39 @@ func TestSync_aRemoteBaseTheRepositoryDoesNotFetchFailsWithFileAndLine(t *testin
 	require.Equal(t, sluicev1.VerdictFail, cr.Spec.Verdict.Result)
 	require.True(t, findingSays(cr.Spec.Verdict.Findings, "", "a folder Sluice keeps for fetched remote bases"), "%+v", cr.Spec.Verdict.Findings)
 }
+
+// TestSync_anAllowedRemoteBaseIsFetchedAtItsCommitIntoTheArtifact: a
+// Repository allowing a platform repository's bases gets the overlay's
+// remote base fetched at its pinned commit into the artifact (so it is in
+// the contentDigest) and validated from there; a later push to that
+// repository's branch changes nothing approved.
+func TestSync_anAllowedRemoteBaseIsFetchedAtItsCommitIntoTheArtifact(t *testing.T) {
+	ns := newNamespace(t)
+	platform := gittest.NewRepo(t, t.TempDir(), "platform")
+	platform.WriteFile("web/kustomization.yaml", "resources: [config.yaml, ../common]\n")
+	platform.WriteFile("web/config.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  color: pinned\n")
+	platform.WriteFile("common/kustomization.yaml", "resources: [cm.yaml]\n")
+	platform.WriteFile("common/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: common\ndata:\n  a: b\n")
+	pinned := platform.Commit("bases", "platform@example.com")
+	platform.WriteFile("web/config.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  color: moved\n")
+	platform.Commit("moved on", "platform@example.com")
+
+	url := platform.FileURL() + "//web?ref=" + pinned
+	fixture := gittest.NewRepo(t, t.TempDir(), "infra")
+	sourcesService(fixture, "resources:\n  - "+url+"\nnamePrefix: staging-\n")
+	first := fixture.Commit("a pinned remote base", "alice@example.com")
+	startSyncer(t, ns, "")
+	repo := newRepository(t, ns, "infra", fixture.FileURL(), func(r *sluicev1.Repository) {
+		r.Spec.KustomizeRemoteBases = []string{platform.FileURL()}
+	})
+	waitHandled(t, repo, requestReconcile(t, repo))
+	cr, ok := changeRequests(t, ns)[sluicev1.ChangeRequestName("shop-staging", first, 1)]
+	require.True(t, ok)
+	require.NotEqual(t, sluicev1.VerdictFail, cr.Spec.Verdict.Result, "%+v", cr.Spec.Verdict.Findings)
+	require.NotEmpty(t, cr.Spec.ManifestDigest, "the overlay built from the fetched base")
+	rb, err := manifest.ParseRemoteBase(url)
+	require.NoError(t, err)
+	files := artifactFiles(t, cr)
+	require.Contains(t, string(files[rb.Root()+"/web/config.yaml"]), "color: pinned", "the base at its pinned commit, not the branch head")
+	require.Contains(t, files, rb.Root()+"/common/cm.yaml", "what the base reads elsewhere in its repository")
+}

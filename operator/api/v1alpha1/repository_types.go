@@ -129,6 +129,19 @@ type RepositorySpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	ServiceAccountName string `json:"serviceAccountName"`
 
+	// KustomizeRemoteBases are the git repositories (https://, ssh:// or
+	// file:// URLs, or prefixes of several at a "/") whose commits the
+	// overlays of this repository may use as remote bases. A remote base
+	// must be pinned (<URL>//<folder>?ref=<40 hex>); the syncer fetches it
+	// at that commit into the artifact, so its content is approved with the
+	// rest. Empty (the default) refuses every remote base.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=2048
+	// +kubebuilder:validation:items:Pattern=`^(https|ssh|file)://[^?#]+$`
+	// +listType=set
+	// +optional
+	KustomizeRemoteBases []string `json:"kustomizeRemoteBases,omitempty"`
+
 	// AllowedExtraNamespaces are glob patterns (as targetNamespaces) of the
 	// namespaces, besides a release's own target namespace, that its rendered
 	// objects may name in metadata.namespace. Empty means every object stays

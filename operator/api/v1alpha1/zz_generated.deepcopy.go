@@ -1294,6 +1294,11 @@ func (in *RepositorySpec) DeepCopyInto(out *RepositorySpec) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.KustomizeRemoteBases != nil {
+		in, out := &in.KustomizeRemoteBases, &out.KustomizeRemoteBases
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.AllowedExtraNamespaces != nil {
 		in, out := &in.AllowedExtraNamespaces, &out.AllowedExtraNamespaces
 		*out = make([]string, len(*in))
