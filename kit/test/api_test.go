@@ -239,6 +239,36 @@ func TestValidation_rejectsBadInputWithReadableMessages(t *testing.T) {
 			repo.Spec.Ref = &sluicev1.GitReference{Branch: "main", Tag: "v1"}
 			return repo
 		}, []string{"exactly one of branch or tag"}},
+		{"a chart repository entry with neither credentials nor verify", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "chart-repo-empty"
+			repo.Spec.ChartRepositories = []sluicev1.ChartRepository{{URL: "oci://registry.example/charts"}}
+			return repo
+		}, []string{"needs secretRef, verify or both"}},
+		{"cosign for a Helm repository", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "cosign-https"
+			repo.Spec.ChartRepositories = []sluicev1.ChartRepository{{URL: "https://charts.example/stable",
+				Verify: &sluicev1.ChartVerification{Provider: sluicev1.ChartSignatureCosign, SecretRef: sluicev1.LocalObjectReference{Name: "keys"}}}}
+			return repo
+		}, []string{"cosign verifies charts from oci:// registries only"}},
+		{"a remote base repository over plain http", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "remote-base-http"
+			repo.Spec.KustomizeRemoteBases = []string{"http://git.example/platform"}
+			return repo
+		}, []string{"spec.kustomizeRemoteBases[0]"}},
+		{"an unknown signature provider", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "notation"
+			repo.Spec.ChartRepositories = []sluicev1.ChartRepository{{URL: "oci://registry.example/charts",
+				Verify: &sluicev1.ChartVerification{Provider: "notation", SecretRef: sluicev1.LocalObjectReference{Name: "keys"}}}}
+			return repo
+		}, []string{"spec.chartRepositories[0].verify.provider"}},
 		{"no target namespaces", func() client.Object {
 			repo := &sluicev1.Repository{}
 			loadSample(t, "repository.yaml", repo, ns)

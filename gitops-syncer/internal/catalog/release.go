@@ -29,6 +29,10 @@ type ReleaseInputs struct {
 	Paths []string
 	// View is the digest of the release's view of service.yaml.
 	View string
+	// RemoteBases are the Kustomize remote bases the release's overlay
+	// names (pinned ones only; the rest fail its validation), for the
+	// syncer to fetch into its artifact.
+	RemoteBases []manifest.RemoteBase
 }
 
 // releaseInputs computes the inputs of environment env of e, resolving
@@ -44,6 +48,7 @@ func releaseInputs(e *Entry, env, scratch string) (ReleaseInputs, error) {
 	if err != nil {
 		return ReleaseInputs{}, err
 	}
+	var remotes []manifest.RemoteBase
 	queue := append([]string{}, values...)
 	queue = append(queue, verificationTemplates(svc, env)...)
 	if e, ok := svc.Environment(env); ok && e.Source() != manifest.SourceChart {
@@ -56,6 +61,9 @@ func releaseInputs(e *Entry, env, scratch string) (ReleaseInputs, error) {
 			in, _ := manifest.KustomizeInputs(scratch, d)
 			queue = append(queue, d)
 			queue = append(queue, in...)
+			for _, r := range manifest.KustomizeRemoteBases(scratch, d) {
+				remotes = append(remotes, r.RemoteBase)
+			}
 		}
 		if d := svc.ManifestsDir(env); d != "" {
 			queue = append(queue, d)
@@ -79,7 +87,7 @@ func releaseInputs(e *Entry, env, scratch string) (ReleaseInputs, error) {
 	if err != nil {
 		return ReleaseInputs{}, fmt.Errorf("service %s, environment %s: %w", svc.Name, env, err)
 	}
-	return ReleaseInputs{Paths: paths, View: view}, nil
+	return ReleaseInputs{Paths: paths, View: view, RemoteBases: remotes}, nil
 }
 
 // followSymlinks returns paths plus the targets of every symlink at or

@@ -68,6 +68,8 @@ type changePlan struct {
 	// chart is the chart fetched from a chart repository, which the
 	// artifact carries (sources.RemoteChartDir); nil for others.
 	chart *chartrepo.Chart
+	// bases are the Kustomize remote bases fetched for the artifact.
+	bases []fetchedBase
 }
 
 // name is the ChangeRequest name of attempt n of the change.

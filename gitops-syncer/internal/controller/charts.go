@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing/fstest"
@@ -35,6 +37,35 @@ type ChartCache struct {
 	// sessions keep registries' auth challenges per Repository, chart
 	// repository and credentials, never shared between credentials.
 	sessions map[string]*chartrepo.Session
+	// verified holds the charts whose signature was verified, by digest
+	// and the keys that verified it (verifiedKey): a re-sync of an
+	// unchanged range asks the registry for no signature again.
+	verified map[string]bool
+}
+
+// verifiedKey names a chart digest verified by the keys of v.
+func verifiedKey(digest string, v *chartrepo.Verification) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n%x\n", digest, v.Provider, sha256.Sum256(v.Keyring))
+	for _, k := range v.PublicKeys {
+		fmt.Fprintf(h, "%x\n", sha256.Sum256(k))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (c *ChartCache) isVerified(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.verified[key]
+}
+
+func (c *ChartCache) markVerified(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.verified == nil || len(c.verified) >= 4*maxCachedCharts {
+		c.verified = map[string]bool{}
+	}
+	c.verified[key] = true
 }
 
 // session is the Session of repo's credentials creds for chartURL.
@@ -94,6 +125,10 @@ func (e *chartError) Error() string { return e.msg }
 // remoteChart resolves the chart of svc's environment env when it comes
 // from a chart repository (nil otherwise) to one exact version and
 // digest, and fetches it by that digest (or takes it from the cache).
+// Where the Repository asks for a signature (spec.chartRepositories[].verify),
+// the chart is returned only once it is verified: a chart with no or a
+// bad signature is a chartError, so its release proposes nothing and the
+// others go on.
 func (r *RepositoryReconciler) remoteChart(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string) (*chartrepo.Chart, error) {
 	e, ok := svc.Environment(env)
 	if !ok || svc.Chart.Repo == "" || e.Source() != manifest.SourceChart {
@@ -112,17 +147,29 @@ func (r *RepositoryReconciler) remoteChart(ctx context.Context, repo *sluicev1.R
 	if err != nil {
 		return nil, chartFailure(what, err)
 	}
-	if c := r.Charts.get(resolved.Digest); c != nil && c.Repo == resolved.Repo && c.Name == resolved.Name && c.Version == resolved.Version {
-		return c, nil
-	}
-	c, err := chartrepo.Fetch(ctx, resolved, opts)
+	verify, err := r.chartVerification(ctx, repo, svc.Chart.Repo)
 	if err != nil {
-		return nil, chartFailure(what, err)
+		return nil, err
 	}
-	if _, err := chartrepo.Load(c.TarGz, chartrepo.DefaultMaxUnpacked); err != nil {
-		return nil, chartFailure(what, err)
+	c := r.Charts.get(resolved.Digest)
+	if c == nil || c.Repo != resolved.Repo || c.Name != resolved.Name || c.Version != resolved.Version {
+		if c, err = chartrepo.Fetch(ctx, resolved, opts); err != nil {
+			return nil, chartFailure(what, err)
+		}
+		if _, err := chartrepo.Load(c.TarGz, chartrepo.DefaultMaxUnpacked); err != nil {
+			return nil, chartFailure(what, err)
+		}
+		r.Charts.put(c)
 	}
-	r.Charts.put(c)
+	if verify != nil {
+		key := verifiedKey(c.Digest, verify)
+		if !r.Charts.isVerified(key) {
+			if err := chartrepo.VerifySignature(ctx, c, verify, opts); err != nil {
+				return nil, chartFailure(what, err)
+			}
+			r.Charts.markVerified(key)
+		}
+	}
 	return c, nil
 }
 
@@ -152,7 +199,7 @@ func (r *RepositoryReconciler) chartByDigest(ctx context.Context, repo *sluicev1
 // is a chartError, the rest (a timeout, a connection refused) is retried.
 func chartFailure(what string, err error) error {
 	for _, human := range []error{chartrepo.ErrUnauthorized, chartrepo.ErrNoMatch, chartrepo.ErrNotFound,
-		chartrepo.ErrTooLarge, chartrepo.ErrUnsafeArchive, chartrepo.ErrDigestMismatch, chartrepo.ErrForbiddenAddress} {
+		chartrepo.ErrTooLarge, chartrepo.ErrUnsafeArchive, chartrepo.ErrDigestMismatch, chartrepo.ErrForbiddenAddress, chartrepo.ErrSignature} {
 		if errors.Is(err, human) {
 			return &chartError{msg: fmt.Sprintf("%s: %v", what, err)}
 		}
@@ -160,33 +207,93 @@ func chartFailure(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// chartCredentials reads the credentials the Repository names for
-// chartURL (the longest matching spec.chartRepositories URL), if any.
-func (r *RepositoryReconciler) chartCredentials(ctx context.Context, repo *sluicev1.Repository, chartURL string) (*chartrepo.Credentials, error) {
-	var best *sluicev1.ChartRepositoryCredentials
+// chartRepository is the spec.chartRepositories entry that applies to
+// chartURL for what has reports set: the longest URL that chartURL is or
+// lies below, among the entries setting it (credentials and verification
+// may come from entries of different lengths).
+func chartRepository(repo *sluicev1.Repository, chartURL string, has func(*sluicev1.ChartRepository) bool) *sluicev1.ChartRepository {
+	var best *sluicev1.ChartRepository
 	for i := range repo.Spec.ChartRepositories {
 		c := &repo.Spec.ChartRepositories[i]
-		if urlHasPrefix(chartURL, c.URL) && (best == nil || len(c.URL) > len(best.URL)) {
+		if has(c) && urlHasPrefix(chartURL, c.URL) && (best == nil || len(c.URL) > len(best.URL)) {
 			best = c
 		}
 	}
-	if best == nil {
-		return nil, nil
-	}
+	return best
+}
+
+// chartSecret reads the Secret name of repo's namespace for the chart
+// repository entry url; a missing Secret is a chartError.
+func (r *RepositoryReconciler) chartSecret(ctx context.Context, repo *sluicev1.Repository, url, name string) (*corev1.Secret, error) {
 	secret := &corev1.Secret{}
-	key := types.NamespacedName{Namespace: repo.Namespace, Name: best.SecretRef.Name}
+	key := types.NamespacedName{Namespace: repo.Namespace, Name: name}
 	if err := r.APIReader.Get(ctx, key, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, &chartError{msg: fmt.Sprintf("chart repository %s: secret %q not found", best.URL, key.Name)}
+			return nil, &chartError{msg: fmt.Sprintf("chart repository %s: secret %q not found", url, key.Name)}
 		}
 		return nil, fmt.Errorf("read secret %q: %w", key.Name, err)
 	}
+	return secret, nil
+}
+
+// chartCredentials reads the credentials the Repository names for
+// chartURL (the longest matching spec.chartRepositories URL with a
+// secretRef), if any.
+func (r *RepositoryReconciler) chartCredentials(ctx context.Context, repo *sluicev1.Repository, chartURL string) (*chartrepo.Credentials, error) {
+	best := chartRepository(repo, chartURL, func(c *sluicev1.ChartRepository) bool { return c.SecretRef != nil && c.SecretRef.Name != "" })
+	if best == nil {
+		return nil, nil
+	}
+	secret, err := r.chartSecret(ctx, repo, best.URL, best.SecretRef.Name)
+	if err != nil {
+		return nil, err
+	}
 	user, pass := string(secret.Data["username"]), string(secret.Data["password"])
 	if pass == "" {
-		return nil, &chartError{msg: fmt.Sprintf("chart repository %s: secret %q has no password", best.URL, key.Name)}
+		return nil, &chartError{msg: fmt.Sprintf("chart repository %s: secret %q has no password", best.URL, best.SecretRef.Name)}
 	}
 	return &chartrepo.Credentials{Username: user, Password: pass}, nil
 }
+
+// chartVerification reads the signature the Repository asks charts from
+// chartURL to carry (the longest matching spec.chartRepositories URL with
+// a verify) and its keys, if any. A Secret without usable keys is a
+// chartError naming the Secret and key, never their content.
+func (r *RepositoryReconciler) chartVerification(ctx context.Context, repo *sluicev1.Repository, chartURL string) (*chartrepo.Verification, error) {
+	best := chartRepository(repo, chartURL, func(c *sluicev1.ChartRepository) bool { return c.Verify != nil })
+	if best == nil {
+		return nil, nil
+	}
+	name := best.Verify.SecretRef.Name
+	secret, err := r.chartSecret(ctx, repo, best.URL, name)
+	if err != nil {
+		return nil, err
+	}
+	switch best.Verify.Provider {
+	case sluicev1.ChartSignatureProvenance:
+		ring := secret.Data[ChartKeyringKey]
+		if len(ring) == 0 {
+			return nil, &chartError{msg: fmt.Sprintf("chart repository %s: secret %q has no %q (an OpenPGP public keyring) to verify provenance with", best.URL, name, ChartKeyringKey)}
+		}
+		return &chartrepo.Verification{Provider: chartrepo.Provenance, Keyring: ring}, nil
+	case sluicev1.ChartSignatureCosign:
+		var keys [][]byte
+		for _, k := range slices.Sorted(maps.Keys(secret.Data)) {
+			if strings.HasSuffix(k, ".pub") && len(secret.Data[k]) > 0 {
+				keys = append(keys, secret.Data[k])
+			}
+		}
+		if len(keys) == 0 {
+			return nil, &chartError{msg: fmt.Sprintf("chart repository %s: secret %q has no public key (a key ending in .pub) to verify cosign signatures with", best.URL, name)}
+		}
+		return &chartrepo.Verification{Provider: chartrepo.Cosign, PublicKeys: keys}, nil
+	}
+	return nil, &chartError{msg: fmt.Sprintf("chart repository %s: verify.provider %q must be provenance or cosign", best.URL, best.Verify.Provider)}
+}
+
+// ChartKeyringKey is the key of a verify Secret holding the OpenPGP
+// public keyring provenance files are verified with.
+const ChartKeyringKey = "keyring"
 
 // urlHasPrefix reports whether u is prefix or below it (at a "/").
 func urlHasPrefix(u, prefix string) bool {
@@ -209,21 +316,51 @@ func chartTree(tree string, c *chartrepo.Chart) string {
 // added, and the input paths with that folder; a repository holding that
 // folder itself is refused, so the content's chart is always the fetched one.
 func withChart(fsys fs.FS, inputs []string, c *chartrepo.Chart) (fs.FS, []string, error) {
-	if c == nil {
+	return withFetched(fsys, inputs, c, nil)
+}
+
+// withFetched is withChart with the fetched Kustomize remote bases added
+// too (under manifest.RemoteBasesDir).
+func withFetched(fsys fs.FS, inputs []string, c *chartrepo.Chart, bases []fetchedBase) (fs.FS, []string, error) {
+	if c == nil && len(bases) == 0 {
 		return fsys, inputs, nil
 	}
-	if _, err := fs.Stat(fsys, sources.RemoteChartDir); err == nil {
-		return nil, nil, fmt.Errorf("the repository holds %s, a folder Sluice keeps for fetched charts", sources.RemoteChartDir)
-	}
-	files, err := sources.RemoteChartFiles(c)
-	if err != nil {
-		return nil, nil, err
-	}
 	extra := fstest.MapFS{}
-	for name, data := range files {
-		extra[name] = &fstest.MapFile{Data: data, Mode: 0o644}
+	inputs = append([]string{}, inputs...)
+	if c != nil {
+		if _, err := fs.Stat(fsys, sources.RemoteChartDir); err == nil {
+			return nil, nil, fmt.Errorf("the repository holds %s, a folder Sluice keeps for fetched charts", sources.RemoteChartDir)
+		}
+		files, err := sources.RemoteChartFiles(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		for name, data := range files {
+			extra[name] = &fstest.MapFile{Data: data, Mode: 0o644}
+		}
+		inputs = append(inputs, sources.RemoteChartDir)
 	}
-	return overlayFS{base: fsys, extra: extra, root: strings.SplitN(sources.RemoteChartDir, "/", 2)[0]}, append(append([]string{}, inputs...), sources.RemoteChartDir), nil
+	if len(bases) > 0 {
+		if err := refuseRemoteBasesDir(fsys); err != nil {
+			return nil, nil, err
+		}
+		files, roots := remoteBaseFiles(bases)
+		for name, data := range files {
+			extra[name] = &fstest.MapFile{Data: data, Mode: 0o644}
+		}
+		inputs = append(inputs, roots...)
+	}
+	return overlayFS{base: fsys, extra: extra, root: strings.SplitN(sources.RemoteChartDir, "/", 2)[0]}, inputs, nil
+}
+
+// refuseRemoteBasesDir refuses a repository holding the folder Sluice
+// keeps fetched Kustomize remote bases in: an overlay would build files
+// the pusher wrote as if they were a pinned commit of another repository.
+func refuseRemoteBasesDir(fsys fs.FS) error {
+	if _, err := fs.Stat(fsys, manifest.RemoteBasesDir); err == nil {
+		return fmt.Errorf("the repository holds %s, a folder Sluice keeps for fetched remote bases", manifest.RemoteBasesDir)
+	}
+	return nil
 }
 
 // overlayFS serves paths under root from extra, the rest from base.

@@ -114,7 +114,7 @@ func withChartCredentials(t *testing.T, ns, url, user, pass string) func(*sluice
 		Data:       map[string][]byte{"username": []byte(user), "password": []byte(pass)},
 	}))
 	return func(r *sluicev1.Repository) {
-		r.Spec.ChartRepositories = []sluicev1.ChartRepositoryCredentials{{URL: url, SecretRef: sluicev1.LocalObjectReference{Name: "charts"}}}
+		r.Spec.ChartRepositories = []sluicev1.ChartRepository{{URL: url, SecretRef: &sluicev1.LocalObjectReference{Name: "charts"}}}
 	}
 }
 

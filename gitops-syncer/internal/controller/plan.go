@@ -94,7 +94,11 @@ func (run *planRun) storeArtifact() error {
 	if err != nil {
 		return err
 	}
-	fsys, inputs, err := withChart(fsys, plan.inputs, plan.chart)
+	err = refuseRemoteBasesDir(fsys)
+	inputs := plan.inputs
+	if err == nil {
+		fsys, inputs, err = withFetched(fsys, plan.inputs, plan.chart, plan.bases)
+	}
 	var art *artifact.Artifact
 	if err == nil {
 		art, err = artifact.Build(fsys, inputs)

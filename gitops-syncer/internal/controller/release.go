@@ -170,6 +170,15 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 	}
 	tree = chartTree(tree, remote)
 	chartSource(src, remote)
+	// Remote bases are pinned to a commit the overlay names (an input),
+	// so they change the tree only with a push; they are fetched for the
+	// artifact when the release changed.
+	var bases []fetchedBase
+	if len(in.RemoteBases) > 0 && !(existing != nil && metav1.IsControlledBy(existing, p.repo) && existing.Status.LastSyncedTree == tree && replanRequested(existing) == "") {
+		if bases, err = p.r.remoteBases(ctx, p.repo, in.RemoteBases); err != nil {
+			return p.chartUnavailable(ctx, want.Name, existing, err)
+		}
+	}
 	// The tree covers everything the release reads, its view of the
 	// manifest included: the same tree is the same change.
 	if existing != nil && metav1.IsControlledBy(existing, p.repo) && existing.Status.LastSyncedTree == tree && replanRequested(existing) == "" {
@@ -198,6 +207,7 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 		pushes:    p.pushes,
 		previews:  p.previews,
 		chart:     remote,
+		bases:     bases,
 
 		changes:     p.changesOf(rel.Name),
 		changesRead: true,

@@ -10,7 +10,9 @@
 // Verify checks both. Everything read from a repository is bounded while
 // it streams (index, manifest, chart), and every request ends at the
 // Options' timeout. Credentials are sent only to the repository's host and
-// never appear in an error.
+// never appear in an error. VerifySignature (verify.go) checks a fetched
+// chart's provenance file or cosign signature where a Repository asks for
+// one.
 //
 // Exported API:
 //
@@ -27,7 +29,10 @@
 //	func Pull(ctx context.Context, ref Ref, opts Options) (*Chart, error)
 //	func Verify(digest string, tgz, ociManifest []byte) error
 //	func Load(tgz []byte, maxUnpacked int64) (*chart.Chart, error)
-//	var ErrNoMatch, ErrDigestMismatch, ErrTooLarge, ErrUnsafeArchive, ErrUnauthorized, ErrNotFound, ErrForbiddenAddress
+//	type Provider string; const Provenance, Cosign Provider
+//	type Verification struct{ Provider Provider; Keyring []byte; PublicKeys [][]byte }
+//	func VerifySignature(ctx context.Context, c *Chart, v *Verification, opts Options) error
+//	var ErrNoMatch, ErrDigestMismatch, ErrTooLarge, ErrUnsafeArchive, ErrUnauthorized, ErrNotFound, ErrForbiddenAddress, ErrSignature
 package chartrepo
 
 import (

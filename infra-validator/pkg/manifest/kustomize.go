@@ -51,7 +51,9 @@ func kustomizationFile(repoRoot, dir string) (string, error) {
 // covered paths. It is also the build's guard: it refuses, as an *Error
 // naming the kustomization file and line, a path that is absolute, leaves
 // the repository (with "..", or through a symlink) or does not exist, a
-// remote base (git or http URL), Helm chart inflation (helmCharts,
+// remote base (git or http URL) not pinned to a commit or not fetched into
+// RemoteBasesDir (remote.go; a fetched one is walked, confined to its own
+// tree), Helm chart inflation (helmCharts,
 // helmGlobals, HelmChartInflationGenerator) and exec or container KRM
 // functions in generators, transformers and validators. With an error it
 // still returns what it could walk.
@@ -73,6 +75,7 @@ type kwalk struct {
 	seen     map[string]bool
 	inputs   []string
 	problems []Problem
+	remotes  []RemoteBaseRef
 }
 
 func (w *kwalk) fail(at Problem, format string, args ...any) {
@@ -274,7 +277,7 @@ func (w *kwalk) ref(dir string, e *yaml.Node, at Problem, dirOK, fileOK bool) (s
 		w.fail(at, "empty path")
 		return "", false
 	case looksRemote(s):
-		w.fail(at, "remote base %q is refused: Sluice builds overlays from the repository only (remote bases are not fetched; a Repository may allow them in a later version)", s)
+		w.remote(dir, s, at, dirOK)
 		return "", false
 	case strings.HasPrefix(s, "/") || (len(s) >= 2 && s[1] == ':'):
 		w.fail(at, "absolute path %q is refused: paths stay inside the repository", s)
@@ -286,6 +289,16 @@ func (w *kwalk) ref(dir string, e *yaml.Node, at Problem, dirOK, fileOK bool) (s
 	target := path.Clean(path.Join(dir, s))
 	if target == ".." || strings.HasPrefix(target, "../") {
 		w.fail(at, "path %q: %v", s, ErrOutsideRepo)
+		return "", false
+	}
+	// A fetched remote base stays inside its own tree, and the
+	// repository's own files never name a fetched tree directly.
+	if r := remoteRoot(dir); r != remoteRoot(target) {
+		if r != "" {
+			w.fail(at, "path %q leaves its remote base", s)
+		} else {
+			w.fail(at, "path %q: %s is where Sluice keeps fetched remote bases; name the remote base by its URL", s, RemoteBasesDir)
+		}
 		return "", false
 	}
 	abs, err := ConfinedPath(w.repoRoot, target)
@@ -320,6 +333,57 @@ func (w *kwalk) ref(dir string, e *yaml.Node, at Problem, dirOK, fileOK bool) (s
 		return target, true
 	}
 	return "", false
+}
+
+// remote checks a remote base entry s of the kustomization in dir: it
+// must be a base (dirOK), pinned to a commit (ParseRemoteBase), not named
+// by a remote base itself, and fetched into the content (the syncer
+// fetches only those the Repository allows); the fetched folder is then
+// walked like any base.
+func (w *kwalk) remote(dir, s string, at Problem, dirOK bool) {
+	if !dirOK {
+		w.fail(at, "remote %q is refused: only resources, bases and components may name a remote base", s)
+		return
+	}
+	if remoteRoot(dir) != "" {
+		w.fail(at, "remote base %q is refused: a remote base's own remote bases are not fetched", s)
+		return
+	}
+	rb, err := ParseRemoteBase(s)
+	if err != nil {
+		w.fail(at, "remote base %q is refused: %v", s, err)
+		return
+	}
+	w.remotes = append(w.remotes, RemoteBaseRef{RemoteBase: rb, At: at})
+	if _, err := ConfinedPath(w.repoRoot, rb.Root()); err != nil {
+		w.fail(at, "remote base %q is refused: it is not fetched (the Repository does not allow remote bases from %s: spec.kustomizeRemoteBases)", s, rb.Repo)
+		return
+	}
+	w.visit(rb.Target(), at)
+}
+
+// remoteRoot is the fetched remote base tree p lies in, or "".
+func remoteRoot(p string) string {
+	rest, ok := strings.CutPrefix(p, RemoteBasesDir+"/")
+	if !ok {
+		return ""
+	}
+	key, _, _ := strings.Cut(rest, "/")
+	return RemoteBasesDir + "/" + key
+}
+
+// KustomizeRemoteBases lists the remote bases the overlay in dir names
+// (with where), walking what it can: what the syncer must fetch before
+// the overlay builds. Nested remote bases are not listed (they are
+// refused).
+func KustomizeRemoteBases(repoRoot, dir string) []RemoteBaseRef {
+	dir, err := cleanDir(dir)
+	if err != nil {
+		return nil
+	}
+	w := &kwalk{repoRoot: repoRoot, seen: map[string]bool{}}
+	w.visit(dir, Problem{File: dir})
+	return w.remotes
 }
 
 // plugin refuses a generator, transformer or validator config that runs

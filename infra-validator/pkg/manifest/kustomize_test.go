@@ -15,7 +15,6 @@ func TestParse_environmentSources(t *testing.T) {
 		{"both", "environments:\n  - name: a\n    namespace: a\n    kustomize: {path: k}\n    manifests: {path: m}\n", "not both"},
 		{"values with kustomize", "environments:\n  - name: a\n    namespace: a\n    values: [v.yaml]\n    kustomize: {path: k}\n", "values files go with a chart"},
 		{"path out", "environments:\n  - name: a\n    namespace: a\n    kustomize: {path: ../k}\n", "must not contain '..'"},
-		{"argocd delivery", "environments:\n  - name: a\n    namespace: a\n    delivery: argocd\n    kustomize: {path: k}\n", "not supported yet"},
 		{"bad glob", "environments:\n  - name: a\n    namespace: a\n    manifests: {path: m, exclude: ['[']}\n", "relative glob"},
 		{"unknown field", "environments:\n  - name: a\n    namespace: a\n    manifests: {path: m, recursive: true}\n", "recursive"},
 	}
@@ -33,6 +32,28 @@ func TestParse_environmentSources(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("want %q, got %v", tt.want, err)
+			}
+		})
+	}
+}
+
+// Argo CD delivers every source through the Sluice plugin, which renders
+// what the validator rendered from the approved artifact.
+func TestParse_argoCDDeliversEverySource(t *testing.T) {
+	const head = "apiVersion: sluice.dev/v1alpha1\nkind: Service\nname: shop\n"
+	for name, body := range map[string]string{
+		"a kustomize overlay":   "environments:\n  - name: a\n    namespace: a\n    delivery: argocd\n    kustomize: {path: k}\n",
+		"a manifests folder":    "environments:\n  - name: a\n    namespace: a\n    delivery: argocd\n    manifests: {path: m}\n",
+		"a repository chart":    "chart: {repo: oci://registry.example/charts, name: x, version: ~1.0}\nenvironments:\n  - name: a\n    namespace: a\n    delivery: argocd\n",
+		"a chart of the folder": "chart: {path: charts/x}\nenvironments:\n  - name: a\n    namespace: a\n    delivery: argocd\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			svc, err := Parse([]byte(head+body), "service.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if svc.Environments[0].Delivery != DeliveryArgoCD {
+				t.Fatalf("delivery %q", svc.Environments[0].Delivery)
 			}
 		})
 	}

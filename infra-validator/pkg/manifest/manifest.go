@@ -477,9 +477,6 @@ func (s *Service) validate() []Problem {
 			}
 		}
 		s.validateSource(e, p, add)
-		if e.Kustomize == nil && e.Manifests == nil && s.Chart.Repo != "" && e.Delivery == DeliveryArgoCD {
-			add(p+".delivery", "environment %q: delivery argocd of a chart from a chart repository is not supported yet; use delivery helm", e.Name)
-		}
 		switch e.Delivery {
 		case "", DeliveryHelm, DeliveryArgoCD:
 		default:
@@ -535,9 +532,6 @@ func (s *Service) validateSource(e *Environment, p string, add func(string, stri
 	}
 	if len(e.Values) > 0 {
 		add(p+".values", "environment %q: values files go with a chart, not with kustomize or manifests", e.Name)
-	}
-	if e.Delivery == DeliveryArgoCD {
-		add(p+".delivery", "environment %q: delivery argocd of a kustomize overlay or manifests folder is not supported yet; use delivery helm", e.Name)
 	}
 	if k := e.Kustomize; k != nil {
 		if err := checkRelPath(k.Path); err != nil {

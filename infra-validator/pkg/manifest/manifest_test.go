@@ -73,7 +73,6 @@ func TestParse_rejectsBadManifestsWithFileAndLine(t *testing.T) {
 		{"a chart repo over plain http", strings.Replace(base, "chart: {path: charts/service}", "chart: {repo: http://charts.example.com, name: x, version: 1.0.0}", 1), "https:// or oci://", 5},
 		{"a chart repo URL with credentials", strings.Replace(base, "chart: {path: charts/service}", "chart: {repo: https://u:p@charts.example.com, name: x, version: 1.0.0}", 1), "credentials", 5},
 		{"a chart version that is no version or range", strings.Replace(base, "chart: {path: charts/service}", "chart: {repo: https://charts.example.com, name: x, version: latest-please}", 1), "must be a version or a semver range", 5},
-		{"argocd delivery of a chart from a chart repository", strings.Replace(base, "chart: {path: charts/service}", "chart: {repo: oci://registry.example/charts, name: x, version: ~1.0}", 1), "delivery argocd of a chart from a chart repository is not supported yet", 19},
 		{"a wrong apiVersion", strings.Replace(base, "sluice.dev/v1alpha1", "sluice.dev/v2", 1), "apiVersion must be", 1},
 		{"a wrong kind", strings.Replace(base, "kind: Service", "kind: Deployment", 1), "kind must be", 2},
 		{"a workspace with a slash", strings.Replace(base, "workspace: staging", "workspace: a/b", 1), "workspace", 12},

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -151,7 +152,12 @@ func (c confinedFS) ReadFile(p string) ([]byte, error) {
 	if fi.Size() > maxFileSize {
 		return nil, fmt.Errorf("%s is larger than %d bytes", c.rel(p), maxFileSize)
 	}
-	return c.disk.ReadFile(p)
+	data, err := c.disk.ReadFile(p)
+	if err != nil || !slices.Contains(manifest.KustomizationFiles, filepath.Base(p)) {
+		return data, err
+	}
+	// A remote base is read from its fetched folder, never the network.
+	return manifest.RewriteRemoteBases(data, c.rel(filepath.Dir(p)))
 }
 
 func (c confinedFS) Walk(p string, walkFn filepath.WalkFunc) error {

@@ -95,14 +95,16 @@ type RepositorySpec struct {
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 
-	// ChartRepositories are the credentials for the chart repositories
-	// (https:// Helm repositories, oci:// registries) its services' charts
-	// come from, as Flux's HelmRepository secretRef: the Secret's username
-	// and password keys. A service folder never carries credentials.
+	// ChartRepositories say how to reach, and whether to verify, the
+	// chart repositories (https:// Helm repositories, oci:// registries)
+	// its services' charts come from: credentials as Flux's
+	// HelmRepository secretRef (the Secret's username and password keys),
+	// and a signature every chart from there must carry. A service folder
+	// never carries credentials or keys.
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	// +optional
-	ChartRepositories []ChartRepositoryCredentials `json:"chartRepositories,omitempty"`
+	ChartRepositories []ChartRepository `json:"chartRepositories,omitempty"`
 
 	// WebhookSecretRef names a Secret whose "token" key signs webhooks.
 	// +optional
@@ -126,6 +128,19 @@ type RepositorySpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	ServiceAccountName string `json:"serviceAccountName"`
+
+	// KustomizeRemoteBases are the git repositories (https://, ssh:// or
+	// file:// URLs, or prefixes of several at a "/") whose commits the
+	// overlays of this repository may use as remote bases. A remote base
+	// must be pinned (<URL>//<folder>?ref=<40 hex>); the syncer fetches it
+	// at that commit into the artifact, so its content is approved with the
+	// rest. Empty (the default) refuses every remote base.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=2048
+	// +kubebuilder:validation:items:Pattern=`^(https|ssh|file)://[^?#]+$`
+	// +listType=set
+	// +optional
+	KustomizeRemoteBases []string `json:"kustomizeRemoteBases,omitempty"`
 
 	// AllowedExtraNamespaces are glob patterns (as targetNamespaces) of the
 	// namespaces, besides a release's own target namespace, that its rendered
@@ -318,14 +333,51 @@ func init() {
 	SchemeBuilder.Register(&Repository{}, &RepositoryList{})
 }
 
-// ChartRepositoryCredentials names the Secret (keys username and password)
-// whose credentials go with requests to the chart repositories whose URL
-// starts with URL.
-type ChartRepositoryCredentials struct {
+// ChartRepository is what the Repository says about the chart
+// repositories whose URL starts with URL (the longest matching URL
+// applies): the credentials that go with requests to them, and the
+// signature their charts must carry before they enter an artifact.
+// +kubebuilder:validation:XValidation:rule="has(self.secretRef) || has(self.verify)",message="a chart repository entry needs secretRef, verify or both"
+// +kubebuilder:validation:XValidation:rule="!has(self.verify) || self.verify.provider != 'cosign' || self.url.startsWith('oci://')",message="cosign verifies charts from oci:// registries only; use provider provenance for a Helm repository"
+type ChartRepository struct {
 	// URL is a chart repository URL or a prefix of several.
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^(https|oci)://[^@]+$`
 	URL string `json:"url"`
-	// SecretRef names the Secret in the Repository's namespace.
+	// SecretRef names the Secret in the Repository's namespace holding
+	// the username and password keys.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+	// Verify, when set, makes every chart from these repositories prove
+	// its origin before it is used: a chart with no signature, or one no
+	// key of the Secret verifies, proposes nothing for its service.
+	// +optional
+	Verify *ChartVerification `json:"verify,omitempty"`
+}
+
+// ChartSignatureProvider is how a chart's signature is verified.
+// +kubebuilder:validation:Enum=provenance;cosign
+type ChartSignatureProvider string
+
+const (
+	// ChartSignatureProvenance verifies Helm's provenance file: the
+	// chart's .prov beside it in a Helm repository (or its provenance
+	// layer in an OCI registry), an OpenPGP clear-signature naming the
+	// chart archive's sha256, by a key of the Secret's "keyring" (an
+	// OpenPGP public keyring, binary or armored).
+	ChartSignatureProvenance ChartSignatureProvider = "provenance"
+	// ChartSignatureCosign verifies a cosign signature of the chart's OCI
+	// manifest (the sha256-<hex>.sig tag of its repository) by one of the
+	// Secret's public keys (PEM, every key ending in ".pub").
+	ChartSignatureCosign ChartSignatureProvider = "cosign"
+)
+
+// ChartVerification names the signature charts must carry and the keys
+// that may make it.
+type ChartVerification struct {
+	// Provider is provenance (Helm's .prov) or cosign (oci:// only).
+	Provider ChartSignatureProvider `json:"provider"`
+	// SecretRef names the Secret in the Repository's namespace holding the
+	// keys: "keyring" for provenance, "*.pub" for cosign.
 	SecretRef LocalObjectReference `json:"secretRef"`
 }

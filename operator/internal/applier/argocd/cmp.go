@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
-	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/approved"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
 )
 
@@ -157,23 +157,33 @@ func (p *CMP) approvedChange(ctx context.Context, ns, name, rev string) (*sluice
 	return cr, nil
 }
 
-// renderApproved renders the chart of the verified content dir exactly as
-// the validator did (helmcheck.Render: same values, release name,
-// namespace and Kubernetes version) and returns the manifests and hooks
-// only if they hash to the change's manifestDigest.
+// renderApproved renders what the change approved from the verified
+// content dir exactly as the validator did: the chart and values files
+// package approved loads (a chart folder, a chart a chart repository
+// served, fetched into the artifact and checked against the change's chart
+// digest, or the chart generated from a Kustomize overlay or a manifests
+// folder; the Helm applier loads the same), rendered by helmcheck.Render
+// with the same release name, namespace and Kubernetes version. It returns
+// the manifests and hooks only if they hash to the change's
+// manifestDigest. Nothing is fetched from a chart repository.
 func renderApproved(ctx context.Context, dir string, cr *sluicev1.ChangeRequest, kubeVersion string) (string, error) {
 	if !sluicev1.ValidDigest(string(cr.Spec.ManifestDigest)) {
 		return "", errors.New("the change records no manifestDigest, so nothing can be checked against it")
 	}
-	chartPath, values, err := inputsOf(dir, cr)
+	src := cr.Spec.Source
+	if src == nil {
+		return "", errors.New("the change records no source, so its service folder is unknown")
+	}
+	in, err := approved.Load(dir, cr, src, sluicev1.DeliveryArgoCD)
 	if err != nil {
 		return "", err
 	}
 	res, err := helmcheck.Render(ctx, helmcheck.Options{
-		Chart: chartPath, ValuesFiles: values, ReleaseName: cr.Spec.Release, Namespace: cr.Spec.TargetNamespace, KubeVersion: kubeVersion,
+		Loaded: in.Chart, Generated: in.Generated, ValuesFiles: in.ValuesFiles,
+		ReleaseName: cr.Spec.Release, Namespace: cr.Spec.TargetNamespace, KubeVersion: kubeVersion,
 	})
 	if err != nil {
-		return "", err
+		return "", errors.New(approved.ScrubPath(err, dir))
 	}
 	if res.ManifestDigest == "" {
 		return "", fmt.Errorf("the approved chart does not render: %v", res.Findings)
@@ -188,49 +198,6 @@ func renderApproved(ctx context.Context, dir string, cr *sluicev1.ChangeRequest,
 		}
 	}
 	return res.Rendered, nil
-}
-
-// inputsOf reads the service manifest of the change's source (its service
-// folder and environment, never the Release's spec) from the verified
-// content and returns the chart folder and values files of that
-// environment.
-func inputsOf(dir string, cr *sluicev1.ChangeRequest) (string, []string, error) {
-	src := cr.Spec.Source
-	if src == nil {
-		return "", nil, errors.New("the change records no source, so its service folder is unknown")
-	}
-	svc, err := manifest.Load(dir, string(src.Path))
-	if err != nil {
-		return "", nil, fmt.Errorf("the approved content: %w", err)
-	}
-	env, ok := svc.Environment(string(src.Environment))
-	if !ok {
-		return "", nil, fmt.Errorf("the approved content: service %q has no environment %q", svc.Name, src.Environment)
-	}
-	if env.Namespace != cr.Spec.TargetNamespace {
-		return "", nil, fmt.Errorf("the approved content: environment %q deploys to namespace %q, the change says %q", env.Name, env.Namespace, cr.Spec.TargetNamespace)
-	}
-	chartDir := svc.ChartDir()
-	if chartDir == "" {
-		return "", nil, errors.New("the approved content: the chart comes from a chart repository; Argo CD delivery needs a chart folder in the repository")
-	}
-	chartPath, err := manifest.ConfinedPath(dir, chartDir)
-	if err != nil {
-		return "", nil, fmt.Errorf("the approved content: chart folder: %w", err)
-	}
-	files, err := svc.ValuesFiles(env.Name)
-	if err != nil {
-		return "", nil, fmt.Errorf("the approved content: %w", err)
-	}
-	abs := make([]string, 0, len(files))
-	for _, f := range files {
-		p, err := manifest.ConfinedPath(dir, f)
-		if err != nil {
-			return "", nil, fmt.Errorf("the approved content: values file: %w", err)
-		}
-		abs = append(abs, p)
-	}
-	return chartPath, abs, nil
 }
 
 // RunCMP is `operator argocd-cmp generate [flags]`, the command of the

@@ -17,7 +17,8 @@
 //     later push rewrites) from the verified content, and check the service
 //     manifest there agrees with the change; a Kustomize overlay or a
 //     manifests folder is built into the same generated chart the
-//     validator rendered (infra-validator/pkg/sources);
+//     validator rendered (infra-validator/pkg/sources); this step is
+//     package approved, shared with the Argo CD plugin;
 //  5. recover a release an earlier attempt left behind (pending-*, or never
 //     deployed): uninstall it when nothing was ever deployed, otherwise mark
 //     the interrupted revision failed and upgrade over it;
@@ -34,8 +35,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -51,10 +50,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
-	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
-	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/applier/approved"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact"
 	"github.com/sluice-gitops/sluice/operator/internal/impersonate"
 )
@@ -478,141 +476,16 @@ func result(ns string, r *release.Release, what string) applier.Result {
 }
 
 // loadInputs loads the chart and the merged values the approved change
-// names (its spec.source: service folder, environment, chart folder,
-// values files), from the verified content only, and checks that the
-// service manifest in that content agrees with the change.
+// names from the verified content only (approved.Load: the same inputs
+// the Argo CD plugin renders) and merges the values as the validator does.
 func loadInputs(dir string, cr *sluicev1.ChangeRequest, src *sluicev1.ChangeSource) (*chart.Chart, map[string]any, error) {
-	invalid := func(format string, args ...any) error {
-		return applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved content: "+format, args...)
-	}
-	svc, err := manifest.Load(dir, string(src.Path))
+	in, err := approved.Load(dir, cr, src, sluicev1.DeliveryHelm)
 	if err != nil {
-		return nil, nil, invalid("%v", err)
+		return nil, nil, err
 	}
-	env, ok := svc.Environment(string(src.Environment))
-	if !ok {
-		return nil, nil, invalid("service %q has no environment %q", svc.Name, src.Environment)
-	}
-	if env.Namespace != cr.Spec.TargetNamespace {
-		return nil, nil, invalid("environment %q deploys to namespace %q, the change says %q", env.Name, env.Namespace, cr.Spec.TargetNamespace)
-	}
-	if env.Delivery != "" && string(env.Delivery) != string(sluicev1.DeliveryHelm) {
-		return nil, nil, invalid("environment %q is delivered by %q, not helm", env.Name, env.Delivery)
-	}
-	if src.Chart.Generated() {
-		return generatedInputs(dir, svc, env, src)
-	}
-	chartDir := string(src.Chart.Path)
-	var remote *chart.Chart
-	if chartDir == "" {
-		ch, err := remoteChart(dir, svc, src.Chart)
-		if err != nil {
-			return nil, nil, err
-		}
-		remote = ch
-	} else if d := svc.ChartDir(); d != chartDir {
-		return nil, nil, invalid("chart %q differs from the change's %q", d, chartDir)
-	}
-	values := make([]string, 0, len(src.Values))
-	for _, v := range src.Values {
-		values = append(values, string(v))
-	}
-	if want := slices.Concat(svc.Values, env.Values); !slices.Equal(values, want) {
-		return nil, nil, invalid("values files %v differ from the change's %v", want, values)
-	}
-	// The change's values files, resolved against its service folder as
-	// the validator resolved them.
-	files, err := svc.ValuesFiles(env.Name)
+	vals, err := in.Values(dir)
 	if err != nil {
-		return nil, nil, invalid("%v", err)
+		return nil, nil, err
 	}
-
-	// Load and merge exactly as the validator does (helmcheck), from the
-	// verified content only.
-	ch := remote
-	if ch == nil {
-		chartPath, err := manifest.ConfinedPath(dir, chartDir)
-		if err != nil {
-			return nil, nil, invalid("chart folder: %v", err)
-		}
-		if ch, err = helmcheck.LoadChart(chartPath); err != nil {
-			return nil, nil, invalid("chart %s: %v", chartDir, scrubPath(err, dir))
-		}
-	}
-	abs := make([]string, 0, len(files))
-	for _, f := range files {
-		p, err := manifest.ConfinedPath(dir, f)
-		if err != nil {
-			return nil, nil, invalid("values file: %v", err)
-		}
-		abs = append(abs, p)
-	}
-	vals, err := helmcheck.MergeValues(abs)
-	if err != nil {
-		return nil, nil, invalid("values: %v", scrubPath(err, dir))
-	}
-	return ch, vals, nil
-}
-
-// remoteChart loads the chart the approved change took from a chart
-// repository: the bytes the syncer put in the verified artifact
-// (sources.RemoteChartDir), which must be the change's repository, chart,
-// exact version and digest, and hash to that digest. It never fetches:
-// a tag moved or bytes changed in the repository since the approval
-// change nothing that is installed.
-func remoteChart(dir string, svc *manifest.Service, want sluicev1.ChartSource) (*chart.Chart, error) {
-	if want.Repo == "" || want.Digest == "" {
-		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved change names no chart folder and no chart repository with a digest")
-	}
-	if svc.Chart.Repo != want.Repo || svc.Chart.Name != want.Name {
-		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved content: chart %s from %s differs from the change's %s from %s", svc.Chart.Name, svc.Chart.Repo, want.Name, want.Repo)
-	}
-	ch, got, err := sources.RemoteChart(dir, svc)
-	if err != nil {
-		return nil, applier.Permanent(sluicev1.ReasonChartMismatch, "the approved content: %v", scrubPath(err, dir))
-	}
-	if got.Version != want.Version || sluicev1.Digest(got.Digest) != want.Digest {
-		return nil, applier.Permanent(sluicev1.ReasonChartMismatch, "the approved content holds chart %s %s (%s), the change approved %s (%s)", got.Name, got.Version, got.Digest, want.Version, want.Digest)
-	}
-	return ch, nil
-}
-
-// generatedInputs builds the chart the validator generated for an
-// environment deploying a Kustomize overlay or a manifests folder, with the
-// same function (sources.EnvironmentChart), from the verified content, after
-// checking that the manifest there names the change's overlay or folder.
-func generatedInputs(dir string, svc *manifest.Service, env *manifest.Environment, src *sluicev1.ChangeSource) (*chart.Chart, map[string]any, error) {
-	invalid := func(format string, args ...any) error {
-		return applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved content: "+format, args...)
-	}
-	switch {
-	case src.Chart.Kustomize != nil:
-		if d := svc.KustomizeDir(env.Name); d != string(src.Chart.Kustomize.Path) {
-			return nil, nil, invalid("kustomize overlay %q differs from the change's %q", d, src.Chart.Kustomize.Path)
-		}
-	case src.Chart.Manifests != nil:
-		m := src.Chart.Manifests
-		if env.Manifests == nil || svc.ManifestsDir(env.Name) != string(m.Path) || env.Manifests.Recurse != m.Recurse ||
-			!slices.Equal(env.Manifests.Include, m.Include) || !slices.Equal(env.Manifests.Exclude, m.Exclude) {
-			return nil, nil, invalid("the manifests folder of environment %q differs from the change's %q", env.Name, m.Path)
-		}
-	}
-	if len(src.Values) > 0 {
-		return nil, nil, invalid("values files %v go with a chart, not with a generated one", src.Values)
-	}
-	ch, err := sources.EnvironmentChart(dir, svc, env.Name)
-	if err != nil {
-		return nil, nil, invalid("%v", scrubPath(err, dir))
-	}
-	return ch, map[string]any{}, nil
-}
-
-// scrubPath removes the private extraction folder from an error message, so
-// it names repository paths only.
-func scrubPath(err error, dir string) string {
-	msg := err.Error()
-	if real, rerr := filepath.EvalSymlinks(dir); rerr == nil {
-		msg = strings.ReplaceAll(msg, real+"/", "")
-	}
-	return strings.ReplaceAll(msg, dir+"/", "")
+	return in.Chart, vals, nil
 }

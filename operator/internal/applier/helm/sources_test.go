@@ -112,3 +112,39 @@ func TestApply_anOverlayBuildingOtherThanTheApprovedDigestInstallsNothing(t *tes
 	appliertest.RequireFailure(t, err, sluicev1.ReasonManifestMismatch)
 	f.requireNothingInstalled()
 }
+
+// TestApply_anOverlayWithAFetchedRemoteBaseIsInstalledFromTheArtifact: the
+// remote base the syncer fetched into the artifact (.sluice/remote) is what
+// the Helm applier builds; nothing is cloned at apply.
+func TestApply_anOverlayWithAFetchedRemoteBaseIsInstalledFromTheArtifact(t *testing.T) {
+	f := newFixture(t)
+	const commit = "0123456789abcdef0123456789abcdef01234567"
+	url := "https://git.example/platform/bases.git//web?ref=" + commit
+	rb, err := manifest.ParseRemoteBase(url)
+	require.NoError(t, err)
+	files := f.overlayTree("hello")
+	files["services/web/overlays/staging/kustomization.yaml"] = []byte("resources:\n  - " + url + "\nnamePrefix: staging-\n")
+	files[rb.Target()+"/kustomization.yaml"] = []byte("resources: [cm.yaml]\n")
+	files[rb.Target()+"/cm.yaml"] = []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: remote\ndata:\n  from: the-pinned-commit\n")
+	tb := artifacttest.Tarball(files)
+	gz := artifacttest.Gzip(tb)
+	rev := appliertest.RandomSHA()
+	cr := &sluicev1.ChangeRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(f.release.Name, rev, 1), Namespace: f.ctl},
+		Spec: sluicev1.ChangeRequestSpec{
+			Release: f.release.Name, Revision: rev, Attempt: 1, TargetNamespace: f.target, Delivery: sluicev1.DeliveryHelm,
+			Source: &sluicev1.ChangeSource{Service: "web", Environment: "staging", Path: "services/web",
+				Chart: sluicev1.ChartSource{Kustomize: &sluicev1.KustomizeSource{Path: "services/web/overlays/staging"}}},
+			Artifact:       sluicev1.ArtifactReference{URL: server.Put(f.ctl+"/"+rev+".tar.gz", gz), SHA256: sluicev1.SHA256Digest(gz)},
+			ContentDigest:  sluicev1.SHA256Digest(tb),
+			ManifestDigest: generatedDigest(t, files, f.release.Name, f.target),
+			Verdict:        sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow},
+		},
+	}
+	cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+	_, err = f.apply(cr)
+	require.NoError(t, err)
+	var cm corev1.ConfigMap
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.target, Name: "staging-remote"}, &cm))
+	require.Equal(t, "the-pinned-commit", cm.Data["from"])
+}
