@@ -16,6 +16,7 @@ import (
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/eventrec"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 )
 
@@ -98,6 +99,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := IndexFields(ctx, mgr); err != nil {
 		return err
 	}
+	// Events go through the operator's own bounded recorder, not the
+	// manager's, which holds each Event for minutes (see eventrec).
+	events, err := eventrec.ForManager(mgr)
+	if err != nil {
+		return err
+	}
 	copts := controller.Options{MaxConcurrentReconciles: max(opts.Concurrency, 1)}
 	if opts.SkipNameValidation {
 		copts.SkipNameValidation = &opts.SkipNameValidation
@@ -105,7 +112,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	cr := &ChangeRequestReconciler{
 		Client:            mgr.GetClient(),
 		APIReader:         mgr.GetAPIReader(),
-		Recorder:          mgr.GetEventRecorder("sluice-changerequest"),
+		Recorder:          events.GetEventRecorder("sluice-changerequest"),
 		Appliers:          opts.Appliers,
 		Metrics:           opts.Metrics,
 		LockRetryInterval: opts.LockRetryInterval,
@@ -118,7 +125,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	rel := &ReleaseReconciler{
 		Client:              mgr.GetClient(),
 		APIReader:           mgr.GetAPIReader(),
-		Recorder:            mgr.GetEventRecorder("sluice-release"),
+		Recorder:            events.GetEventRecorder("sluice-release"),
 		Appliers:            opts.Appliers,
 		KeepChangeRequests:  opts.KeepChangeRequests,
 		ApprovalGracePeriod: opts.ApprovalGracePeriod,
