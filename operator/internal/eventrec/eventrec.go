@@ -163,7 +163,10 @@ func (p *Provider) send(ctx context.Context, ev *eventsv1.Event) {
 		_, isStatus := err.(apierrors.APIStatus)
 		refused := isStatus && !apierrors.IsTooManyRequests(err) && !apierrors.IsServerTimeout(err) &&
 			!apierrors.IsTimeout(err) && !apierrors.IsServiceUnavailable(err) && !apierrors.IsInternalError(err)
-		if refused || try >= tries || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return // shutting down: nothing to report to
+		}
+		if refused || try >= tries {
 			dropped.Inc()
 			p.log.Error(err, "Event not recorded", "regarding", ev.Regarding.Kind+"/"+ev.Regarding.Namespace+"/"+ev.Regarding.Name, "reason", ev.Reason)
 			return
