@@ -86,6 +86,13 @@ func IndexFields(ctx context.Context, mgr ctrl.Manager) error {
 			return []string{o.(*sluicev1.Approval).Spec.Release}
 		}},
 		{&sluicev1.Release{}, IndexReleaseTarget, releaseTargets},
+		// The gate's reads by target namespace (gateinput), from a cache.
+		{&sluicev1.Release{}, sluicev1.FieldTargetNamespace, func(o client.Object) []string {
+			return []string{o.(*sluicev1.Release).Spec.TargetNamespace}
+		}},
+		{&sluicev1.Release{}, sluicev1.FieldAppliedTargetNamespace, func(o client.Object) []string {
+			return []string{o.(*sluicev1.Release).Status.AppliedTargetNamespace}
+		}},
 	} {
 		if err := idx.IndexField(ctx, spec.obj, spec.field, spec.fn); err != nil {
 			return fmt.Errorf("index %T by %s: %w", spec.obj, spec.field, err)
