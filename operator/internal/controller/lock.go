@@ -269,7 +269,7 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 			approvals = append(approvals, a)
 		}
 	}
-	s.release = rel
+	s.release, s.locked = rel, rel
 	d := r.decide(s, in, approvals)
 	if !d.Passed {
 		reason, msg := sluicev1.ReasonGateFailedAtHandOff, "the gate no longer passed at the hand-off: "+d.Message
