@@ -16,7 +16,8 @@
 #    wait, reconcile) went (SLUICE_BENCH_SHARD_RELEASES,
 #    SLUICE_BENCH_SHARD_PER_NAMESPACE; each Release deploys to its own
 #    namespace, SLUICE_BENCH_SHARD_SHARED_TARGET=1 sends all to one;
-#    SLUICE_BENCH_OPERATOR_BIN runs a binary built from another commit);
+#    SLUICE_BENCH_OPERATOR_BIN runs a binary built from another commit;
+#    SLUICE_BENCH_SHARD_PROFILES=<dir> writes each process's heap profile);
 #  - the pure gate's cost per decision (Go benchmark);
 #  - a live compliance pass over 10,000 objects vs conftest test over the
 #    same objects (Go benchmark).

@@ -2,8 +2,10 @@ package controller
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -29,6 +31,27 @@ type benchOperator struct {
 	shard   string
 	cmd     *exec.Cmd
 	metrics string
+	// pprof is the process's pprof address ("0": none).
+	pprof string
+}
+
+// heapProfile writes the process's heap profile, after a GC, into dir
+// (SLUICE_BENCH_SHARD_PROFILES): what its heap holds.
+func (o *benchOperator) heapProfile(t *testing.T, dir, name string) {
+	if dir == "" || o.pprof == "0" {
+		return
+	}
+	resp, err := http.Get("http://" + o.pprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Logf("heap profile of %q: %v", o.shard, err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(filepath.Join(dir, name))
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	require.NoError(t, err)
 }
 
 // metric sums the samples of the named metric on the process's /metrics,
@@ -151,9 +174,12 @@ func freeLocalAddr(t *testing.T) string {
 // gate and the lock (no compliance, drift, Terraform or Argo CD).
 func startBenchOperator(t *testing.T, bin, kubeconfig, shard string, nss []string) *benchOperator {
 	t.Helper()
-	o := &benchOperator{shard: shard, metrics: freeLocalAddr(t)}
+	o := &benchOperator{shard: shard, metrics: freeLocalAddr(t), pprof: "0"}
+	if os.Getenv("SLUICE_BENCH_SHARD_PROFILES") != "" {
+		o.pprof = freeLocalAddr(t)
+	}
 	o.cmd = exec.Command(bin, "--shard="+shard, "--namespaces="+strings.Join(nss, ","), "--test-applier=helm",
-		"--metrics-bind-address="+o.metrics, "--health-probe-bind-address=0", "--pprof-bind-address=0",
+		"--metrics-bind-address="+o.metrics, "--health-probe-bind-address=0", "--pprof-bind-address="+o.pprof,
 		"--leader-elect=false", "--compliance=false", "--drift=false", "--terraform-apply=false", "--argocd-apply=false",
 		"--concurrency=4", "--zap-log-level=error")
 	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
@@ -285,6 +311,7 @@ func runShardBench(t *testing.T, bin, kubeconfig string, total, perNS int, shard
 			run.startup[key] += v
 		}
 		benchLine("shards: process %q: %s", key, o.breakdown(t, startup[key]))
+		o.heapProfile(t, os.Getenv("SLUICE_BENCH_SHARD_PROFILES"), fmt.Sprintf("heap-%d-%s.pprof", len(keys), cmp.Or(key, "unsharded")))
 		o.stop()
 	}
 	// Leave the API server as it was for the next run: the namespaces go.
