@@ -286,8 +286,11 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 	}
 	var all sluicev1.ApprovalList
 	// Only this shard's Approvals: the Release and its change are this
-	// shard's, and the syncer moves a Release's Approvals with it.
-	if err := r.APIReader.List(ctx, &all, client.InNamespace(s.cr.Namespace), client.MatchingLabelsSelector{Selector: sluicev1.ShardSelector(r.Shard)}); err != nil {
+	// shard's, and the syncer moves a Release's Approvals with it. Only
+	// those of this digest (a selectable field of the Approval CRD, so
+	// the API server selects them, not every Approval of the namespace).
+	if err := r.APIReader.List(ctx, &all, client.InNamespace(s.cr.Namespace), client.MatchingLabelsSelector{Selector: sluicev1.ShardSelector(r.Shard)},
+		client.MatchingFields{IndexApprovalDigest: string(fresh.Spec.ApprovalDigest)}); err != nil {
 		return reconcile.Failure(fmt.Errorf("re-read Approvals at hand-off: %w", err))
 	}
 	var approvals []sluicev1.Approval
