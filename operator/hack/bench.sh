@@ -17,7 +17,9 @@
 #    SLUICE_BENCH_SHARD_PER_NAMESPACE; each Release deploys to its own
 #    namespace, SLUICE_BENCH_SHARD_SHARED_TARGET=1 sends all to one;
 #    SLUICE_BENCH_OPERATOR_BIN runs a binary built from another commit;
-#    SLUICE_BENCH_SHARD_PROFILES=<dir> writes each process's heap profile);
+#    SLUICE_BENCH_SHARD_PROFILES=<dir> writes each process's heap profile;
+#    the operators watch every namespace, as the chart deploys them;
+#    SLUICE_BENCH_SHARD_NAMESPACED=1 passes --namespaces as before);
 #  - the pure gate's cost per decision (Go benchmark);
 #  - a live compliance pass over 10,000 objects vs conftest test over the
 #    same objects (Go benchmark).

@@ -178,10 +178,16 @@ func startBenchOperator(t *testing.T, bin, kubeconfig, shard string, nss []strin
 	if os.Getenv("SLUICE_BENCH_SHARD_PROFILES") != "" {
 		o.pprof = freeLocalAddr(t)
 	}
-	o.cmd = exec.Command(bin, "--shard="+shard, "--namespaces="+strings.Join(nss, ","), "--test-applier=helm",
+	args := []string{"--shard=" + shard}
+	if os.Getenv("SLUICE_BENCH_SHARD_NAMESPACED") != "" {
+		// One informer per namespace and kind, each with its own
+		// buffers: a fixed heap that grows with the namespaces.
+		args = append(args, "--namespaces="+strings.Join(nss, ","))
+	}
+	o.cmd = exec.Command(bin, append(args, "--test-applier=helm",
 		"--metrics-bind-address="+o.metrics, "--health-probe-bind-address=0", "--pprof-bind-address="+o.pprof,
 		"--leader-elect=false", "--compliance=false", "--drift=false", "--terraform-apply=false", "--argocd-apply=false",
-		"--concurrency=4", "--zap-log-level=error")
+		"--concurrency=4", "--zap-log-level=error")...)
 	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	o.cmd.Stdout, o.cmd.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, o.cmd.Start())
