@@ -11,15 +11,23 @@
 #  - sharding (issue 24): 10,000 Releases, each with one auto-approved
 #    change, to terminal on one unsharded operator and on four shard
 #    operators, each an operator binary in its own process, in the same run:
-#    the time ratio, each process's heap and API requests per change
-#    (SLUICE_BENCH_SHARD_RELEASES, SLUICE_BENCH_SHARD_PER_NAMESPACE);
+#    the time ratio, each process's heap and API requests per change, and
+#    per process where its requests (by method and code) and time (queue
+#    wait, reconcile) went (SLUICE_BENCH_SHARD_RELEASES,
+#    SLUICE_BENCH_SHARD_PER_NAMESPACE; each Release deploys to its own
+#    namespace, SLUICE_BENCH_SHARD_SHARED_TARGET=1 sends all to one;
+#    SLUICE_BENCH_OPERATOR_BIN runs a binary built from another commit;
+#    SLUICE_BENCH_SHARD_PROFILES=<dir> writes each process's heap profile;
+#    the operators watch every namespace, as the chart deploys them;
+#    SLUICE_BENCH_SHARD_NAMESPACED=1 passes --namespaces as before);
 #  - the pure gate's cost per decision (Go benchmark);
 #  - a live compliance pass over 10,000 objects vs conftest test over the
 #    same objects (Go benchmark).
 #  - a verification pass over 100 releases with 3 checks each against a real
 #    Prometheus (make prometheus): CPU per pass and Prometheus requests per pass.
 # Knobs: SLUICE_BENCH_RELEASES, SLUICE_BENCH_PER_RELEASE, SLUICE_BENCH_CACHED,
-# SLUICE_BENCH_SHARD_RELEASES, SLUICE_BENCH_SHARD_PER_NAMESPACE;
+# SLUICE_BENCH_SHARD_RELEASES, SLUICE_BENCH_SHARD_PER_NAMESPACE,
+# SLUICE_BENCH_SHARD_SHARED_TARGET, SLUICE_BENCH_OPERATOR_BIN;
 # SLUICE_BENCH_APISERVER_PROFILE=<file> writes a CPU profile of kube-apiserver
 # over the first SLUICE_BENCH_APISERVER_PROFILE_SECONDS (20) of the run.
 # BENCH_SMOKE=1 (make bench-smoke) runs one short iteration of each (a few

@@ -115,6 +115,7 @@ type ApprovalSpec struct {
 // +kubebuilder:printcolumn:name="Change",type=string,JSONPath=`.spec.changeRequest`,priority=1
 // +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.spec.approvalDigest`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:selectablefield:JSONPath=`.spec.approvalDigest`
 type Approval struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -326,6 +326,17 @@ type ReleaseStatus struct {
 	History []ReleaseHistoryEntry `json:"history,omitempty"`
 }
 
+// Field selectors on Releases (selectable fields of the CRD, and indexes of
+// the same names in the operator's cache): the gate reads only the
+// Releases that target, or last applied to, a change's target namespace.
+const (
+	// FieldTargetNamespace selects Releases by spec.targetNamespace.
+	FieldTargetNamespace = "spec.targetNamespace"
+	// FieldAppliedTargetNamespace selects Releases by
+	// status.appliedTargetNamespace.
+	FieldAppliedTargetNamespace = "status.appliedTargetNamespace"
+)
+
 // Release is one service in one environment.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -337,6 +348,8 @@ type ReleaseStatus struct {
 // +kubebuilder:printcolumn:name="Current",type=string,JSONPath=`.status.currentChange`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:selectablefield:JSONPath=`.spec.targetNamespace`
+// +kubebuilder:selectablefield:JSONPath=`.status.appliedTargetNamespace`
 type Release struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -71,6 +71,14 @@ func (r *ChangeRequestReconciler) reconcileCurrentCopy(ctx context.Context, s *c
 // (taking it over from a holder that ended or is gone), on the Release as
 // the API server has it, which the applier is then given.
 func (r *ChangeRequestReconciler) reconcileApplyLock(ctx context.Context, s *changeScope) reconcile.Result {
+	if rel := s.locked; rel != nil && rel.Status.CurrentChange == s.cr.Name {
+		// This reconcile's hand-off read the Release from the API
+		// server (or took the lock with a write that returned it) just
+		// before it stored Applying; only a live holder's own hand-back
+		// frees the lock, so it is still held.
+		s.release = rel
+		return reconcile.Next()
+	}
 	rel, held, holder, err := r.acquireLock(ctx, s.cr, true)
 	if apierrors.IsConflict(err) {
 		// Another writer touched the Release between read and write:

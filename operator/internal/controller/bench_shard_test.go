@@ -2,13 +2,16 @@ package controller
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,6 +31,27 @@ type benchOperator struct {
 	shard   string
 	cmd     *exec.Cmd
 	metrics string
+	// pprof is the process's pprof address ("0": none).
+	pprof string
+}
+
+// heapProfile writes the process's heap profile, after a GC, into dir
+// (SLUICE_BENCH_SHARD_PROFILES): what its heap holds.
+func (o *benchOperator) heapProfile(t *testing.T, dir, name string) {
+	if dir == "" || o.pprof == "0" {
+		return
+	}
+	resp, err := http.Get("http://" + o.pprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Logf("heap profile of %q: %v", o.shard, err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(filepath.Join(dir, name))
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	require.NoError(t, err)
 }
 
 // metric sums the samples of the named metric on the process's /metrics,
@@ -64,6 +88,51 @@ func (o *benchOperator) metric(t *testing.T, name string, match func(labels stri
 		}
 	}
 	return sum
+}
+
+// byLabel sums the named metric's samples by the value of one label.
+func (o *benchOperator) byLabel(t *testing.T, name, label string) map[string]float64 {
+	out := map[string]float64{}
+	o.metric(t, name, func(labels string) bool {
+		for _, l := range strings.Split(labels, ",") {
+			if k, v, _ := strings.Cut(l, "="); k == label {
+				v = strings.Trim(v, `"`)
+				out[v] += o.sample(t, name, labels)
+			}
+		}
+		return false
+	})
+	return out
+}
+
+// sample is the value of the one sample of name with exactly labels.
+func (o *benchOperator) sample(t *testing.T, name, labels string) float64 {
+	return o.metric(t, name, func(l string) bool { return l == labels })
+}
+
+// breakdown says where a process's time and requests went: requests by
+// method (and how many before the first change) and by response code,
+// reconciles by controller and result, the work queues' mean wait and
+// work.
+func (o *benchOperator) breakdown(t *testing.T, startup map[string]float64) string {
+	var parts []string
+	reqs := o.byLabel(t, "rest_client_requests_total", "method")
+	var methods []string
+	for m, v := range reqs {
+		methods = append(methods, fmt.Sprintf("%s %.0f (start-up %.0f)", m, v, startup[m]))
+	}
+	slices.Sort(methods)
+	parts = append(parts, "requests "+strings.Join(methods, ", "))
+	parts = append(parts, fmt.Sprintf("by code %v", o.byLabel(t, "rest_client_requests_total", "code")))
+	rec := o.byLabel(t, "controller_runtime_reconcile_total", "result")
+	parts = append(parts, fmt.Sprintf("reconciles %v", rec))
+	for _, q := range []string{"changerequest", "release"} {
+		is := func(labels string) bool { return strings.Contains(labels, `name="`+q+`"`) }
+		wait := o.metric(t, "workqueue_queue_duration_seconds_sum", is) / max(o.metric(t, "workqueue_queue_duration_seconds_count", is), 1)
+		work := o.metric(t, "workqueue_work_duration_seconds_sum", is) / max(o.metric(t, "workqueue_work_duration_seconds_count", is), 1)
+		parts = append(parts, fmt.Sprintf("%s queue wait %.0f ms, work %.0f ms (%.0f items)", q, wait*1000, work*1000, o.metric(t, "workqueue_work_duration_seconds_count", is)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // terminal counts the changes the process's sluice_changerequests gauge
@@ -105,11 +174,20 @@ func freeLocalAddr(t *testing.T) string {
 // gate and the lock (no compliance, drift, Terraform or Argo CD).
 func startBenchOperator(t *testing.T, bin, kubeconfig, shard string, nss []string) *benchOperator {
 	t.Helper()
-	o := &benchOperator{shard: shard, metrics: freeLocalAddr(t)}
-	o.cmd = exec.Command(bin, "--shard="+shard, "--namespaces="+strings.Join(nss, ","), "--test-applier=helm",
-		"--metrics-bind-address="+o.metrics, "--health-probe-bind-address=0", "--pprof-bind-address=0",
+	o := &benchOperator{shard: shard, metrics: freeLocalAddr(t), pprof: "0"}
+	if os.Getenv("SLUICE_BENCH_SHARD_PROFILES") != "" {
+		o.pprof = freeLocalAddr(t)
+	}
+	args := []string{"--shard=" + shard}
+	if os.Getenv("SLUICE_BENCH_SHARD_NAMESPACED") != "" {
+		// One informer per namespace and kind, each with its own
+		// buffers: a fixed heap that grows with the namespaces.
+		args = append(args, "--namespaces="+strings.Join(nss, ","))
+	}
+	o.cmd = exec.Command(bin, append(args, "--test-applier=helm",
+		"--metrics-bind-address="+o.metrics, "--health-probe-bind-address=0", "--pprof-bind-address="+o.pprof,
 		"--leader-elect=false", "--compliance=false", "--drift=false", "--terraform-apply=false", "--argocd-apply=false",
-		"--concurrency=4", "--zap-log-level=error")
+		"--concurrency=4", "--zap-log-level=error")...)
 	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	o.cmd.Stdout, o.cmd.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, o.cmd.Start())
@@ -127,8 +205,11 @@ func (o *benchOperator) stop() {
 
 // shardBenchObjects makes, per namespace, one Repository and perNS
 // Releases each with one auto-approved change; the namespaces are spread
-// over shards (none when shards is empty).
-func shardBenchObjects(nss []string, perNS int, shards []string) (repos, rels, changes []client.Object) {
+// over shards (none when shards is empty). Each Release deploys to its own
+// target namespace (svcNNNNN-prod, the service-environment layout), or,
+// with sharedTarget, all to one (checkout-prod: every change new to a
+// namespace then weighs every Release of its control namespace).
+func shardBenchObjects(nss []string, perNS int, shards []string, sharedTarget bool) (repos, rels, changes []client.Object) {
 	rule := sluicev1.ApprovalRule{AutoApproveRisk: sluicev1.AutoApproveLow}
 	keys := shards
 	if len(keys) == 0 {
@@ -149,11 +230,15 @@ func shardBenchObjects(nss []string, perNS int, shards []string) (repos, rels, c
 		for i := range perNS {
 			n++
 			name := fmt.Sprintf("svc%05d-prod", i)
+			target := name
+			if sharedTarget {
+				target = "checkout-prod"
+			}
 			rel := &sluicev1.Release{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 				Spec: sluicev1.ReleaseSpec{
 					Repository: "infra" + key, Service: fmt.Sprintf("svc%05d", i), Environment: "prod", Delivery: sluicev1.DeliveryHelm,
-					SourcePath: "services/x", TargetNamespace: "checkout-prod", Chart: sluicev1.ChartSource{Path: "charts/service"}, Rule: rule,
+					SourcePath: "services/x", TargetNamespace: target, Chart: sluicev1.ChartSource{Path: "charts/service"}, Rule: rule,
 				},
 			}
 			sluicev1.SetShard(rel, key)
@@ -162,7 +247,7 @@ func shardBenchObjects(nss []string, perNS int, shards []string) (repos, rels, c
 			cr := &sluicev1.ChangeRequest{
 				ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(name, rev, 1), Namespace: ns, Labels: map[string]string{sluicev1.LabelRelease: name}},
 				Spec: sluicev1.ChangeRequestSpec{
-					Release: name, Revision: rev, TargetNamespace: "checkout-prod", Delivery: sluicev1.DeliveryHelm,
+					Release: name, Revision: rev, TargetNamespace: target, Delivery: sluicev1.DeliveryHelm,
 					Artifact:      sluicev1.ArtifactReference{URL: "http://syncer/a.tar.gz", SHA256: sluicev1.SHA256Digest([]byte(rev))},
 					ContentDigest: sluicev1.SHA256Digest([]byte("content" + rev)),
 					Verdict:       sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow},
@@ -182,6 +267,8 @@ type shardRun struct {
 	took     time.Duration
 	heap     map[string]float64
 	requests map[string]float64
+	// startup is each process's requests before the first change.
+	startup map[string]float64
 }
 
 // runShardBench creates the objects for shards (none: one unsharded
@@ -193,7 +280,7 @@ func runShardBench(t *testing.T, bin, kubeconfig string, total, perNS int, shard
 	for i := 0; i*perNS < total; i++ {
 		nss = append(nss, env.Namespace(t, "bench-shard-"))
 	}
-	repos, rels, changes := shardBenchObjects(nss, perNS, shards)
+	repos, rels, changes := shardBenchObjects(nss, perNS, shards, os.Getenv("SLUICE_BENCH_SHARD_SHARED_TARGET") != "")
 	keys := shards
 	if len(keys) == 0 {
 		keys = []string{""}
@@ -204,6 +291,10 @@ func runShardBench(t *testing.T, bin, kubeconfig string, total, perNS int, shard
 	}
 	createAll(t, repos)
 	createAll(t, rels)
+	startup := map[string]map[string]float64{}
+	for key, o := range ops {
+		startup[key] = o.byLabel(t, "rest_client_requests_total", "method")
+	}
 	start := time.Now()
 	createAll(t, changes)
 	want := float64(len(changes))
@@ -218,10 +309,15 @@ func runShardBench(t *testing.T, bin, kubeconfig string, total, perNS int, shard
 		require.Less(t, time.Since(start), 60*time.Minute, "changes never finished: %v of %v terminal", done, want)
 		time.Sleep(time.Second)
 	}
-	run := shardRun{took: time.Since(start), heap: map[string]float64{}, requests: map[string]float64{}}
+	run := shardRun{took: time.Since(start), heap: map[string]float64{}, requests: map[string]float64{}, startup: map[string]float64{}}
 	for key, o := range ops {
 		run.heap[key] = o.heap(t)
 		run.requests[key] = o.metric(t, "rest_client_requests_total", nil)
+		for _, v := range startup[key] {
+			run.startup[key] += v
+		}
+		benchLine("shards: process %q: %s", key, o.breakdown(t, startup[key]))
+		o.heapProfile(t, os.Getenv("SLUICE_BENCH_SHARD_PROFILES"), fmt.Sprintf("heap-%d-%s.pprof", len(keys), cmp.Or(key, "unsharded")))
 		o.stop()
 	}
 	// Leave the API server as it was for the next run: the namespaces go.
@@ -242,10 +338,15 @@ func TestBench_shardsVersusOneOperator(t *testing.T) {
 	}
 	total, perNS := envInt("SLUICE_BENCH_SHARD_RELEASES", 10000), envInt("SLUICE_BENCH_SHARD_PER_NAMESPACE", 250)
 	shards := []string{"s0", "s1", "s2", "s3"}
-	bin := filepath.Join(t.TempDir(), "operator")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/operator")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	require.NoError(t, build.Run(), "build the operator")
+	// SLUICE_BENCH_OPERATOR_BIN runs a binary built before (another
+	// commit's, to compare two versions of the code on one machine).
+	bin := os.Getenv("SLUICE_BENCH_OPERATOR_BIN")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "operator")
+		build := exec.Command("go", "build", "-o", bin, "../../cmd/operator")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		require.NoError(t, build.Run(), "build the operator")
+	}
 	kubeconfig, err := env.AdminKubeconfig("bench-operator")
 	require.NoError(t, err)
 
@@ -253,7 +354,11 @@ func TestBench_shardsVersusOneOperator(t *testing.T) {
 	four := runShardBench(t, bin, kubeconfig, total, perNS, shards)
 
 	perChange := func(r float64) float64 { return r / float64(total) }
-	benchLine("shards: %d Releases with one auto-approved change each (%d per namespace), record-only applier, each operator its own process", total, perNS)
+	layout := "each Release its own target namespace"
+	if os.Getenv("SLUICE_BENCH_SHARD_SHARED_TARGET") != "" {
+		layout = "all Releases one target namespace"
+	}
+	benchLine("shards: %d Releases with one auto-approved change each (%d per namespace, %s), record-only applier, each operator its own process", total, perNS, layout)
 	benchLine("shards: one unsharded operator: all terminal in %.1fs; heap %.1f MiB; API requests %.0f = %.2f per change",
 		one.took.Seconds(), one.heap[""], one.requests[""], perChange(one.requests[""]))
 	var reqs, maxHeap float64

@@ -129,6 +129,21 @@ func rssKiB() string {
 	return "n/a"
 }
 
+// queued is the items in every controller's work queue (workqueue_depth).
+func queued(t *testing.T) float64 {
+	families, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, mf := range families {
+		if mf.GetName() == "workqueue_depth" {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
 // heapMiB runs a GC and returns the live heap (the bytes of reachable
 // objects, MemStats.HeapAlloc) and the heap in use (whole spans,
 // HeapInuse, which also counts the free room in partly used spans and so
@@ -337,6 +352,18 @@ func TestBench_gateThroughputWritesAndMemory(t *testing.T) {
 	// The in-memory span exporter of the tests keeps every span; the
 	// operator's own exporter sends them away.
 	spans.Reset()
+	// Read the heap once the operator is idle (no work queued for two
+	// seconds): what a busy operator allocates while the GC runs would
+	// count as held.
+	idle := 0
+	require.Eventually(t, func() bool {
+		if queued(t) == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+		return idle >= 2
+	}, 5*time.Minute, time.Second, "the operator's work queues empty")
 	live, inUse := heapMiB()
 	writeHeapProfile(t, os.Getenv("SLUICE_BENCH_HEAP_PROFILE"))
 	benchLine("memory with %d ChangeRequests in the operator's cache after %d changes: live heap after GC %.1f MiB (%.1f MiB before the changes), heap in use %.1f MiB, process RSS %s (the test process: operator + test client)",

@@ -119,6 +119,11 @@ type changeScope struct {
 	// stored: cr is what the API server returned for this reconcile's
 	// own status write, so it is current without reading it again.
 	stored bool
+	// locked is the Release as this reconcile's hand-off read or wrote
+	// it from the API server, holding cr's lock, before that status write
+	// stored Applying: the apply that follows in the same reconcile needs
+	// not read it again.
+	locked *sluicev1.Release
 }
 
 // phaseChange is one phase entered, with the reason and message of the
@@ -147,9 +152,10 @@ func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	stored := false
+	var locked *sluicev1.Release
 	return reconcile.Loop(ctx, cr, func(ctx context.Context, cr *sluicev1.ChangeRequest) reconcile.Result {
-		res, wrote := r.pass(ctx, cr, stored)
-		stored = wrote
+		res, wrote, rel := r.pass(ctx, cr, stored, locked)
+		stored, locked = wrote, rel
 		return res
 	})
 }
@@ -158,17 +164,18 @@ func (r *ChangeRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 // the result and writes the status at most once, only when it changed;
 // observedGeneration and the Ready, Progressing and Stalled conditions
 // are summarised only after a pass without error. It reports whether a
-// Restart runs on the copy its own write returned.
-func (r *ChangeRequestReconciler) pass(ctx context.Context, cr *sluicev1.ChangeRequest, stored bool) (reconcile.Result, bool) {
+// Restart runs on the copy its own write returned, and then the Release
+// holding the change's lock as the hand-off left it (see changeScope.locked).
+func (r *ChangeRequestReconciler) pass(ctx context.Context, cr *sluicev1.ChangeRequest, stored bool, locked *sluicev1.Release) (reconcile.Result, bool, *sluicev1.Release) {
 	if cr.Status.Phase.IsTerminal() || !cr.DeletionTimestamp.IsZero() {
 		// Terminal phases never change; the Release reconciler takes
 		// the apply lock from a terminal holder.
-		return reconcile.Done(), false
+		return reconcile.Done(), false, nil
 	}
 	if sluicev1.ShardOf(cr) != r.Shard {
 		// Moved to another shard (a fresh copy at the hand-off, or the
 		// cache not yet caught up): that shard's operator decides it.
-		return reconcile.Done(), false
+		return reconcile.Done(), false, nil
 	}
 	s := &changeScope{
 		cr:      cr,
@@ -176,10 +183,13 @@ func (r *ChangeRequestReconciler) pass(ctx context.Context, cr *sluicev1.ChangeR
 		summary: reconcile.Summary{Conditions: &cr.Status.Conditions, ObservedGeneration: &cr.Status.ObservedGeneration, Generation: cr.Generation, MaxMessage: maxMessage},
 		stored:  stored,
 	}
+	if stored {
+		s.locked = locked
+	}
 	res := reconcile.RunSteps(ctx, s, r.stepsFor(cr))
 	if res.Is(reconcile.KindRestart) {
 		// Nothing of this pass is written.
-		return res, false
+		return res, false, nil
 	}
 	s.summarize(res)
 	entered := s.enteredApplying()
@@ -188,9 +198,9 @@ func (r *ChangeRequestReconciler) pass(ctx context.Context, cr *sluicev1.ChangeR
 	case apierrors.IsConflict(err) && s.applied:
 		// The applier may have acted in this pass: it is not called
 		// again in the same reconcile.
-		return reconcile.Requeue(reconcile.ConflictRetry), false
+		return reconcile.Requeue(reconcile.ConflictRetry), false, nil
 	case err != nil:
-		return reconcile.Settle(ctx, r.APIReader, cr, res, err), false
+		return reconcile.Settle(ctx, r.APIReader, cr, res, err), false, nil
 	case wrote:
 		r.recordWritten(s)
 	}
@@ -198,15 +208,15 @@ func (r *ChangeRequestReconciler) pass(ctx context.Context, cr *sluicev1.ChangeR
 		// Its status is written first, so the Release reconciler does
 		// not hand the lock straight back to it.
 		if err := r.handBackLock(ctx, cr); err != nil {
-			return reconcile.Failure(err), false
+			return reconcile.Failure(err), false, nil
 		}
 	}
 	if !res.Is(reconcile.KindFailure) && entered {
 		// Applying is stored: apply now, on the copy the API server
-		// returned for that write.
-		return reconcile.Restart(cr), true
+		// returned for that write, with the Release the hand-off read.
+		return reconcile.Restart(cr), true, s.locked
 	}
-	return res, false
+	return res, false, nil
 }
 
 // stepsFor is the ordered list of steps of one pass, chosen at the top by

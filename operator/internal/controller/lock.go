@@ -179,6 +179,33 @@ func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.
 	return rel, true, "", nil
 }
 
+// takeFreeLock is acquireLock without takeover for a change the cache
+// shows first in line for a free lock (mayTakeLock): it writes the lock on
+// the cached Release, with an optimistic-concurrency patch that only
+// succeeds when that copy is current, so the usual case needs no read
+// first; the write returns the Release as the API server now has it. Only
+// when the cache was behind does it read the Release and try again.
+func (r *ChangeRequestReconciler) takeFreeLock(ctx context.Context, s *changeScope) (*sluicev1.Release, bool, string, error) {
+	cached := s.release
+	if cached == nil || cached.Status.CurrentChange != "" || sluicev1.ShardOf(cached) != r.Shard {
+		return r.acquireLock(ctx, s.cr, false)
+	}
+	rel := cached.DeepCopy()
+	orig := cached.DeepCopy()
+	rel.Status.CurrentChange = s.cr.Name
+	err := r.Client.Status().Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner))
+	switch {
+	case err == nil:
+		log.FromContext(ctx).V(1).Info("Took the apply lock", "release", rel.Name)
+		return rel, true, "", nil
+	case apierrors.IsConflict(err):
+		// The cache was behind: decide on the Release as it is.
+		return r.acquireLock(ctx, s.cr, false)
+	default:
+		return nil, false, "", fmt.Errorf("take the apply lock of Release %s: %w", rel.Name, err)
+	}
+}
+
 // waitsForLock reports whether a cached change is approved and waiting for
 // its release's apply lock: Approved, not being deleted, not a preview,
 // and not stalled (a stalled change would hold up the line).
@@ -231,7 +258,7 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 	if !r.mayTakeLock(ctx, s) {
 		return s.waitForLock()
 	}
-	rel, held, _, err := r.acquireLock(ctx, s.cr, false)
+	rel, held, _, err := r.takeFreeLock(ctx, s)
 	if apierrors.IsConflict(err) || err == nil && !held {
 		// Another change or writer was first: wait in line.
 		return s.waitForLock()
@@ -259,8 +286,11 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 	}
 	var all sluicev1.ApprovalList
 	// Only this shard's Approvals: the Release and its change are this
-	// shard's, and the syncer moves a Release's Approvals with it.
-	if err := r.APIReader.List(ctx, &all, client.InNamespace(s.cr.Namespace), client.MatchingLabelsSelector{Selector: sluicev1.ShardSelector(r.Shard)}); err != nil {
+	// shard's, and the syncer moves a Release's Approvals with it. Only
+	// those of this digest (a selectable field of the Approval CRD, so
+	// the API server selects them, not every Approval of the namespace).
+	if err := r.APIReader.List(ctx, &all, client.InNamespace(s.cr.Namespace), client.MatchingLabelsSelector{Selector: sluicev1.ShardSelector(r.Shard)},
+		client.MatchingFields{IndexApprovalDigest: string(fresh.Spec.ApprovalDigest)}); err != nil {
 		return reconcile.Failure(fmt.Errorf("re-read Approvals at hand-off: %w", err))
 	}
 	var approvals []sluicev1.Approval
@@ -269,7 +299,7 @@ func (r *ChangeRequestReconciler) reconcileHandOff(ctx context.Context, s *chang
 			approvals = append(approvals, a)
 		}
 	}
-	s.release = rel
+	s.release, s.locked = rel, rel
 	d := r.decide(s, in, approvals)
 	if !d.Passed {
 		reason, msg := sluicev1.ReasonGateFailedAtHandOff, "the gate no longer passed at the hand-off: "+d.Message

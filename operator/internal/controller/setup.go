@@ -16,6 +16,7 @@ import (
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
+	"github.com/sluice-gitops/sluice/operator/internal/eventrec"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 )
 
@@ -85,6 +86,13 @@ func IndexFields(ctx context.Context, mgr ctrl.Manager) error {
 			return []string{o.(*sluicev1.Approval).Spec.Release}
 		}},
 		{&sluicev1.Release{}, IndexReleaseTarget, releaseTargets},
+		// The gate's reads by target namespace (gateinput), from a cache.
+		{&sluicev1.Release{}, sluicev1.FieldTargetNamespace, func(o client.Object) []string {
+			return []string{o.(*sluicev1.Release).Spec.TargetNamespace}
+		}},
+		{&sluicev1.Release{}, sluicev1.FieldAppliedTargetNamespace, func(o client.Object) []string {
+			return []string{o.(*sluicev1.Release).Status.AppliedTargetNamespace}
+		}},
 	} {
 		if err := idx.IndexField(ctx, spec.obj, spec.field, spec.fn); err != nil {
 			return fmt.Errorf("index %T by %s: %w", spec.obj, spec.field, err)
@@ -98,6 +106,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := IndexFields(ctx, mgr); err != nil {
 		return err
 	}
+	// Events go through the operator's own bounded recorder, not the
+	// manager's, which holds each Event for minutes (see eventrec).
+	events, err := eventrec.ForManager(mgr)
+	if err != nil {
+		return err
+	}
 	copts := controller.Options{MaxConcurrentReconciles: max(opts.Concurrency, 1)}
 	if opts.SkipNameValidation {
 		copts.SkipNameValidation = &opts.SkipNameValidation
@@ -105,7 +119,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	cr := &ChangeRequestReconciler{
 		Client:            mgr.GetClient(),
 		APIReader:         mgr.GetAPIReader(),
-		Recorder:          mgr.GetEventRecorder("sluice-changerequest"),
+		Recorder:          events.GetEventRecorder("sluice-changerequest"),
 		Appliers:          opts.Appliers,
 		Metrics:           opts.Metrics,
 		LockRetryInterval: opts.LockRetryInterval,
@@ -118,7 +132,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	rel := &ReleaseReconciler{
 		Client:              mgr.GetClient(),
 		APIReader:           mgr.GetAPIReader(),
-		Recorder:            mgr.GetEventRecorder("sluice-release"),
+		Recorder:            events.GetEventRecorder("sluice-release"),
 		Appliers:            opts.Appliers,
 		KeepChangeRequests:  opts.KeepChangeRequests,
 		ApprovalGracePeriod: opts.ApprovalGracePeriod,

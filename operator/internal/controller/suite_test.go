@@ -33,6 +33,7 @@ import (
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
+	"github.com/sluice-gitops/sluice/operator/internal/eventrec"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 	"github.com/sluice-gitops/sluice/operator/internal/testapplier"
 	"github.com/sluice-gitops/sluice/operator/internal/verify"
@@ -173,18 +174,20 @@ func startOperator(t testing.TB, ns string, cfg operatorConfig) *operator {
 		reg[sluicev1.DeliveryHelm] = cfg.applier
 	}
 	rec := metrics.New(mgr.GetCache())
+	events, err := eventrec.ForManager(mgr)
+	require.NoError(t, err)
 	relWC := &writeCounter{Client: wc}
 	op := &operator{
 		mgr:           mgr,
 		client:        wc,
 		releaseClient: relWC,
 		changes: &ChangeRequestReconciler{
-			Client: wc, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("sluice-changerequest"),
+			Client: wc, APIReader: mgr.GetAPIReader(), Recorder: events.GetEventRecorder("sluice-changerequest"),
 			Appliers: reg, Metrics: rec, BeforeHandOff: cfg.beforeHandOff, LockRetryInterval: cfg.lockRetry,
 			Measurer: cfg.measurer,
 		},
 		release: &ReleaseReconciler{
-			Client: relWC, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("sluice-release"),
+			Client: relWC, APIReader: mgr.GetAPIReader(), Recorder: events.GetEventRecorder("sluice-release"),
 			Appliers: reg, KeepChangeRequests: cfg.keep, ApprovalGracePeriod: cfg.grace,
 		},
 	}

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/sluice-gitops/sluice/operator/internal/eventrec"
 	"github.com/sluice-gitops/sluice/operator/internal/metrics"
 )
 
@@ -36,9 +37,13 @@ func Setup(mgr manager.Manager, o Options) error {
 	if err := m.Register(ctrlmetrics.Registry); err != nil {
 		return err
 	}
+	events, err := eventrec.ForManager(mgr)
+	if err != nil {
+		return err
+	}
 	r := &Reconciler{
 		Client:    mgr.GetClient(),
-		Recorder:  mgr.GetEventRecorder("sluice-drift"),
+		Recorder:  events.GetEventRecorder("sluice-drift"),
 		Helm:      &HelmChecker{Config: o.Config, Mapper: mgr.GetRESTMapper(), IgnoreManagers: o.IgnoreManagers},
 		Terraform: o.Terraform,
 		ArgoCD:    &ArgoCDChecker{Config: o.Config, Server: o.ArgoCDServer},

@@ -40,6 +40,35 @@ func LoadForDisplay(ctx context.Context, r client.Reader, cr *sluicev1.ChangeReq
 	return load(ctx, r, cr, rel, true)
 }
 
+// releasesAt reads the Releases of namespace that target, or last applied
+// to, target: the only other Releases the gate looks at (gate.Sources). The
+// API server (or the cache's indexes of the same names) selects them, so a
+// change does not read every Release of a busy namespace, once per pass.
+func releasesAt(ctx context.Context, r client.Reader, namespace, target string) ([]sluicev1.Release, error) {
+	if target == "" {
+		var all sluicev1.ReleaseList
+		if err := r.List(ctx, &all, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("list Releases in %s: %w", namespace, err)
+		}
+		return all.Items, nil
+	}
+	var out []sluicev1.Release
+	seen := map[string]bool{}
+	for _, field := range []string{sluicev1.FieldTargetNamespace, sluicev1.FieldAppliedTargetNamespace} {
+		var list sluicev1.ReleaseList
+		if err := r.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{field: target}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("list Releases in %s with %s=%s: %w", namespace, field, target, err)
+		}
+		for _, o := range list.Items {
+			if !seen[o.Name] {
+				seen[o.Name] = true
+				out = append(out, o)
+			}
+		}
+	}
+	return out, nil
+}
+
 func load(ctx context.Context, r client.Reader, cr *sluicev1.ChangeRequest, rel *sluicev1.Release, lenient bool) (gate.Inputs, []string, error) {
 	in := gate.Inputs{Release: rel}
 	var warnings []string
@@ -49,11 +78,11 @@ func load(ctx context.Context, r client.Reader, cr *sluicev1.ChangeRequest, rel 
 	}
 	in.Policies = policies.Items
 	if gate.NewToNamespace(rel, cr) {
-		var releases sluicev1.ReleaseList
-		if err := r.List(ctx, &releases, client.InNamespace(cr.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-			return in, nil, fmt.Errorf("list Releases in %s: %w", cr.Namespace, err)
+		releases, err := releasesAt(ctx, r, cr.Namespace, gate.TargetNamespace(rel, cr))
+		if err != nil {
+			return in, nil, err
 		}
-		in.Releases = releases.Items
+		in.Releases = releases
 	}
 	if target := gate.TargetNamespace(rel, cr); target != "" {
 		// Only the Namespace's labels are read (policies select by them):
