@@ -3,23 +3,18 @@ package preview_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/registry"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/controller"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo/chartrepotest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -28,11 +23,8 @@ import (
 // gets a preview rendered from the chart fetched by digest, recording the
 // resolved version and digest.
 func TestPullRequest_aServiceWithAChartFromARegistryGetsAPreviewOfTheResolvedChart(t *testing.T) {
-	srv := httptest.NewTLSServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
+	srv, push := chartrepotest.OCIRegistry(t)
 	host := strings.TrimPrefix(srv.URL, "https://")
-	push, err := registry.NewClient(registry.ClientOptHTTPClient(srv.Client()), registry.ClientOptCredentialsFile(filepath.Join(t.TempDir(), "config.json")))
-	require.NoError(t, err)
 	ch := &chart.Chart{
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "web", Version: "1.1.0", Type: "application"},
 		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(

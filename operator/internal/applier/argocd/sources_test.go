@@ -7,23 +7,17 @@ package argocd
 import (
 	"context"
 	"fmt"
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/registry"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo/chartrepotest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
@@ -127,33 +121,6 @@ func TestArgoCD_anOverlayBuildingOtherThanTheApprovedDigestSyncsNothing(t *testi
 	require.Nil(t, f.configMap("prod-greeting"), "nothing synced")
 }
 
-// packRemote packages chart "web" whose ConfigMap says marker.
-func packRemote(t testing.TB, version, marker string) []byte {
-	t.Helper()
-	ch := &chart.Chart{
-		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "web", Version: version, Type: "application"},
-		Values:   map[string]any{"greeting": "default"},
-		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
-			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-remote\ndata:\n  marker: " + marker + "\n  greeting: {{ .Values.greeting | quote }}\n")}},
-	}
-	p, err := chartutil.Save(ch, t.TempDir())
-	require.NoError(t, err)
-	b, err := os.ReadFile(p)
-	require.NoError(t, err)
-	return b
-}
-
-// ociRegistry is an in-memory OCI registry over TLS and Helm's client for
-// it.
-func ociRegistry(t *testing.T) (*httptest.Server, *registry.Client) {
-	srv := httptest.NewTLSServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	c, err := registry.NewClient(registry.ClientOptHTTPClient(srv.Client()),
-		registry.ClientOptCredentialsFile(filepath.Join(t.TempDir(), "config.json")))
-	require.NoError(t, err)
-	return srv, c
-}
-
 // remoteTree is the repository of a service whose chart comes from
 // repoURL (what git holds; the syncer adds the fetched chart to the
 // artifact).
@@ -200,10 +167,10 @@ func (f *fixture) remoteChange(repoURL string, c, approved *chartrepo.Chart) *sl
 
 func TestArgoCD_aChartFromAnOCIRegistryIsSyncedFromTheApprovedBytesWithTheRegistryGone(t *testing.T) {
 	f := newFixture(t, true)
-	srv, push := ociRegistry(t)
+	srv, push := chartrepotest.OCIRegistry(t)
 	host := strings.TrimPrefix(srv.URL, "https://")
 	repoURL := "oci://" + host + "/charts"
-	_, err := push.Push(packRemote(t, "1.1.0", "approved"), host+"/charts/web:1.1.0")
+	_, err := push.Push(chartrepotest.MarkedChart(t, "1.1.0", "approved"), host+"/charts/web:1.1.0")
 	require.NoError(t, err)
 	pulled, err := chartrepo.Pull(context.Background(), chartrepo.Ref{Repo: repoURL, Name: "web", Version: "~1.1"}, chartrepo.Options{HTTPClient: srv.Client()})
 	require.NoError(t, err)
@@ -212,7 +179,7 @@ func TestArgoCD_aChartFromAnOCIRegistryIsSyncedFromTheApprovedBytesWithTheRegist
 
 	// The tag moves, then the registry goes away: the plugin renders the
 	// approved bytes from the artifact and fetches nothing.
-	_, err = push.Push(packRemote(t, "1.1.0", "moved"), host+"/charts/web:1.1.0")
+	_, err = push.Push(chartrepotest.MarkedChart(t, "1.1.0", "moved"), host+"/charts/web:1.1.0")
 	require.NoError(t, err)
 	srv.Close()
 
@@ -231,7 +198,7 @@ func TestRenderApproved_refusesContentThatIsNotWhatWasApproved(t *testing.T) {
 	const ns = "web-prod"
 	repoURL := "https://charts.example/stable"
 	httpChart := func(marker string) *chartrepo.Chart {
-		tgz := packRemote(t, "1.1.0", marker)
+		tgz := chartrepotest.MarkedChart(t, "1.1.0", marker)
 		return &chartrepo.Chart{Resolved: chartrepo.Resolved{Repo: repoURL, Name: "web", Version: "1.1.0", Digest: chartrepo.Digest(tgz)}, TarGz: tgz}
 	}
 	good, evil := httpChart("approved"), httpChart("evil")

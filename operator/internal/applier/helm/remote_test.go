@@ -3,56 +3,24 @@ package helm
 import (
 	"context"
 	"fmt"
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/registry"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo/chartrepotest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 	"github.com/sluice-gitops/sluice/operator/internal/applier/appliertest"
 	"github.com/sluice-gitops/sluice/operator/internal/artifact/artifacttest"
 )
-
-// packRemote packages chart "web" whose ConfigMap says marker.
-func packRemote(t testing.TB, version, marker string) []byte {
-	t.Helper()
-	ch := &chart.Chart{
-		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "web", Version: version, Type: "application"},
-		Values:   map[string]any{"greeting": "default"},
-		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
-			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-remote\ndata:\n  marker: " + marker + "\n  greeting: {{ .Values.greeting | quote }}\n")}},
-	}
-	p, err := chartutil.Save(ch, t.TempDir())
-	require.NoError(t, err)
-	b, err := os.ReadFile(p)
-	require.NoError(t, err)
-	return b
-}
-
-// ociRegistryForTest is an in-memory OCI registry over TLS.
-func ociRegistryForTest(t *testing.T) (*httptest.Server, *registry.Client) {
-	srv := httptest.NewTLSServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	c, err := registry.NewClient(registry.ClientOptHTTPClient(srv.Client()),
-		registry.ClientOptCredentialsFile(filepath.Join(t.TempDir(), "config.json")))
-	require.NoError(t, err)
-	return srv, c
-}
 
 // remoteTree is an artifact of a service whose chart comes from repoURL,
 // with the fetched chart c in it as the syncer puts it there.
@@ -115,10 +83,10 @@ func (f *fixture) remoteChange(files map[string][]byte, approved *chartrepo.Char
 
 func TestApply_aChartFromAnOCIRegistryIsInstalledFromTheApprovedBytesEvenAfterItsTagMoved(t *testing.T) {
 	f := newFixture(t)
-	srv, push := ociRegistryForTest(t)
+	srv, push := chartrepotest.OCIRegistry(t)
 	host := strings.TrimPrefix(srv.URL, "https://")
 	repoURL := "oci://" + host + "/charts"
-	_, err := push.Push(packRemote(t, "1.1.0", "approved"), host+"/charts/web:1.1.0")
+	_, err := push.Push(chartrepotest.MarkedChart(t, "1.1.0", "approved"), host+"/charts/web:1.1.0")
 	require.NoError(t, err)
 	opts := chartrepo.Options{HTTPClient: srv.Client()}
 	approved, err := chartrepo.Pull(context.Background(), chartrepo.Ref{Repo: repoURL, Name: "web", Version: "~1.1"}, opts)
@@ -126,7 +94,7 @@ func TestApply_aChartFromAnOCIRegistryIsInstalledFromTheApprovedBytesEvenAfterIt
 	cr := f.remoteChange(f.remoteTree(repoURL, approved), approved)
 
 	// The tag moves after the approval: nothing approved changes.
-	_, err = push.Push(packRemote(t, "1.1.0", "moved"), host+"/charts/web:1.1.0")
+	_, err = push.Push(chartrepotest.MarkedChart(t, "1.1.0", "moved"), host+"/charts/web:1.1.0")
 	require.NoError(t, err)
 	moved, err := chartrepo.Resolve(context.Background(), chartrepo.Ref{Repo: repoURL, Name: "web", Version: "~1.1"}, opts)
 	require.NoError(t, err)
@@ -144,7 +112,7 @@ func TestApply_aChartFromAnOCIRegistryIsInstalledFromTheApprovedBytesEvenAfterIt
 func TestApply_aRemoteChartWithOtherBytesThanTheApprovedDigestInstallsNothing(t *testing.T) {
 	repoURL := "https://charts.example/stable"
 	httpChart := func(marker string) *chartrepo.Chart {
-		tgz := packRemote(t, "1.1.0", marker)
+		tgz := chartrepotest.MarkedChart(t, "1.1.0", marker)
 		return &chartrepo.Chart{Resolved: chartrepo.Resolved{Repo: repoURL, Name: "web", Version: "1.1.0", Digest: chartrepo.Digest(tgz)}, TarGz: tgz}
 	}
 	approved, evil := httpChart("approved"), httpChart("evil")
