@@ -409,10 +409,12 @@ func chartSource(src *sluicev1.ChangeSource, c *chartrepo.Chart) {
 	src.Chart = sluicev1.ChartSource{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: sluicev1.Digest(c.Digest)}
 }
 
-// WithRemoteChart implements preview.ChartContent: the content of a
-// pull request's preview with the chart its service takes from a chart
-// repository, resolved and fetched as for a change.
-func (r *RepositoryReconciler) WithRemoteChart(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, fsys fs.FS, inputs []string) (
+// WithFetched implements preview.ChartContent: the content of a pull
+// request's preview with what its release fetches as for a change: the
+// chart its service takes from a chart repository, resolved and fetched,
+// and the Kustomize remote bases of its overlay the Repository allows, at
+// their pinned commits.
+func (r *RepositoryReconciler) WithFetched(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, fsys fs.FS, inputs []string, remotes []manifest.RemoteBase) (
 	fs.FS, []string, *sluicev1.ChartSource, string, error) {
 	c, err := r.remoteChart(ctx, repo, svc, env)
 	var ce *chartError
@@ -421,12 +423,23 @@ func (r *RepositoryReconciler) WithRemoteChart(ctx context.Context, repo *sluice
 		return nil, nil, nil, ce.msg, nil
 	case err != nil:
 		return nil, nil, nil, "", err
-	case c == nil:
-		return fsys, inputs, nil, "", nil
 	}
-	content, in, err := withChart(fsys, inputs, c)
+	var bases []fetchedBase
+	if len(remotes) > 0 {
+		bases, err = r.remoteBases(ctx, repo, remotes)
+		switch {
+		case errors.As(err, &ce):
+			return nil, nil, nil, ce.msg, nil
+		case err != nil:
+			return nil, nil, nil, "", err
+		}
+	}
+	content, in, err := withFetched(fsys, inputs, c, bases)
 	if err != nil {
 		return nil, nil, nil, err.Error(), nil
+	}
+	if c == nil {
+		return content, in, nil, "", nil
 	}
 	return content, in, &sluicev1.ChartSource{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: sluicev1.Digest(c.Digest)}, "", nil
 }

@@ -106,9 +106,10 @@ type Handler struct {
 	CommentRetry []time.Duration
 	// CheckRuns also reports each release as a Check Run (GitHub).
 	CheckRuns bool
-	// Charts adds the chart a service takes from a chart repository to a
-	// preview's content (the syncer's RepositoryReconciler); without it
-	// such a preview is rejected as not fetched.
+	// Charts adds what a release fetches (a chart from a chart repository,
+	// allowed Kustomize remote bases) to a preview's content (the syncer's
+	// RepositoryReconciler); without it such a preview is rejected as not
+	// fetched.
 	Charts ChartContent
 
 	locks   sync.Map // "<ns>/<repo>#<pr>" → *sync.Mutex
@@ -117,13 +118,16 @@ type Handler struct {
 	threads sync.Map // threadKey → commentThread
 }
 
-// ChartContent resolves and fetches the chart svc's environment env takes
-// from a chart repository (nothing for other charts) and returns the
-// content with it (fsys and inputs with sources.RemoteChartDir) and the
-// chart the change records. problem is what only a human can fix (refused
-// credentials, no match…), a deny finding; err is worth a retry.
+// ChartContent fetches what svc's environment env takes from elsewhere, as
+// for a change: the chart from a chart repository (nothing for other
+// charts), and the Kustomize remote bases remotes its overlay names that
+// the Repository allows, at their pinned commits. It returns the content
+// with them (fsys and inputs with sources.RemoteChartDir and
+// manifest.RemoteBasesDir) and the chart the change records. problem is
+// what only a human can fix (refused credentials, no match, a commit that
+// cannot be had…), a deny finding; err is worth a retry.
 type ChartContent interface {
-	WithRemoteChart(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, fsys fs.FS, inputs []string) (
+	WithFetched(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, fsys fs.FS, inputs []string, remotes []manifest.RemoteBase) (
 		content fs.FS, contentInputs []string, chart *sluicev1.ChartSource, problem string, err error)
 }
 
@@ -409,7 +413,7 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 	content, inputs := fs.FS(fsys), e.Inputs
 	var chart *sluicev1.ChartSource
 	if h.Charts != nil {
-		c, in, ch, problem, err := h.Charts.WithRemoteChart(ctx, repo, e.Service, env.Name, fsys, e.Inputs)
+		c, in, ch, problem, err := h.Charts.WithFetched(ctx, repo, e.Service, env.Name, fsys, e.Inputs, e.Releases[env.Name].RemoteBases)
 		switch {
 		case err != nil:
 			return built{}, err
