@@ -291,9 +291,26 @@ func (o ExecOptions) run(ctx context.Context, tf *tfexec.Terraform, step string,
 	defer tf.SetStderr(io.Discard)
 	defer o.Steps.Since(step, time.Now())
 	if err := f(); err != nil {
-		return stepError(ctx, step, o.timeout(), err, stderr.buf.String(), o.secrets())
+		return stepError(ctx, step, o.timeout(), contextOnly(ctx, err), stderr.buf.String(), o.secrets())
 	}
 	return nil
+}
+
+// contextOnly replaces the error terraform-exec returns when its context
+// ended while the command itself did not fail: a value whose Error method
+// dereferences the command's nil error and panics (it unwraps to nil and
+// matches context.Canceled and DeadlineExceeded). A plan stopped because a
+// chart problem already decided the release ends that way when the stop
+// comes as terraform exits. It becomes the context's own error; any other
+// error is returned as it is.
+func contextOnly(ctx context.Context, err error) error {
+	if errors.Unwrap(err) != nil || !(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return context.Canceled
 }
 
 // ShowPlanFile runs `terraform show -json` on a binary plan file in an

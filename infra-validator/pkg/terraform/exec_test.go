@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/terraform-exec/tfexec"
+
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/report"
 )
 
@@ -349,5 +351,43 @@ resource "terraform_data" "database" {
 	}
 	if r.PlanDigest != res.Report.PlanDigest {
 		t.Error("options changed the plan digest")
+	}
+}
+
+// endedContextErr is what terraform-exec returns when its context ended and
+// the command itself did not fail: it unwraps to nil, matches the context
+// errors, and its Error method dereferences the nil error.
+type endedContextErr struct{ err error }
+
+func (e endedContextErr) Error() string { return e.err.Error() }
+func (e endedContextErr) Unwrap() error { return e.err }
+func (e endedContextErr) Is(t error) bool {
+	return t == context.Canceled || t == context.DeadlineExceeded
+}
+
+// TestRun_aStepStoppedAsItEndsIsAnErrorNotAPanic: a step whose context is
+// cancelled as terraform exits gets terraform-exec's error with nothing
+// inside; reading it panicked and took the syncer down (seen in CI: a plan
+// stopped because the release's chart had already failed). The step now
+// fails with the context's error.
+func TestRun_aStepStoppedAsItEndsIsAnErrorNotAPanic(t *testing.T) {
+	tf, err := tfexec.NewTerraform(t.TempDir(), "terraform")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = ExecOptions{}.run(ctx, tf, "plan", func() error { return endedContextErr{} })
+	var re *RunError
+	if !errors.As(err, &re) || re.Step != "plan" || !errors.Is(err, context.Canceled) {
+		t.Fatalf("run = %v, want a RunError of step plan wrapping context.Canceled", err)
+	}
+	if got := err.Error(); !strings.Contains(got, "context canceled") {
+		t.Fatalf("error %q, want it to say the context was cancelled", got)
+	}
+	// Any other error is left as it is.
+	other := errors.New("exit status 1")
+	if got := contextOnly(ctx, other); got != other {
+		t.Fatalf("contextOnly(other) = %v", got)
 	}
 }
