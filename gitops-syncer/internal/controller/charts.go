@@ -312,15 +312,11 @@ func chartTree(tree string, c *chartrepo.Chart) string {
 	return hex.EncodeToString(s[:20])
 }
 
-// withChart is fsys with the fetched chart's files (sources.RemoteChartDir)
-// added, and the input paths with that folder; a repository holding that
-// folder itself is refused, so the content's chart is always the fetched one.
-func withChart(fsys fs.FS, inputs []string, c *chartrepo.Chart) (fs.FS, []string, error) {
-	return withFetched(fsys, inputs, c, nil)
-}
-
-// withFetched is withChart with the fetched Kustomize remote bases added
-// too (under manifest.RemoteBasesDir).
+// withFetched is fsys with the fetched chart's files (sources.RemoteChartDir)
+// and the fetched Kustomize remote bases (under manifest.RemoteBasesDir)
+// added, and the input paths with those folders; a repository holding
+// either folder itself is refused, so what the content says was fetched
+// always was.
 func withFetched(fsys fs.FS, inputs []string, c *chartrepo.Chart, bases []fetchedBase) (fs.FS, []string, error) {
 	if c == nil && len(bases) == 0 {
 		return fsys, inputs, nil

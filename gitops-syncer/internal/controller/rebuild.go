@@ -75,11 +75,15 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 	}
 	// The same input lists planChange could have used, in its order.
 	var candidates [][]string
+	// The Kustomize remote bases the release's overlay names at this
+	// revision, fetched again at their pinned commits.
+	var remotes []manifest.RemoteBase
 	for _, e := range entries {
 		if e.Service != nil {
 			for _, env := range e.Service.Environments {
 				if sluicev1.ReleaseName(e.Service.Name, sluicev1.EnvironmentName(env.Name)) == k.Release {
 					candidates = append(candidates, e.Inputs)
+					remotes = append(remotes, e.Releases[env.Name].RemoteBases...)
 				}
 			}
 		}
@@ -101,15 +105,27 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 		}
 		fetched = append(fetched, ch)
 	}
+	baseSets := [][]fetchedBase{nil}
+	if len(remotes) > 0 {
+		bases, err := r.remoteBases(ctx, repo, remotes)
+		if err != nil {
+			return nil, fmt.Errorf("artifact %s: %w", k.Path(), err)
+		}
+		if len(bases) > 0 {
+			baseSets = append(baseSets, bases)
+		}
+	}
 	for _, inputs := range candidates {
 		for _, ch := range fetched {
-			cfs, cinputs, err := withChart(fsys, inputs, ch)
-			if err != nil {
-				continue
-			}
-			a, err := artifact.Build(cfs, cinputs)
-			if err == nil && want[sluicev1.Digest(a.SHA256)] {
-				return a, nil
+			for _, bases := range baseSets {
+				cfs, cinputs, err := withFetched(fsys, inputs, ch, bases)
+				if err != nil {
+					continue
+				}
+				a, err := artifact.Build(cfs, cinputs)
+				if err == nil && want[sluicev1.Digest(a.SHA256)] {
+					return a, nil
+				}
 			}
 		}
 	}

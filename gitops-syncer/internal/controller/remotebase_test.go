@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
@@ -94,4 +95,37 @@ func TestSync_anAllowedRemoteBaseIsFetchedAtItsCommitIntoTheArtifact(t *testing.
 	files := artifactFiles(t, cr)
 	require.Contains(t, string(files[rb.Root()+"/web/config.yaml"]), "color: pinned", "the base at its pinned commit, not the branch head")
 	require.Contains(t, files, rb.Root()+"/common/cm.yaml", "what the base reads elsewhere in its repository")
+}
+
+// TestArtifacts_aLostArtifactWithARemoteBaseIsRebuiltFromItsPinnedCommit:
+// a syncer that lost the artifact of a change whose overlay has an allowed
+// remote base (a new data folder) rebuilds it byte for byte from git and
+// the base's pinned commit, though that repository's branch moved on.
+func TestArtifacts_aLostArtifactWithARemoteBaseIsRebuiltFromItsPinnedCommit(t *testing.T) {
+	ns := newNamespace(t)
+	platform := gittest.NewRepo(t, t.TempDir(), "platform")
+	platform.WriteFile("web/kustomization.yaml", "resources: [config.yaml]\n")
+	platform.WriteFile("web/config.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  color: pinned\n")
+	pinned := platform.Commit("bases", "platform@example.com")
+
+	fixture := gittest.NewRepo(t, t.TempDir(), "infra")
+	sourcesService(fixture, "resources:\n  - "+platform.FileURL()+"//web?ref="+pinned+"\nnamePrefix: staging-\n")
+	head := fixture.Commit("a pinned remote base", "alice@example.com")
+	first := startSyncer(t, ns, "")
+	repo := newRepository(t, ns, "infra", fixture.FileURL(), func(r *sluicev1.Repository) {
+		r.Spec.KustomizeRemoteBases = []string{platform.FileURL()}
+	})
+	waitHandled(t, repo, requestReconcile(t, repo))
+	cr, ok := changeRequests(t, ns)[sluicev1.ChangeRequestName("shop-staging", head, 1)]
+	require.True(t, ok)
+	require.NotEqual(t, sluicev1.VerdictFail, cr.Spec.Verdict.Result, "%+v", cr.Spec.Verdict.Findings)
+	before, sum := download(t, cr.Spec.Artifact.URL)
+
+	platform.WriteFile("web/config.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  color: moved\n")
+	platform.Commit("moved on", "platform@example.com")
+	first.stop()
+	second := startSyncer(t, ns, "")
+	after, sum2 := download(t, second.ArtifactURL+strings.TrimPrefix(cr.Spec.Artifact.URL, first.ArtifactURL))
+	assert.Equal(t, sum, sum2)
+	assert.Equal(t, before, after, "the rebuilt artifact carries the base at its pinned commit")
 }
