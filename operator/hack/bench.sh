@@ -26,6 +26,7 @@
 #  - a verification pass over 100 releases with 3 checks each against a real
 #    Prometheus (make prometheus): CPU per pass and Prometheus requests per pass.
 # Knobs: SLUICE_BENCH_RELEASES, SLUICE_BENCH_PER_RELEASE, SLUICE_BENCH_CACHED,
+# SLUICE_BENCH_DEADLINE_MINUTES (20: how long the changes may take to end),
 # SLUICE_BENCH_SHARD_RELEASES, SLUICE_BENCH_SHARD_PER_NAMESPACE,
 # SLUICE_BENCH_SHARD_SHARED_TARGET, SLUICE_BENCH_OPERATOR_BIN;
 # SLUICE_BENCH_APISERVER_PROFILE=<file> writes a CPU profile of kube-apiserver
