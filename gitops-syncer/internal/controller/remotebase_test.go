@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"strings"
@@ -204,10 +205,10 @@ func TestSync_aPrivateRemoteBaseIsFetchedWithItsEntrysCredentialsOnly(t *testing
 	}
 	setEntries := func(entries ...sluicev1.KustomizeRemoteBase) {
 		t.Helper()
-		got := &sluicev1.Repository{}
-		require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(repo), got))
-		got.Spec.KustomizeRemoteBases = entries
-		require.NoError(t, k8s.Update(ctx, got))
+		// A merge patch: the syncer writes the Repository too.
+		patch, err := json.Marshal(map[string]any{"spec": map[string]any{"kustomizeRemoteBases": entries}})
+		require.NoError(t, err)
+		require.NoError(t, k8s.Patch(ctx, repo.DeepCopy(), client.RawPatch("application/merge-patch+json", patch)))
 	}
 	// A key the server does not accept.
 	setEntries(sluicev1.KustomizeRemoteBase{URL: srv.RepoURL("platform"), SecretRef: &sluicev1.LocalObjectReference{Name: "stranger"}})
