@@ -258,9 +258,24 @@ func TestValidation_rejectsBadInputWithReadableMessages(t *testing.T) {
 			repo := &sluicev1.Repository{}
 			loadSample(t, "repository.yaml", repo, ns)
 			repo.Name = "remote-base-http"
-			repo.Spec.KustomizeRemoteBases = []string{"http://git.example/platform"}
+			repo.Spec.KustomizeRemoteBases = []sluicev1.KustomizeRemoteBase{{URL: "http://git.example/platform"}}
 			return repo
-		}, []string{"spec.kustomizeRemoteBases[0]"}},
+		}, []string{"spec.kustomizeRemoteBases[0].url"}},
+		{"a remote base repository with a password in its URL", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "remote-base-userinfo"
+			repo.Spec.KustomizeRemoteBases = []sluicev1.KustomizeRemoteBase{{URL: "https://ci:hunter2@git.example/platform"}}
+			return repo
+		}, []string{"put the credentials of a remote base repository in secretRef, not in its URL"}},
+		{"a remote base repository listed twice", func() client.Object {
+			repo := &sluicev1.Repository{}
+			loadSample(t, "repository.yaml", repo, ns)
+			repo.Name = "remote-base-twice"
+			repo.Spec.KustomizeRemoteBases = []sluicev1.KustomizeRemoteBase{{URL: "https://git.example/platform"},
+				{URL: "https://git.example/platform", SecretRef: &sluicev1.LocalObjectReference{Name: "git"}}}
+			return repo
+		}, []string{"Duplicate value"}},
 		{"an unknown signature provider", func() client.Object {
 			repo := &sluicev1.Repository{}
 			loadSample(t, "repository.yaml", repo, ns)

@@ -7,6 +7,10 @@ import (
 	"io/fs"
 	"path"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -27,7 +31,7 @@ type fetchedBase struct {
 
 // remoteBases fetches the remote bases a release's overlay names that the
 // Repository allows (spec.kustomizeRemoteBases), each at its pinned
-// commit, reading the commit's whole tree (an overlay's base may reach
+// commit with the credentials of the entry that allows it, reading the commit's whole tree (an overlay's base may reach
 // elsewhere in its repository). A base the Repository does not allow is
 // not fetched, so the validation refuses it with the kustomization's file
 // and line. A commit that cannot be had (on no branch, refused access, a
@@ -37,16 +41,24 @@ func (r *RepositoryReconciler) remoteBases(ctx context.Context, repo *sluicev1.R
 	var out []fetchedBase
 	seen := map[string]bool{}
 	for _, b := range bases {
-		if seen[b.Root()] || !remoteBaseAllowed(repo, b.Repo) {
+		entry := remoteBaseEntry(repo, b.Repo)
+		if seen[b.Root()] || entry == nil {
 			continue
 		}
 		seen[b.Root()] = true
 		what := fmt.Sprintf("remote base %s at %s", git.RedactURL(b.Repo), sluicev1.ShortSHA(b.Commit))
+		// The cache is the Repository's own, so what its credentials
+		// fetched is never served to another Repository's bases.
 		remote := git.Remote{Key: repo.Namespace + "/" + repo.Name + "/remote-base/" + b.Key(), URL: b.Repo, Timeout: repo.GetTimeout()}
+		auth, err := r.remoteBaseAuth(ctx, repo, entry)
+		if err != nil {
+			return nil, err
+		}
+		remote.Auth = auth
 		cache, err := r.Git.Fetch(ctx, remote, "refs/heads/*", b.Commit)
 		if err != nil {
 			switch git.ReasonOf(err) {
-			case git.ReasonAuth, git.ReasonHostKey, git.ReasonRefNotFound, git.ReasonURL, git.ReasonNotFound:
+			case git.ReasonAuth, git.ReasonHostKey, git.ReasonRefNotFound, git.ReasonURL, git.ReasonNotFound, git.ReasonSecret:
 				return nil, &chartError{msg: fmt.Sprintf("%s: %s", what, git.Redact(err.Error()))}
 			}
 			return nil, fmt.Errorf("%s: %w", what, err)
@@ -64,15 +76,40 @@ func (r *RepositoryReconciler) remoteBases(ctx context.Context, repo *sluicev1.R
 	return out, nil
 }
 
-// remoteBaseAllowed reports whether the Repository allows remote bases
-// from the git repository u.
-func remoteBaseAllowed(repo *sluicev1.Repository, u string) bool {
-	for _, p := range repo.Spec.KustomizeRemoteBases {
-		if urlHasPrefix(u, p) {
-			return true
+// remoteBaseEntry is the spec.kustomizeRemoteBases entry that allows
+// remote bases from the git repository u: the longest URL u is or lies
+// below, or nil when none does.
+func remoteBaseEntry(repo *sluicev1.Repository, u string) *sluicev1.KustomizeRemoteBase {
+	var best *sluicev1.KustomizeRemoteBase
+	for i := range repo.Spec.KustomizeRemoteBases {
+		e := &repo.Spec.KustomizeRemoteBases[i]
+		if urlHasPrefix(u, e.URL) && (best == nil || len(e.URL) > len(best.URL)) {
+			best = e
 		}
 	}
-	return false
+	return best
+}
+
+// remoteBaseAuth reads the credentials entry names (nil without a
+// secretRef), as the Repository's own are read (RemoteFor). A missing or
+// unusable Secret is a chartError naming the Secret, never its content.
+func (r *RepositoryReconciler) remoteBaseAuth(ctx context.Context, repo *sluicev1.Repository, entry *sluicev1.KustomizeRemoteBase) (*git.Auth, error) {
+	if entry.SecretRef == nil || entry.SecretRef.Name == "" {
+		return nil, nil
+	}
+	name := entry.SecretRef.Name
+	secret := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: repo.Namespace, Name: name}, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &chartError{msg: fmt.Sprintf("remote bases from %s: secret %q not found", git.RedactURL(entry.URL), name)}
+		}
+		return nil, fmt.Errorf("read secret %q: %w", name, err)
+	}
+	auth, err := git.AuthFromSecret(secret.Data)
+	if err != nil {
+		return nil, &chartError{msg: fmt.Sprintf("remote bases from %s: secret %q: %s", git.RedactURL(entry.URL), name, err.Error())}
+	}
+	return auth, nil
 }
 
 // readTree reads every regular file of a commit's tree, within the

@@ -74,7 +74,7 @@ func TestPullRequest_anOverlayWithAnAllowedRemoteBaseGetsAPreviewBuiltFromItsPin
 	platform.Commit("moved on", "platform@example.com")
 
 	i := newInfra(t, "")
-	i.repo.Spec.KustomizeRemoteBases = []string{platform.FileURL()}
+	i.repo.Spec.KustomizeRemoteBases = []sluicev1.KustomizeRemoteBase{{URL: platform.FileURL()}}
 	gc, err := git.NewGoGit(t.TempDir(), git.URLPolicy{AllowFile: true}, nil)
 	require.NoError(t, err)
 	i.h.Charts = &controller.RepositoryReconciler{Client: k8s, APIReader: k8s, Git: gc}

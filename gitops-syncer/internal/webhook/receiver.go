@@ -29,6 +29,10 @@
 // an ignored event (another branch, previews off) or a duplicate delivery,
 // 401 for a missing or wrong signature, 404 for an unknown path, 413 past
 // 3 MiB, 503 when the queue is full (the provider retries).
+//
+// OCI registries (CNCF distribution, Harbor) notify pushed tags under
+// /registry/ with a syncer-wide token (registry.go): the Repositories
+// whose charts come from the pushed repository re-resolve at once.
 package webhook
 
 import (
@@ -107,9 +111,12 @@ type Receiver struct {
 	// PullRequests may be nil: pull-request and review events are then
 	// ignored.
 	PullRequests PullRequestHandler
-	Pushes       PushObserver
-	Metrics      *Metrics
-	Log          logr.Logger
+	// Registry serves registry webhooks under RegistryPathPrefix; nil
+	// answers them 404.
+	Registry http.Handler
+	Pushes   PushObserver
+	Metrics  *Metrics
+	Log      logr.Logger
 	// Addr is the listen address of Start, e.g. ":9292"; Listener, if
 	// set, is used instead (tests and benchmarks listen on port 0).
 	Addr     string
@@ -253,6 +260,10 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(code)
 		_, _ = io.WriteString(w, msg+"\n")
+	}
+	if strings.HasPrefix(req.URL.Path, RegistryPathPrefix) && r.Registry != nil {
+		r.Registry.ServeHTTP(w, req)
+		return
 	}
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)

@@ -131,16 +131,16 @@ type RepositorySpec struct {
 
 	// KustomizeRemoteBases are the git repositories (https://, ssh:// or
 	// file:// URLs, or prefixes of several at a "/") whose commits the
-	// overlays of this repository may use as remote bases. A remote base
-	// must be pinned (<URL>//<folder>?ref=<40 hex>); the syncer fetches it
-	// at that commit into the artifact, so its content is approved with the
-	// rest. Empty (the default) refuses every remote base.
+	// overlays of this repository may use as remote bases, each with the
+	// credentials to fetch them if they are private. A remote base must be
+	// pinned (<URL>//<folder>?ref=<40 hex>); the syncer fetches it at that
+	// commit into the artifact, so its content is approved with the rest.
+	// Empty (the default) refuses every remote base.
 	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:items:MaxLength=2048
-	// +kubebuilder:validation:items:Pattern=`^(https|ssh|file)://[^?#]+$`
-	// +listType=set
+	// +listType=map
+	// +listMapKey=url
 	// +optional
-	KustomizeRemoteBases []string `json:"kustomizeRemoteBases,omitempty"`
+	KustomizeRemoteBases []KustomizeRemoteBase `json:"kustomizeRemoteBases,omitempty"`
 
 	// AllowedExtraNamespaces are glob patterns (as targetNamespaces) of the
 	// namespaces, besides a release's own target namespace, that its rendered
@@ -331,6 +331,28 @@ func (r *Repository) GetTimeout() time.Duration {
 
 func init() {
 	SchemeBuilder.Register(&Repository{}, &RepositoryList{})
+}
+
+// KustomizeRemoteBase is a git repository, or a prefix of several at a
+// "/", whose pinned commits overlays may use as remote bases. The entry
+// with the longest URL a base's repository is or lies below applies, and
+// only its secretRef is used to fetch it.
+// +kubebuilder:validation:XValidation:rule="!self.url.matches('^https://[^/]*@')",message="put the credentials of a remote base repository in secretRef, not in its URL"
+type KustomizeRemoteBase struct {
+	// URL of the git repository (https://, ssh:// or file://), or a
+	// prefix of several.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^(https|ssh|file)://[^?#]+$`
+	URL string `json:"url"`
+	// SecretRef names the Secret in the Repository's namespace with the
+	// git credentials for the repositories under URL, in the keys of
+	// spec.secretRef: username and password (or password alone as a
+	// token) or bearerToken for HTTPS; identity and known_hosts for SSH.
+	// They are sent to those repositories only, never to the Repository's
+	// own remote or another base's.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 }
 
 // ChartRepository is what the Repository says about the chart

@@ -293,6 +293,18 @@ func TestChart_valueVariantsRenderAndPass(t *testing.T) {
 			},
 		},
 		{
+			name:   "registry webhooks read their token from one Secret of the release namespace",
+			values: "syncer: {webhook: {registryTokenSecret: registry-token}}\n",
+			check: func(t *testing.T, r *rendered) {
+				a := args(find[*appsv1.Deployment](t, r, "sluice-syncer").Spec.Template.Spec.Containers[0])
+				assert.Equal(t, releaseNS+"/registry-token", a["registry-webhook-secret"])
+				role := find[*rbacv1.Role](t, r, "sluice-syncer-registry-token")
+				require.Len(t, role.Rules, 1)
+				assert.Equal(t, []string{"registry-token"}, role.Rules[0].ResourceNames)
+				assert.Equal(t, []string{"get"}, role.Rules[0].Verbs)
+			},
+		},
+		{
 			name:   "renamed ServiceAccounts are the ones the admission parameters name",
 			values: "operator: {serviceAccount: {name: op}}\nsyncer: {serviceAccount: {name: sync}}\n",
 			check: func(t *testing.T, r *rendered) {

@@ -13,7 +13,8 @@ import (
 // BindFlags registers the webhook flags on fs, with their defaults:
 // --webhook-bind-address (":9292"; "0" turns the webhook side off),
 // --status-provider, --status-base-url, --status-token-secret,
-// --no-review-comments, --check-runs and --gitlab-approver-access.
+// --no-review-comments, --check-runs, --gitlab-approver-access and
+// --registry-webhook-secret.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Addr, "webhook-bind-address", ":9292", "Address of the webhook receiver (\"0\" turns webhooks, previews and review approvals off).")
 	fs.Func("status-provider", "Post preview verdicts as commit statuses to this provider's API and confirm reviews with it: github, gitea or gitlab (default: off; then no review becomes an Approval).", func(v string) error {
@@ -34,6 +35,14 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 			return fmt.Errorf("want namespace/name, got %q", v)
 		}
 		o.StatusTokenSecret = types.NamespacedName{Namespace: ns, Name: name}
+		return nil
+	})
+	fs.Func("registry-webhook-secret", "Secret (namespace/name) whose \"token\" key OCI registries (distribution, Harbor) send in the Authorization header of their webhooks to /registry/distribution and /registry/harbor (default: off).", func(v string) error {
+		ns, name, ok := strings.Cut(v, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("want namespace/name, got %q", v)
+		}
+		o.RegistrySecret = types.NamespacedName{Namespace: ns, Name: name}
 		return nil
 	})
 }

@@ -29,4 +29,8 @@ func TestBindFlags_parsesTheWebhookAndStatusFlags(t *testing.T) {
 
 	assert.Error(t, fs.Parse([]string{"--status-provider=bitbucket"}))
 	assert.Error(t, fs.Parse([]string{"--status-token-secret=no-namespace"}))
+
+	require.NoError(t, fs.Parse([]string{"--registry-webhook-secret=sluice/registry-token"}))
+	assert.Equal(t, types.NamespacedName{Namespace: "sluice", Name: "registry-token"}, o.RegistrySecret)
+	assert.Error(t, fs.Parse([]string{"--registry-webhook-secret=registry-token"}))
 }

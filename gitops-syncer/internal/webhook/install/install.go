@@ -46,6 +46,10 @@ type Options struct {
 	// CheckRuns adds a GitHub Check Run per release (needs a GitHub App
 	// token with checks:write).
 	CheckRuns bool
+	// RegistrySecret names the Secret (namespace/name) whose "token" key
+	// OCI registries send with their webhooks; empty turns registry
+	// webhooks off (their paths answer 404).
+	RegistrySecret types.NamespacedName
 	// SkipNameValidation lets several syncers run in one process (tests).
 	SkipNameValidation bool
 }
@@ -127,6 +131,13 @@ func Install(s *syncer.Syncer, opts Options) (*Installed, error) {
 		Addr:         opts.Addr,
 		Listener:     opts.Listener,
 		Workers:      opts.Workers,
+	}
+	if opts.RegistrySecret.Name != "" {
+		if opts.RegistrySecret.Namespace == "" {
+			return nil, errors.New("registry webhooks need the token Secret as namespace/name")
+		}
+		r.Registry = &webhook.Registry{Reader: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Secret: opts.RegistrySecret,
+			Trigger: s.Trigger(), Metrics: m, Log: ctrl.Log.WithName("registry-webhooks")}
 	}
 	if err := (&webhook.PathReconciler{Client: mgr.GetClient(), SkipNameValidation: opts.SkipNameValidation}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up webhook path reconciler: %w", err)
