@@ -76,6 +76,7 @@ type kwalk struct {
 	inputs   []string
 	problems []Problem
 	remotes  []RemoteBaseRef
+	charts   []HelmChartRef
 }
 
 func (w *kwalk) fail(at Problem, format string, args ...any) {
@@ -176,8 +177,14 @@ func (w *kwalk) visit(dir string, at Problem) {
 			if p := field(val, "path"); p != nil {
 				w.ref(dir, p, here(p), false, true)
 			}
-		case "helmCharts", "helmGlobals", "helmChartInflationGenerator":
-			w.fail(here(key), "%s: Helm chart inflation in a Kustomize overlay is not supported; deploy the chart as the service's chart instead", key.Value)
+		case "helmCharts":
+			for _, item := range w.items(file, key.Value, val) {
+				w.helmChart(dir, file, item, true)
+			}
+		case "helmGlobals":
+			w.fail(here(key), "helmGlobals is refused: Sluice fetches helmCharts by digest into the content, so there is no chartHome or configHome to set")
+		case "helmChartInflationGenerator":
+			w.fail(here(key), "%s is refused: name the chart in helmCharts (with repo and version)", key.Value)
 		}
 	}
 }
@@ -397,7 +404,7 @@ func (w *kwalk) plugin(data []byte, at Problem) {
 		}
 		kind, _ := doc["kind"].(string)
 		if kind == "HelmChartInflationGenerator" {
-			w.fail(at, "HelmChartInflationGenerator: Helm chart inflation in a Kustomize overlay is not supported")
+			w.fail(at, "HelmChartInflationGenerator is refused: name the chart in the kustomization's helmCharts (with repo and version)")
 		}
 		meta, _ := doc["metadata"].(map[string]any)
 		ann, _ := meta["annotations"].(map[string]any)

@@ -24,6 +24,11 @@
 //	func (s *Service) KustomizeDir(env string) string; func (s *Service) ManifestsDir(env string) string
 //	func KustomizeInputs(repoRoot, dir string) ([]string, error)  // the overlay's walk and guard
 //	var KustomizationFiles []string
+//	const KustomizeChartsDir = ".sluice/kustomize-charts"  // charts fetched for helmCharts (helmcharts.go)
+//	type HelmChart struct{ Name, Repo, Version, ReleaseName, Namespace, ValuesFile string; … }  // Key(), Root()
+//	type HelmChartRef struct{ HelmChart; At Problem }
+//	func KustomizeHelmCharts(repoRoot, dir string) []HelmChartRef
+//	func HelmChartsOf(data []byte, dir, file string) ([]HelmChart, error)
 //	type EnvTerraform struct{ Vars map[string]string; Workspace string }
 //	type Approval struct{ Required int; Approvers []string; AllowAuthor bool; AutoApproveRisk AutoApproveRisk; Rollback RollbackMode }
 //	type Delivery string      // DeliveryHelm (default), DeliveryArgoCD

@@ -27,6 +27,19 @@ func Kustomize(repoRoot, dir string) (File, error) {
 	if _, err := manifest.KustomizeInputs(repoRoot, dir); err != nil {
 		return File{}, err
 	}
+	// Each helmCharts entry's fetched chart must be the one the entry
+	// names, with the bytes of its recorded digest.
+	var problems []manifest.Problem
+	for _, h := range manifest.KustomizeHelmCharts(repoRoot, dir) {
+		if _, _, err := KustomizeChart(repoRoot, h.HelmChart); err != nil {
+			at := h.At
+			at.Message = fmt.Sprintf("helmCharts %s: %v", h.HelmChart, err)
+			problems = append(problems, at)
+		}
+	}
+	if len(problems) > 0 {
+		return File{}, &manifest.Error{Problems: problems}
+	}
 	dir = path.Clean(dir)
 	file := path.Join(dir, manifest.KustomizationFiles[0])
 	for _, name := range manifest.KustomizationFiles {
@@ -49,6 +62,9 @@ func Kustomize(repoRoot, dir string) (File, error) {
 	k := krusty.MakeKustomizer(opts)
 	m, err := k.Run(fsys, filepath.Join(fsys.root, filepath.FromSlash(dir)))
 	if err != nil {
+		if *fsys.inflateErr != nil {
+			err = *fsys.inflateErr
+		}
 		return File{}, &manifest.Error{Problems: []manifest.Problem{{File: file, Message: "kustomize build: " + scrub(err, fsys.root)}}}
 	}
 	out, err := m.AsYaml()
