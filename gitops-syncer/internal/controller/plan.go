@@ -97,7 +97,7 @@ func (run *planRun) storeArtifact() error {
 	err = refuseRemoteBasesDir(fsys)
 	inputs := plan.inputs
 	if err == nil {
-		fsys, inputs, err = withFetched(fsys, plan.inputs, plan.chart, plan.bases)
+		fsys, inputs, err = withFetched(fsys, plan.inputs, plan.chart, plan.bases, plan.kcharts)
 	}
 	var art *artifact.Artifact
 	if err == nil {

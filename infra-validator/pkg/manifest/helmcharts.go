@@ -186,39 +186,36 @@ func (w *kwalk) helmChart(dir, file string, item *yaml.Node, walk bool) (HelmCha
 	}
 	// Values files are the repository's, resolved as Kustomize does
 	// (relative to the kustomization's folder), and confined to it.
-	resolve := func(key string, n *yaml.Node) (string, bool) {
-		if !walk {
-			return path.Clean(path.Join(dir, n.Value)), true
-		}
-		return w.ref(dir, n, Problem{File: file, Line: n.Line}, false, true)
-	}
-	if f := fieldKey(item, "valuesFile"); f != nil {
-		v := field(item, "valuesFile")
-		p, ok := resolve("valuesFile", v)
-		if !ok {
-			return h, false
-		}
-		h.ValuesFile = p
+	var files []*yaml.Node
+	if v := field(item, "valuesFile"); v != nil {
+		h.ValuesFile = path.Clean(path.Join(dir, v.Value))
+		files = append(files, v)
 	}
 	if f := field(item, "additionalValuesFiles"); f != nil {
 		h.AdditionalValuesFiles = nil
 		for _, e := range w.strings(file, "helmCharts.additionalValuesFiles", f) {
-			p, ok := resolve("additionalValuesFiles", e)
-			if !ok {
-				return h, false
-			}
-			h.AdditionalValuesFiles = append(h.AdditionalValuesFiles, p)
+			h.AdditionalValuesFiles = append(h.AdditionalValuesFiles, path.Clean(path.Join(dir, e.Value)))
+			files = append(files, e)
 		}
 	}
-	if walk {
-		w.charts = append(w.charts, HelmChartRef{HelmChart: h, At: at})
-		if _, err := ConfinedPath(w.repoRoot, path.Join(h.Root(), "resolved.json")); err != nil {
-			w.fail(at, "helmCharts %s %s from %s is refused: it is not fetched (the Repository does not allow charts from %s: spec.chartRepositories)", h.Name, h.Version, h.Repo, h.Repo)
-			return h, false
-		}
-		w.inputs = append(w.inputs, h.Root())
+	if !walk {
+		return h, true
 	}
-	return h, true
+	// Recorded before the files are checked: the syncer fetches what the
+	// entry names even where the walk of a partial tree stops.
+	w.charts = append(w.charts, HelmChartRef{HelmChart: h, At: at})
+	ok := true
+	for _, f := range files {
+		if _, fine := w.ref(dir, f, Problem{File: file, Line: f.Line}, false, true); !fine {
+			ok = false
+		}
+	}
+	if _, err := ConfinedPath(w.repoRoot, path.Join(h.Root(), "resolved.json")); err != nil {
+		w.fail(at, "helmCharts %s is refused: it is not fetched (the Repository does not allow charts from %s: spec.chartRepositories)", h, h.Repo)
+		return h, false
+	}
+	w.inputs = append(w.inputs, h.Root())
+	return h, ok
 }
 
 // fieldKey returns the key node of key in mapping n.
