@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"path"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
@@ -111,4 +113,75 @@ func TestSync_aHelmChartOfAnOverlayIsPinnedIntoTheArtifactAndReResolvedWithoutAP
 	require.True(t, ok, "a new version in the range: %v", keys(crs))
 	assert.Equal(t, "1.1.1", newer.Spec.Source.HelmCharts[0].Version)
 	assert.NotEqual(t, sluicev1.VerdictFail, newer.Spec.Verdict.Result, "%+v", newer.Spec.Verdict.Findings)
+}
+
+// TestRollback_anOverlayWithARemoteBaseAndAnInflatedChartIsRebuiltFromWhatTheVerifiedChangeFetched:
+// the rollback of an overlay naming a remote base and inflating a chart
+// rebuilds the verified revision with the base fetched again at its
+// pinned commit and the chart fetched by the digest the verified change
+// recorded (not the newer version the range resolves to now): exactly the
+// verified content, so the rollback is built rather than declined.
+func TestRollback_anOverlayWithARemoteBaseAndAnInflatedChartIsRebuiltFromWhatTheVerifiedChangeFetched(t *testing.T) {
+	ns := newNamespace(t)
+	platform := gittest.NewRepo(t, t.TempDir(), "platform")
+	platform.WriteFile("web/kustomization.yaml", "resources: [config.yaml]\n")
+	platform.WriteFile("web/config.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  color: pinned\n")
+	pinned := platform.Commit("bases", "platform@example.com")
+	reg := newChartRegistry(t)
+	reg.pushChartSaying(t, "1.1.0", "verified")
+
+	fixture := gittest.NewRepo(t, t.TempDir(), "infra")
+	inflatedService(fixture, "shop", reg.repoURL(), "~1.1")
+	overlay := func(greeting string) {
+		fixture.WriteFile("services/shop/overlay/kustomization.yaml", fmt.Sprintf(`namePrefix: staging-
+resources:
+  - %s//web?ref=%s
+configMapGenerator:
+  - name: greeting
+    literals: [greeting=%s]
+helmCharts:
+  - name: web
+    repo: %s
+    version: "~1.1"
+    releaseName: cache
+`, platform.FileURL(), pinned, greeting, reg.repoURL()))
+	}
+	overlay("one")
+	first := fixture.Commit("shop one", "alice@example.com")
+	startSyncer(t, ns, "", chartsFrom(reg))
+	repo := newRepository(t, ns, "infra", fixture.FileURL(), withChartCredentials(t, ns, reg.repoURL(), registryUser, registryPass), func(r *sluicev1.Repository) {
+		r.Spec.KustomizeRemoteBases = []string{platform.FileURL()}
+	})
+	waitHandled(t, repo, requestReconcile(t, repo))
+	v1, ok := changeRequests(t, ns)[sluicev1.ChangeRequestName("shop-staging", first, 1)]
+	require.True(t, ok)
+	require.NotEqual(t, sluicev1.VerdictFail, v1.Spec.Verdict.Result, "%+v", v1.Spec.Verdict.Findings)
+	require.Len(t, v1.Spec.Source.HelmCharts, 1)
+	markAppliedIn(t, ns, v1, "shop-staging")
+	setPhase(t, &v1, sluicev1.PhaseVerified)
+
+	// A newer chart in the range and a push: v2, which fails verification.
+	reg.pushChartSaying(t, "1.1.1", "failing")
+	overlay("two")
+	second := fixture.Commit("shop two", "mallory@example.com")
+	waitHandled(t, repo, requestReconcile(t, repo))
+	v2, ok := changeRequests(t, ns)[sluicev1.ChangeRequestName("shop-staging", second, 1)]
+	require.True(t, ok, "%v", keys(changeRequests(t, ns)))
+	require.Equal(t, "1.1.1", v2.Spec.Source.HelmCharts[0].Version)
+	markAppliedIn(t, ns, v2, "shop-staging")
+	setPhase(t, &v2, sluicev1.PhaseVerificationFailed)
+
+	askRollback(t, ns, "shop-staging", v2.Name, v1.Name)
+	name := sluicev1.RollbackChangeRequestName("shop-staging", v2.Name, 1)
+	var rb sluicev1.ChangeRequest
+	if !assert.Eventually(t, func() bool {
+		var ok bool
+		rb, ok = changeRequests(t, ns)[name]
+		return ok
+	}, 2*time.Minute, 50*time.Millisecond, "no rollback ChangeRequest %s", name) {
+		t.Fatalf("RolledBack: %+v", meta.FindStatusCondition(getRelease(t, ns, "shop-staging").Status.Conditions, sluicev1.ConditionRolledBack))
+	}
+	require.Equal(t, v1.Spec.ContentDigest, rb.Spec.ContentDigest)
+	require.Equal(t, v1.Spec.ManifestDigest, rb.Spec.ManifestDigest)
+	require.Equal(t, v1.Spec.Source.HelmCharts, rb.Spec.Source.HelmCharts, "the verified chart by its digest, not the range's newest")
 }
