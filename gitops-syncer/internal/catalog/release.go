@@ -76,7 +76,7 @@ func releaseInputs(e *Entry, env, scratch string) (ReleaseInputs, error) {
 		if d := svc.ManifestsDir(env); d != "" {
 			queue = append(queue, d)
 		}
-	} else if d := svc.ChartDir(); d != "" {
+	} else if d := svc.ChartDirOf(env); d != "" {
 		queue = append(queue, d)
 	}
 	if d := svc.TerraformDir(); d != "" {

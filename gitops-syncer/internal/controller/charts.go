@@ -131,10 +131,11 @@ func (e *chartError) Error() string { return e.msg }
 // others go on.
 func (r *RepositoryReconciler) remoteChart(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string) (*chartrepo.Chart, error) {
 	e, ok := svc.Environment(env)
-	if !ok || svc.Chart.Repo == "" || e.Source() != manifest.SourceChart {
+	c := svc.ChartOf(env)
+	if !ok || c.Repo == "" || e.Source() != manifest.SourceChart {
 		return nil, nil
 	}
-	return r.resolveChart(ctx, repo, chartrepo.Ref{Repo: svc.Chart.Repo, Name: svc.Chart.Name, Version: svc.Chart.Version})
+	return r.resolveChart(ctx, repo, chartrepo.Ref{Repo: c.Repo, Name: c.Name, Version: c.Version})
 }
 
 // resolveChart resolves ref to one exact version and digest, fetches the

@@ -162,7 +162,7 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 	// digest is part of the inputs, so a new version in the range is a
 	// change without a push.
 	remote, err := p.r.remoteChart(ctx, p.repo, e.Service, envName)
-	if e.Service.Chart.Repo != "" {
+	if e.Service.ChartOf(envName).Repo != "" {
 		p.remote = true
 	}
 	if err != nil {

@@ -23,7 +23,7 @@
 //	const TemplatePrefix = "templates/"
 //	const RemoteChartDir = ".sluice/chart"  // a fetched chart in the artifact (remote.go)
 //	func RemoteChartFiles(c *chartrepo.Chart) (map[string][]byte, error)
-//	func RemoteChart(root string, svc *manifest.Service) (*chart.Chart, *chartrepo.Resolved, error)
+//	func RemoteChart(root string, svc *manifest.Service, env string) (*chart.Chart, *chartrepo.Resolved, error)
 //	func CheckResolved(c manifest.Chart, r *chartrepo.Resolved) error
 //	var ErrRemoteChartMissing
 //	func KustomizeChartFiles(h manifest.HelmChart, c *chartrepo.Chart) (map[string][]byte, error)  // inflate.go
