@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"testing"
@@ -8,11 +9,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/review"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -114,7 +118,9 @@ func TestSync_aHelmChartOfAnOverlayIsPinnedIntoTheArtifactAndReResolvedWithoutAP
 	assert.Equal(t, first.Spec.ApprovalDigest, again.Spec.ApprovalDigest)
 	assert.Equal(t, first.Spec.Artifact, again.Spec.Artifact, "the approved change still names the artifact (sha256) with the approved bytes")
 
-	// 1.1.1 is in the range: a change without a push.
+	// 1.1.1 is in the range: a change without a push, whose review shows
+	// the inflated chart's version against the applied one.
+	markAppliedIn(t, ns, first, "shop-staging")
 	reg.pushChartSaying(t, "1.1.1", "newer")
 	waitHandled(t, repo, requestReconcile(t, repo))
 	crs = changeRequests(t, ns)
@@ -122,6 +128,12 @@ func TestSync_aHelmChartOfAnOverlayIsPinnedIntoTheArtifactAndReResolvedWithoutAP
 	require.True(t, ok, "a new version in the range: %v", keys(crs))
 	assert.Equal(t, "1.1.1", newer.Spec.Source.HelmCharts[0].Version)
 	assert.NotEqual(t, sluicev1.VerdictFail, newer.Spec.Verdict.Result, "%+v", newer.Spec.Verdict.Findings)
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: review.ConfigMapName(newer.Name)}, cm))
+	sec, _, err := review.FromConfigMap(cm, &newer)
+	require.NoError(t, err)
+	require.Len(t, sec.HelmCharts, 1)
+	assert.Contains(t, sec.HelmCharts[0].Line(), "web 1.1.0 → 1.1.1 from "+reg.repoURL())
 }
 
 // TestRollback_anOverlayWithARemoteBaseAndAnInflatedChartIsRebuiltFromWhatTheVerifiedChangeFetched:
