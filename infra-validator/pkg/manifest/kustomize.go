@@ -53,9 +53,10 @@ func kustomizationFile(repoRoot, dir string) (string, error) {
 // the repository (with "..", or through a symlink) or does not exist, a
 // remote base (git or http URL) not pinned to a commit or not fetched into
 // RemoteBasesDir (remote.go; a fetched one is walked, confined to its own
-// tree), Helm chart inflation (helmCharts,
-// helmGlobals, HelmChartInflationGenerator) and exec or container KRM
-// functions in generators, transformers and validators. With an error it
+// tree), a helmCharts entry that is incomplete, names values files out of
+// the repository or whose chart is not fetched into KustomizeChartsDir
+// (helmcharts.go), helmGlobals, HelmChartInflationGenerator, and exec or
+// container KRM functions in generators, transformers and validators. With an error it
 // still returns what it could walk.
 func KustomizeInputs(repoRoot, dir string) ([]string, error) {
 	dir, err := cleanDir(dir)
@@ -394,7 +395,8 @@ func KustomizeRemoteBases(repoRoot, dir string) []RemoteBaseRef {
 }
 
 // plugin refuses a generator, transformer or validator config that runs
-// something: an exec or container KRM function, or Helm chart inflation.
+// something: an exec or container KRM function, or Helm chart inflation
+// outside helmCharts.
 func (w *kwalk) plugin(data []byte, at Problem) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {

@@ -18,11 +18,13 @@ import (
 //
 // The overlay is first walked by manifest.KustomizeInputs, which refuses
 // with file and line a path that is absolute, leaves the repository or
-// does not exist, a remote base, Helm chart inflation and exec or
-// container KRM functions. The build then runs with every plugin but
-// Kustomize's builtins off, Helm inflation off, and a read-only file system
-// that refuses any path outside the repository (symlinks resolved), so a
-// path the walk missed still cannot leave it.
+// does not exist, a remote base or helmCharts chart not fetched, and exec
+// or container KRM functions; each helmCharts entry's fetched chart is
+// checked against its digest. The build then runs with every plugin but
+// Kustomize's builtins off, Kustomize's Helm inflation off (the entries
+// are rendered with the Helm SDK by the file system, inflate.go), and a
+// read-only file system that refuses any path outside the repository
+// (symlinks resolved), so a path the walk missed still cannot leave it.
 func Kustomize(repoRoot, dir string) (File, error) {
 	if _, err := manifest.KustomizeInputs(repoRoot, dir); err != nil {
 		return File{}, err
