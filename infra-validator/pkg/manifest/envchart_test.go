@@ -62,3 +62,23 @@ func TestParse_refusesBadEnvironmentChartsWithFileAndLine(t *testing.T) {
 		})
 	}
 }
+
+// FuzzHelmChartsOf: a kustomization's helmCharts (pusher input) never
+// crash the parser, and what it accepts has repository paths only.
+func FuzzHelmChartsOf(f *testing.F) {
+	f.Add([]byte("helmCharts:\n  - name: web\n    repo: https://charts.example\n    version: ~1.1\n    releaseName: x\n    valuesFile: v.yaml\n"))
+	f.Add([]byte("helmCharts:\n  - {name: a, repo: 'oci://r/x', version: '1.0.0', releaseName: a, additionalValuesFiles: [../x, /etc/passwd], valuesInline: {a: [1, {b: c}]}}\n"))
+	f.Add([]byte("helmCharts: [1, x, {}]\n"))
+	f.Add([]byte("helmCharts: {name: x}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		charts, err := HelmChartsOf(data, "overlays/a", "overlays/a/kustomization.yaml")
+		if err != nil {
+			return
+		}
+		for _, h := range charts {
+			if h.Repo == "" || h.Version == "" || h.ReleaseName == "" || h.Name == "" {
+				t.Fatalf("an incomplete entry was accepted: %+v", h)
+			}
+		}
+	})
+}
