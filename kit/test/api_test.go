@@ -239,13 +239,6 @@ func TestValidation_rejectsBadInputWithReadableMessages(t *testing.T) {
 			repo.Spec.Ref = &sluicev1.GitReference{Branch: "main", Tag: "v1"}
 			return repo
 		}, []string{"exactly one of branch or tag"}},
-		{"a chart repository entry with neither credentials nor verify", func() client.Object {
-			repo := &sluicev1.Repository{}
-			loadSample(t, "repository.yaml", repo, ns)
-			repo.Name = "chart-repo-empty"
-			repo.Spec.ChartRepositories = []sluicev1.ChartRepository{{URL: "oci://registry.example/charts"}}
-			return repo
-		}, []string{"needs secretRef, verify or both"}},
 		{"cosign for a Helm repository", func() client.Object {
 			repo := &sluicev1.Repository{}
 			loadSample(t, "repository.yaml", repo, ns)

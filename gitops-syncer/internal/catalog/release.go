@@ -33,6 +33,10 @@ type ReleaseInputs struct {
 	// names (pinned ones only; the rest fail its validation), for the
 	// syncer to fetch into its artifact.
 	RemoteBases []manifest.RemoteBase
+	// HelmCharts are the helmCharts entries of the release's overlay (and
+	// of the kustomizations it reaches), for the syncer to resolve and
+	// fetch into its artifact.
+	HelmCharts []manifest.HelmChart
 }
 
 // releaseInputs computes the inputs of environment env of e, resolving
@@ -49,6 +53,7 @@ func releaseInputs(e *Entry, env, scratch string) (ReleaseInputs, error) {
 		return ReleaseInputs{}, err
 	}
 	var remotes []manifest.RemoteBase
+	var charts []manifest.HelmChart
 	queue := append([]string{}, values...)
 	queue = append(queue, verificationTemplates(svc, env)...)
 	if e, ok := svc.Environment(env); ok && e.Source() != manifest.SourceChart {
@@ -64,11 +69,14 @@ func releaseInputs(e *Entry, env, scratch string) (ReleaseInputs, error) {
 			for _, r := range manifest.KustomizeRemoteBases(scratch, d) {
 				remotes = append(remotes, r.RemoteBase)
 			}
+			for _, h := range manifest.KustomizeHelmCharts(scratch, d) {
+				charts = append(charts, h.HelmChart)
+			}
 		}
 		if d := svc.ManifestsDir(env); d != "" {
 			queue = append(queue, d)
 		}
-	} else if d := svc.ChartDir(); d != "" {
+	} else if d := svc.ChartDirOf(env); d != "" {
 		queue = append(queue, d)
 	}
 	if d := svc.TerraformDir(); d != "" {
@@ -87,7 +95,7 @@ func releaseInputs(e *Entry, env, scratch string) (ReleaseInputs, error) {
 	if err != nil {
 		return ReleaseInputs{}, fmt.Errorf("service %s, environment %s: %w", svc.Name, env, err)
 	}
-	return ReleaseInputs{Paths: paths, View: view, RemoteBases: remotes}, nil
+	return ReleaseInputs{Paths: paths, View: view, RemoteBases: remotes, HelmCharts: charts}, nil
 }
 
 // followSymlinks returns paths plus the targets of every symlink at or

@@ -112,6 +112,11 @@ func Folders(svc *manifest.Service) []string {
 			out = append(out, d)
 		}
 	}
+	for _, e := range svc.Environments {
+		if d := svc.ChartDirOf(e.Name); e.Chart != nil && d != "" && d != svc.ChartDir() {
+			out = append(out, d)
+		}
+	}
 	return out
 }
 

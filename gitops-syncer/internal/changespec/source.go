@@ -19,8 +19,9 @@ func SourceOf(svc *manifest.Service, envName string) (*sluicev1.ChangeSource, er
 	if !ok {
 		return nil, fmt.Errorf("environment %q not in the manifest", envName)
 	}
-	chart := sluicev1.ChartSource{Repo: svc.Chart.Repo, Name: svc.Chart.Name, Version: svc.Chart.Version}
-	if d := svc.ChartDir(); d != "" {
+	c := svc.ChartOf(envName)
+	chart := sluicev1.ChartSource{Repo: c.Repo, Name: c.Name, Version: c.Version}
+	if d := svc.ChartDirOf(envName); d != "" {
 		chart = sluicev1.ChartSource{Path: sluicev1.RelativePath(d)}
 	}
 	switch env.Source() {

@@ -70,6 +70,8 @@ type changePlan struct {
 	chart *chartrepo.Chart
 	// bases are the Kustomize remote bases fetched for the artifact.
 	bases []fetchedBase
+	// kcharts are the charts fetched for the overlay's helmCharts entries.
+	kcharts []fetchedKChart
 }
 
 // name is the ChangeRequest name of attempt n of the change.

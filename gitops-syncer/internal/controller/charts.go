@@ -131,23 +131,30 @@ func (e *chartError) Error() string { return e.msg }
 // others go on.
 func (r *RepositoryReconciler) remoteChart(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string) (*chartrepo.Chart, error) {
 	e, ok := svc.Environment(env)
-	if !ok || svc.Chart.Repo == "" || e.Source() != manifest.SourceChart {
+	c := svc.ChartOf(env)
+	if !ok || c.Repo == "" || e.Source() != manifest.SourceChart {
 		return nil, nil
 	}
+	return r.resolveChart(ctx, repo, chartrepo.Ref{Repo: c.Repo, Name: c.Name, Version: c.Version})
+}
+
+// resolveChart resolves ref to one exact version and digest, fetches the
+// chart by that digest (or takes it from the cache) and verifies its
+// signature where the Repository asks for one (see remoteChart).
+func (r *RepositoryReconciler) resolveChart(ctx context.Context, repo *sluicev1.Repository, ref chartrepo.Ref) (*chartrepo.Chart, error) {
 	opts := r.ChartOptions
-	creds, err := r.chartCredentials(ctx, repo, svc.Chart.Repo)
+	creds, err := r.chartCredentials(ctx, repo, ref.Repo)
 	if err != nil {
 		return nil, err
 	}
 	opts.Credentials = creds
-	opts.Session = r.Charts.session(repo, svc.Chart.Repo, creds)
-	ref := chartrepo.Ref{Repo: svc.Chart.Repo, Name: svc.Chart.Name, Version: svc.Chart.Version}
+	opts.Session = r.Charts.session(repo, ref.Repo, creds)
 	what := fmt.Sprintf("chart %s %s from %s", ref.Name, ref.Version, ref.Repo)
 	resolved, err := chartrepo.Resolve(ctx, ref, opts)
 	if err != nil {
 		return nil, chartFailure(what, err)
 	}
-	verify, err := r.chartVerification(ctx, repo, svc.Chart.Repo)
+	verify, err := r.chartVerification(ctx, repo, ref.Repo)
 	if err != nil {
 		return nil, err
 	}
@@ -317,8 +324,8 @@ func chartTree(tree string, c *chartrepo.Chart) string {
 // added, and the input paths with those folders; a repository holding
 // either folder itself is refused, so what the content says was fetched
 // always was.
-func withFetched(fsys fs.FS, inputs []string, c *chartrepo.Chart, bases []fetchedBase) (fs.FS, []string, error) {
-	if c == nil && len(bases) == 0 {
+func withFetched(fsys fs.FS, inputs []string, c *chartrepo.Chart, bases []fetchedBase, kcharts []fetchedKChart) (fs.FS, []string, error) {
+	if c == nil && len(bases) == 0 && len(kcharts) == 0 {
 		return fsys, inputs, nil
 	}
 	extra := fstest.MapFS{}
@@ -346,15 +353,32 @@ func withFetched(fsys fs.FS, inputs []string, c *chartrepo.Chart, bases []fetche
 		}
 		inputs = append(inputs, roots...)
 	}
+	if len(kcharts) > 0 {
+		if err := refuseRemoteBasesDir(fsys); err != nil {
+			return nil, nil, err
+		}
+		files, roots, err := kustomizeChartFiles(kcharts)
+		if err != nil {
+			return nil, nil, err
+		}
+		for name, data := range files {
+			extra[name] = &fstest.MapFile{Data: data, Mode: 0o644}
+		}
+		inputs = append(inputs, roots...)
+	}
 	return overlayFS{base: fsys, extra: extra, root: strings.SplitN(sources.RemoteChartDir, "/", 2)[0]}, inputs, nil
 }
 
-// refuseRemoteBasesDir refuses a repository holding the folder Sluice
-// keeps fetched Kustomize remote bases in: an overlay would build files
-// the pusher wrote as if they were a pinned commit of another repository.
+// refuseRemoteBasesDir refuses a repository holding the folders Sluice
+// keeps fetched Kustomize remote bases and helmCharts charts in: an
+// overlay would build files the pusher wrote as if they were a pinned
+// commit of another repository or a chart of an allowed repository.
 func refuseRemoteBasesDir(fsys fs.FS) error {
 	if _, err := fs.Stat(fsys, manifest.RemoteBasesDir); err == nil {
 		return fmt.Errorf("the repository holds %s, a folder Sluice keeps for fetched remote bases", manifest.RemoteBasesDir)
+	}
+	if _, err := fs.Stat(fsys, manifest.KustomizeChartsDir); err == nil {
+		return fmt.Errorf("the repository holds %s, a folder Sluice keeps for the charts of helmCharts", manifest.KustomizeChartsDir)
 	}
 	return nil
 }
@@ -408,34 +432,44 @@ func chartSource(src *sluicev1.ChangeSource, c *chartrepo.Chart) {
 // WithFetched implements preview.ChartContent: the content of a pull
 // request's preview with what its release fetches as for a change: the
 // chart its service takes from a chart repository, resolved and fetched,
-// and the Kustomize remote bases of its overlay the Repository allows, at
-// their pinned commits.
-func (r *RepositoryReconciler) WithFetched(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, fsys fs.FS, inputs []string, remotes []manifest.RemoteBase) (
-	fs.FS, []string, *sluicev1.ChartSource, string, error) {
+// the Kustomize remote bases of its overlay the Repository allows, at
+// their pinned commits, and the charts of its overlay's helmCharts
+// entries from repositories the Repository lists.
+func (r *RepositoryReconciler) WithFetched(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, fsys fs.FS, inputs []string, remotes []manifest.RemoteBase, charts []manifest.HelmChart) (
+	fs.FS, []string, *sluicev1.ChartSource, []sluicev1.ChartSource, string, error) {
 	c, err := r.remoteChart(ctx, repo, svc, env)
 	var ce *chartError
 	switch {
 	case errors.As(err, &ce):
-		return nil, nil, nil, ce.msg, nil
+		return nil, nil, nil, nil, ce.msg, nil
 	case err != nil:
-		return nil, nil, nil, "", err
+		return nil, nil, nil, nil, "", err
 	}
 	var bases []fetchedBase
 	if len(remotes) > 0 {
 		bases, err = r.remoteBases(ctx, repo, remotes)
 		switch {
 		case errors.As(err, &ce):
-			return nil, nil, nil, ce.msg, nil
+			return nil, nil, nil, nil, ce.msg, nil
 		case err != nil:
-			return nil, nil, nil, "", err
+			return nil, nil, nil, nil, "", err
 		}
 	}
-	content, in, err := withFetched(fsys, inputs, c, bases)
+	kcharts, err := r.kustomizeCharts(ctx, repo, charts)
+	switch {
+	case errors.As(err, &ce):
+		return nil, nil, nil, nil, ce.msg, nil
+	case err != nil:
+		return nil, nil, nil, nil, "", err
+	}
+	content, in, err := withFetched(fsys, inputs, c, bases, kcharts)
 	if err != nil {
-		return nil, nil, nil, err.Error(), nil
+		return nil, nil, nil, nil, err.Error(), nil
 	}
+	src := &sluicev1.ChangeSource{}
+	recordKustomizeCharts(src, kcharts)
 	if c == nil {
-		return content, in, nil, "", nil
+		return content, in, nil, src.HelmCharts, "", nil
 	}
-	return content, in, &sluicev1.ChartSource{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: sluicev1.Digest(c.Digest)}, "", nil
+	return content, in, &sluicev1.ChartSource{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: sluicev1.Digest(c.Digest)}, src.HelmCharts, "", nil
 }

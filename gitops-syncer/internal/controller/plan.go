@@ -97,7 +97,7 @@ func (run *planRun) storeArtifact() error {
 	err = refuseRemoteBasesDir(fsys)
 	inputs := plan.inputs
 	if err == nil {
-		fsys, inputs, err = withFetched(fsys, plan.inputs, plan.chart, plan.bases)
+		fsys, inputs, err = withFetched(fsys, plan.inputs, plan.chart, plan.bases, plan.kcharts)
 	}
 	var art *artifact.Artifact
 	if err == nil {
@@ -266,11 +266,12 @@ func (run *planRun) storeOutputs(ctx context.Context, cr *sluicev1.ChangeRequest
 		}
 	}
 	in := changespec.ReviewInput(res, previousRevision(run.plan.release))
-	if cr.Spec.Source != nil && cr.Spec.Source.Chart.Repo != "" {
-		// The chart version diff: against the applied change's chart.
+	if cr.Spec.Source != nil && (cr.Spec.Source.Chart.Repo != "" || len(cr.Spec.Source.HelmCharts) > 0) {
+		// The chart version diffs: against the applied change's charts.
 		if applied, err := r.recordedChange(ctx, run.plan.release, run.plan.release.Status.AppliedChange); err == nil && applied != nil && applied.Spec.Source != nil {
 			c := applied.Spec.Source.Chart
 			in.PreviousChart = &c
+			in.PreviousHelmCharts = applied.Spec.Source.HelmCharts
 		}
 	}
 	if err := changespec.StoreReview(ctx, r.Client, ControllerName, cr, in); err != nil {

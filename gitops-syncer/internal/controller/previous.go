@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
@@ -74,8 +75,50 @@ func (r *RepositoryReconciler) previousFor(ctx context.Context, repo *sluicev1.R
 			return prev
 		}
 	}
+	if applied != nil && applied.Spec.Source != nil && len(applied.Spec.Source.HelmCharts) > 0 {
+		// The applied charts of the overlay's helmCharts, by their digests.
+		if err := r.writeKustomizeCharts(ctx, repo, svc, env, applied.Spec.Source.HelmCharts, dir); err != nil {
+			prev.Err = err
+			return prev
+		}
+	}
 	prev.RepoRoot, prev.Service = dir, svc
 	return prev
+}
+
+// writeKustomizeCharts writes the charts recorded for the helmCharts
+// entries of svc's overlay in env (fetched by their digests, or from the
+// cache) into the content folder dir, where the build reads them.
+func (r *RepositoryReconciler) writeKustomizeCharts(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, recorded []sluicev1.ChartSource, dir string) error {
+	var entries []manifest.HelmChart
+	if d := svc.KustomizeDir(env); d != "" {
+		for _, h := range manifest.KustomizeHelmCharts(dir, d) {
+			entries = append(entries, h.HelmChart)
+		}
+	}
+	kcharts, err := r.kustomizeChartsByDigest(ctx, repo, entries, recorded)
+	if err != nil {
+		return err
+	}
+	files, _, err := kustomizeChartFiles(kcharts)
+	if err != nil {
+		return err
+	}
+	return writeFiles(dir, files)
+}
+
+// writeFiles writes files (by content path) under dir.
+func writeFiles(dir string, files map[string][]byte) error {
+	for name, data := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeChart writes the chart c names (fetched by its digest, or from

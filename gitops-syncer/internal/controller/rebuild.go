@@ -31,6 +31,8 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 	var dirs []string
 	// The charts from chart repositories the changes recorded.
 	var charts []sluicev1.ChartSource
+	// The charts of helmCharts entries each change recorded.
+	var recordedHelmCharts [][]sluicev1.ChartSource
 	for _, cr := range crs.Items {
 		if cr.Spec.Revision == k.Revision {
 			want[cr.Spec.Artifact.SHA256] = true
@@ -39,6 +41,9 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 			}
 			if src := cr.Spec.Source; src != nil {
 				dirs = append(dirs, string(src.Path))
+				if len(src.HelmCharts) > 0 {
+					recordedHelmCharts = append(recordedHelmCharts, src.HelmCharts)
+				}
 			}
 			if pr := cr.Spec.PullRequest; pr != nil {
 				refs = append(refs, fmt.Sprintf("refs/pull/%d/head", pr.Number), fmt.Sprintf("refs/merge-requests/%d/head", pr.Number))
@@ -78,12 +83,14 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 	// The Kustomize remote bases the release's overlay names at this
 	// revision, fetched again at their pinned commits.
 	var remotes []manifest.RemoteBase
+	var helmCharts []manifest.HelmChart
 	for _, e := range entries {
 		if e.Service != nil {
 			for _, env := range e.Service.Environments {
 				if sluicev1.ReleaseName(e.Service.Name, sluicev1.EnvironmentName(env.Name)) == k.Release {
 					candidates = append(candidates, e.Inputs)
 					remotes = append(remotes, e.Releases[env.Name].RemoteBases...)
+					helmCharts = append(helmCharts, e.Releases[env.Name].HelmCharts...)
 				}
 			}
 		}
@@ -115,16 +122,30 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 			baseSets = append(baseSets, bases)
 		}
 	}
+	// The charts of the overlay's helmCharts entries, by the digests the
+	// change recorded.
+	kchartSets := [][]fetchedKChart{nil}
+	for _, recorded := range recordedHelmCharts {
+		kcharts, err := r.kustomizeChartsByDigest(ctx, repo, helmCharts, recorded)
+		if err != nil {
+			return nil, fmt.Errorf("artifact %s: %w", k.Path(), err)
+		}
+		if len(kcharts) > 0 {
+			kchartSets = append(kchartSets, kcharts)
+		}
+	}
 	for _, inputs := range candidates {
 		for _, ch := range fetched {
 			for _, bases := range baseSets {
-				cfs, cinputs, err := withFetched(fsys, inputs, ch, bases)
-				if err != nil {
-					continue
-				}
-				a, err := artifact.Build(cfs, cinputs)
-				if err == nil && want[sluicev1.Digest(a.SHA256)] {
-					return a, nil
+				for _, kcharts := range kchartSets {
+					cfs, cinputs, err := withFetched(fsys, inputs, ch, bases, kcharts)
+					if err != nil {
+						continue
+					}
+					a, err := artifact.Build(cfs, cinputs)
+					if err == nil && want[sluicev1.Digest(a.SHA256)] {
+						return a, nil
+					}
 				}
 			}
 		}

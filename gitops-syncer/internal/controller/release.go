@@ -162,7 +162,7 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 	// digest is part of the inputs, so a new version in the range is a
 	// change without a push.
 	remote, err := p.r.remoteChart(ctx, p.repo, e.Service, envName)
-	if e.Service.Chart.Repo != "" {
+	if e.Service.ChartOf(envName).Repo != "" {
 		p.remote = true
 	}
 	if err != nil {
@@ -170,6 +170,16 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 	}
 	tree = chartTree(tree, remote)
 	chartSource(src, remote)
+	// So are the charts of the overlay's helmCharts entries.
+	kcharts, err := p.r.kustomizeCharts(ctx, p.repo, in.HelmCharts)
+	if len(in.HelmCharts) > 0 {
+		p.remote = true
+	}
+	if err != nil {
+		return p.chartUnavailable(ctx, want.Name, existing, err)
+	}
+	tree = kustomizeChartsTree(tree, kcharts)
+	recordKustomizeCharts(src, kcharts)
 	// Remote bases are pinned to a commit the overlay names (an input),
 	// so they change the tree only with a push; they are fetched for the
 	// artifact when the release changed.
@@ -208,6 +218,7 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 		previews:  p.previews,
 		chart:     remote,
 		bases:     bases,
+		kcharts:   kcharts,
 
 		changes:     p.changesOf(rel.Name),
 		changesRead: true,

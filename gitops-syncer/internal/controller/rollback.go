@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/sluice-gitops/sluice/gitops-syncer/internal/catalog"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/changespec"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/git"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/validation"
@@ -186,9 +187,53 @@ func (r *RepositoryReconciler) buildRollback(ctx context.Context, repo *sluicev1
 		}
 		plan := &changePlan{release: rel, revision: rev, inputs: e.Inputs, tree: tree, service: e.Service, env: env.Name, inputsErr: e.InputsErr,
 			spec: &want.Spec, source: source, rollback: &sluicev1.RollbackSpec{Of: of, To: to}, target: target}
+		if err := r.fetchForRollback(ctx, repo, plan, in, src); err != nil {
+			return "", err
+		}
 		return r.planChange(ctx, repo, cache, plan)
 	}
 	return "", decline("release %s is not in the manifest at %s", rel.Name, sluicev1.ShortSHA(rev))
+}
+
+// fetchForRollback gives the rollback's plan what the verified change
+// took from elsewhere, as a change at that revision did: the chart from a
+// chart repository and the charts of the overlay's helmCharts entries by
+// the digests the verified change recorded (never a range resolved anew),
+// and the overlay's remote bases at their pinned commits. What cannot be
+// had any more declines the rollback; a failure worth retrying is
+// returned.
+func (r *RepositoryReconciler) fetchForRollback(ctx context.Context, repo *sluicev1.Repository, plan *changePlan, in catalog.ReleaseInputs, verified *sluicev1.ChangeSource) error {
+	fail := func(err error) error {
+		var ce *chartError
+		if errors.As(err, &ce) {
+			return decline("what the verified change %s fetched cannot be had again: %s", plan.target.Name, ce.msg)
+		}
+		return err
+	}
+	if c := verified.Chart; c.Repo != "" && c.Digest != "" {
+		ch, err := r.chartByDigest(ctx, repo, c)
+		if err != nil {
+			return fail(err)
+		}
+		plan.chart = ch
+		chartSource(plan.source, ch)
+	}
+	if len(in.RemoteBases) > 0 {
+		bases, err := r.remoteBases(ctx, repo, in.RemoteBases)
+		if err != nil {
+			return fail(err)
+		}
+		plan.bases = bases
+	}
+	if len(in.HelmCharts) > 0 {
+		kcharts, err := r.kustomizeChartsByDigest(ctx, repo, in.HelmCharts, verified.HelmCharts)
+		if err != nil {
+			return fail(err)
+		}
+		plan.kcharts = kcharts
+		recordKustomizeCharts(plan.source, kcharts)
+	}
+	return nil
 }
 
 // checkRollbackContent declines a rollback whose artifact, rebuilt from

@@ -121,14 +121,15 @@ type Handler struct {
 // ChartContent fetches what svc's environment env takes from elsewhere, as
 // for a change: the chart from a chart repository (nothing for other
 // charts), and the Kustomize remote bases remotes its overlay names that
-// the Repository allows, at their pinned commits. It returns the content
+// the Repository allows, at their pinned commits, and the charts of the
+// helmCharts entries charts of the overlay. It returns the content
 // with them (fsys and inputs with sources.RemoteChartDir and
 // manifest.RemoteBasesDir) and the chart the change records. problem is
 // what only a human can fix (refused credentials, no match, a commit that
 // cannot be had…), a deny finding; err is worth a retry.
 type ChartContent interface {
-	WithFetched(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, fsys fs.FS, inputs []string, remotes []manifest.RemoteBase) (
-		content fs.FS, contentInputs []string, chart *sluicev1.ChartSource, problem string, err error)
+	WithFetched(ctx context.Context, repo *sluicev1.Repository, svc *manifest.Service, env string, fsys fs.FS, inputs []string, remotes []manifest.RemoteBase, charts []manifest.HelmChart) (
+		content fs.FS, contentInputs []string, chart *sluicev1.ChartSource, helmCharts []sluicev1.ChartSource, problem string, err error)
 }
 
 // lock serialises the work on one pull request (a review may arrive while
@@ -412,15 +413,17 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 	var findings []sluicev1.Finding
 	content, inputs := fs.FS(fsys), e.Inputs
 	var chart *sluicev1.ChartSource
+	var helmCharts []sluicev1.ChartSource
 	if h.Charts != nil {
-		c, in, ch, problem, err := h.Charts.WithFetched(ctx, repo, e.Service, env.Name, fsys, e.Inputs, e.Releases[env.Name].RemoteBases)
+		rin := e.Releases[env.Name]
+		c, in, ch, hc, problem, err := h.Charts.WithFetched(ctx, repo, e.Service, env.Name, fsys, e.Inputs, rin.RemoteBases, rin.HelmCharts)
 		switch {
 		case err != nil:
 			return built{}, err
 		case problem != "":
 			findings = append(findings, sluicev1.Finding{Severity: sluicev1.SeverityDeny, Source: "manifest", Policy: "chart", Message: git.Redact(problem)})
 		default:
-			content, inputs, chart = c, in, ch
+			content, inputs, chart, helmCharts = c, in, ch, hc
 		}
 	}
 	art, err := artifact.Build(content, inputs)
@@ -447,6 +450,7 @@ func (h *Handler) buildOne(ctx context.Context, repo *sluicev1.Repository, cache
 	if chart != nil {
 		src.Chart = *chart
 	}
+	src.HelmCharts = helmCharts
 	cr := changespec.Build(changespec.Change{
 		Repository:        repo,
 		Release:           release,

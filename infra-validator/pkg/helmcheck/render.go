@@ -31,6 +31,7 @@
 //	func Render(ctx context.Context, opts Options) (*Result, error)
 //	func GeneratedSource(template string) string
 //	func NewClientOnlyInstall(opts Options, pr postrender.PostRenderer) (*action.Install, error)
+//	func RunWithTimeout(ctx context.Context, inst *action.Install, ch *chart.Chart, vals map[string]any, timeout time.Duration) (*release.Release, error)
 //	func ManifestDigest(manifest []byte) string
 //	func ReleaseDigest(manifest []byte, hooks []*release.Hook) string
 //	type Confinement struct{ ExtraNamespaces []string; ClusterKinds []schema.GroupKind } // Check(...)
@@ -303,6 +304,13 @@ func Render(ctx context.Context, opts Options) (*Result, error) {
 	c.duplicates(objs)
 	c.risk(objs)
 	return r, nil
+}
+
+// RunWithTimeout runs inst as Render does: Helm's engine takes no
+// context, so a render past timeout is abandoned (it finishes on its own)
+// and a panic in a template is an error.
+func RunWithTimeout(ctx context.Context, inst *action.Install, ch *chart.Chart, vals map[string]any, timeout time.Duration) (*release.Release, error) {
+	return renderWithTimeout(ctx, inst, ch, vals, timeout)
 }
 
 // renderWithTimeout runs the install in a goroutine, since Helm's engine

@@ -53,9 +53,10 @@ func kustomizationFile(repoRoot, dir string) (string, error) {
 // the repository (with "..", or through a symlink) or does not exist, a
 // remote base (git or http URL) not pinned to a commit or not fetched into
 // RemoteBasesDir (remote.go; a fetched one is walked, confined to its own
-// tree), Helm chart inflation (helmCharts,
-// helmGlobals, HelmChartInflationGenerator) and exec or container KRM
-// functions in generators, transformers and validators. With an error it
+// tree), a helmCharts entry that is incomplete, names values files out of
+// the repository or whose chart is not fetched into KustomizeChartsDir
+// (helmcharts.go), helmGlobals, HelmChartInflationGenerator, and exec or
+// container KRM functions in generators, transformers and validators. With an error it
 // still returns what it could walk.
 func KustomizeInputs(repoRoot, dir string) ([]string, error) {
 	dir, err := cleanDir(dir)
@@ -76,6 +77,7 @@ type kwalk struct {
 	inputs   []string
 	problems []Problem
 	remotes  []RemoteBaseRef
+	charts   []HelmChartRef
 }
 
 func (w *kwalk) fail(at Problem, format string, args ...any) {
@@ -176,8 +178,14 @@ func (w *kwalk) visit(dir string, at Problem) {
 			if p := field(val, "path"); p != nil {
 				w.ref(dir, p, here(p), false, true)
 			}
-		case "helmCharts", "helmGlobals", "helmChartInflationGenerator":
-			w.fail(here(key), "%s: Helm chart inflation in a Kustomize overlay is not supported; deploy the chart as the service's chart instead", key.Value)
+		case "helmCharts":
+			for _, item := range w.items(file, key.Value, val) {
+				w.helmChart(dir, file, item, true)
+			}
+		case "helmGlobals":
+			w.fail(here(key), "helmGlobals is refused: Sluice fetches helmCharts by digest into the content, so there is no chartHome or configHome to set")
+		case "helmChartInflationGenerator":
+			w.fail(here(key), "%s is refused: name the chart in helmCharts (with repo and version)", key.Value)
 		}
 	}
 }
@@ -387,7 +395,8 @@ func KustomizeRemoteBases(repoRoot, dir string) []RemoteBaseRef {
 }
 
 // plugin refuses a generator, transformer or validator config that runs
-// something: an exec or container KRM function, or Helm chart inflation.
+// something: an exec or container KRM function, or Helm chart inflation
+// outside helmCharts.
 func (w *kwalk) plugin(data []byte, at Problem) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
@@ -397,7 +406,7 @@ func (w *kwalk) plugin(data []byte, at Problem) {
 		}
 		kind, _ := doc["kind"].(string)
 		if kind == "HelmChartInflationGenerator" {
-			w.fail(at, "HelmChartInflationGenerator: Helm chart inflation in a Kustomize overlay is not supported")
+			w.fail(at, "HelmChartInflationGenerator is refused: name the chart in the kustomization's helmCharts (with repo and version)")
 		}
 		meta, _ := doc["metadata"].(map[string]any)
 		ann, _ := meta["annotations"].(map[string]any)

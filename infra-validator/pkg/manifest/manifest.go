@@ -24,6 +24,11 @@
 //	func (s *Service) KustomizeDir(env string) string; func (s *Service) ManifestsDir(env string) string
 //	func KustomizeInputs(repoRoot, dir string) ([]string, error)  // the overlay's walk and guard
 //	var KustomizationFiles []string
+//	const KustomizeChartsDir = ".sluice/kustomize-charts"  // charts fetched for helmCharts (helmcharts.go)
+//	type HelmChart struct{ Name, Repo, Version, ReleaseName, Namespace, ValuesFile string; … }  // Key(), Root()
+//	type HelmChartRef struct{ HelmChart; At Problem }
+//	func KustomizeHelmCharts(repoRoot, dir string) []HelmChartRef
+//	func HelmChartsOf(data []byte, dir, file string) ([]HelmChart, error)
 //	type EnvTerraform struct{ Vars map[string]string; Workspace string }
 //	type Approval struct{ Required int; Approvers []string; AllowAuthor bool; AutoApproveRisk AutoApproveRisk; Rollback RollbackMode }
 //	type Delivery string      // DeliveryHelm (default), DeliveryArgoCD
@@ -36,6 +41,7 @@
 //	func (s *Service) ValuesFiles(env string) ([]string, error)   // repo-relative, in order
 //	func (s *Service) TerraformDir() string                        // repo-relative, "" when none
 //	func (s *Service) ChartDir() string                            // repo-relative, "" for a chart repository
+//	func (s *Service) ChartOf(env string) Chart; func (s *Service) ChartDirOf(env string) string  // with the environment's override
 //	func (s *Service) CheckPaths(repoRoot string) error            // existence + confinement on disk
 //	func (s *Service) Inputs(repoRoot string) ([]string, error)    // repo-relative inputs, sorted
 //	func TerraformModules(repoRoot, dir string) ([]string, error)  // local module dirs, recursive
@@ -148,6 +154,10 @@ type Environment struct {
 	Terraform *EnvTerraform `yaml:"terraform" json:"terraform,omitempty"`
 	Delivery  Delivery      `yaml:"delivery" json:"delivery"`
 	Approval  Approval      `yaml:"approval" json:"approval"`
+	// Chart, when set, overrides the service's chart for this environment
+	// (ChartOf): a path replaces it, a repo replaces its repository, and
+	// name and version replace those (e.g. staging on a range, prod pinned).
+	Chart *Chart `yaml:"chart" json:"chart,omitempty"`
 	// Kustomize, when set, deploys a Kustomize overlay instead of the
 	// service's chart (like a Flux Kustomization's path).
 	Kustomize *Kustomize `yaml:"kustomize" json:"kustomize,omitempty"`
@@ -383,38 +393,17 @@ func (s *Service) validate() []Problem {
 		}
 	}
 
-	// Chart: a folder in the repo, or a chart repository with name and version.
+	// Chart: a folder in the repo, or a chart repository with name and
+	// version; environments may override it.
 	c := s.Chart
 	switch {
-	case c.Path == "" && c.Repo == "" && c.Name == "" && c.Version == "" && s.everyEnvironmentHasSource():
-		// Every environment deploys a Kustomize overlay or manifests.
+	case c == (Chart{}) && s.everyEnvironmentHasSource():
+		// Every environment deploys a Kustomize overlay, manifests or its own chart.
 	case c.Path == "" && c.Repo == "":
-		add("chart", "chart needs either path or repo (or every environment a kustomize or manifests folder)")
-	case c.Path != "" && c.Repo != "":
-		add("chart", "chart takes path or repo, not both")
-	case c.Path != "":
-		if c.Name != "" || c.Version != "" {
-			add("chart", "chart name and version go with repo, not path")
-		}
-		if err := checkRelPath(c.Path); err != nil {
-			add("chart.path", "chart.path: %v", err)
-		}
+		add("chart", "chart needs either path or repo (or every environment a kustomize or manifests folder, or its own chart)")
 	default:
-		if !strings.HasPrefix(c.Repo, "https://") && !strings.HasPrefix(c.Repo, "oci://") {
-			add("chart.repo", "chart.repo must start with https:// or oci://")
-		} else if strings.Contains(strings.SplitN(c.Repo, "/", 4)[2], "@") {
-			add("chart.repo", "chart.repo must not carry credentials")
-		}
-		if c.Name == "" {
-			add("chart", "chart.name is required with chart.repo")
-		}
-		if c.Version == "" {
-			add("chart", "chart.version is required with chart.repo")
-		} else if _, err := semver.NewConstraint(c.Version); err != nil || len(c.Version) > 64 {
-			add("chart.version", "chart.version %q must be a version or a semver range (e.g. 1.2.3, ~1.2, >=1.2.0 <2.0.0)", c.Version)
-		}
+		checkChart(c, "chart", add)
 	}
-
 	for i, v := range s.Values {
 		if err := checkRelPath(v); err != nil {
 			add(fmt.Sprintf("values[%d]", i), "values[%d]: %v", i, err)
@@ -477,6 +466,7 @@ func (s *Service) validate() []Problem {
 			}
 		}
 		s.validateSource(e, p, add)
+		s.validateEnvChart(e, p, add)
 		switch e.Delivery {
 		case "", DeliveryHelm, DeliveryArgoCD:
 		default:
@@ -512,14 +502,97 @@ func (s *Service) validate() []Problem {
 }
 
 // everyEnvironmentHasSource reports whether every environment names its own
-// Kustomize overlay or manifests folder, so the service needs no chart.
+// Kustomize overlay, manifests folder or chart, so the service needs no
+// chart.
 func (s *Service) everyEnvironmentHasSource() bool {
 	for _, e := range s.Environments {
-		if e.Kustomize == nil && e.Manifests == nil {
+		if e.Kustomize == nil && e.Manifests == nil && (e.Chart == nil || (e.Chart.Path == "" && e.Chart.Repo == "")) {
 			return false
 		}
 	}
 	return len(s.Environments) > 0
+}
+
+// checkChart checks a chart (the service's, or an environment's merged
+// with it) at the dotted path at.
+func checkChart(c Chart, at string, add func(string, string, ...any)) {
+	switch {
+	case c.Path != "" && c.Repo != "":
+		add(at, "chart takes path or repo, not both")
+	case c.Path != "":
+		if c.Name != "" || c.Version != "" {
+			add(at, "chart name and version go with repo, not path")
+		}
+		if err := checkRelPath(c.Path); err != nil {
+			add(at+".path", "chart.path: %v", err)
+		}
+	default:
+		if !strings.HasPrefix(c.Repo, "https://") && !strings.HasPrefix(c.Repo, "oci://") {
+			add(at+".repo", "chart.repo must start with https:// or oci://")
+		} else if strings.Contains(strings.SplitN(c.Repo, "/", 4)[2], "@") {
+			add(at+".repo", "chart.repo must not carry credentials")
+		}
+		if c.Name == "" {
+			add(at, "chart.name is required with chart.repo")
+		}
+		if c.Version == "" {
+			add(at, "chart.version is required with chart.repo")
+		} else if _, err := semver.NewConstraint(c.Version); err != nil || len(c.Version) > 64 {
+			add(at+".version", "chart.version %q must be a version or a semver range (e.g. 1.2.3, ~1.2, >=1.2.0 <2.0.0)", c.Version)
+		}
+	}
+}
+
+// validateEnvChart checks an environment's chart override: only with the
+// service's chart (not with kustomize or manifests), and complete once
+// merged with the service's chart.
+func (s *Service) validateEnvChart(e *Environment, p string, add func(string, string, ...any)) {
+	if e.Chart == nil {
+		return
+	}
+	if e.Kustomize != nil || e.Manifests != nil {
+		add(p+".chart", "environment %q: chart goes with a chart, not with kustomize or manifests", e.Name)
+		return
+	}
+	c := s.ChartOf(e.Name)
+	if c.Path == "" && c.Repo == "" {
+		add(p+".chart", "environment %q: chart needs path or repo (here or in the service's chart)", e.Name)
+		return
+	}
+	checkChart(c, p+".chart", add)
+}
+
+// ChartOf is the chart environment env deploys: the service's chart with
+// the environment's override (Environment.Chart) applied.
+func (s *Service) ChartOf(env string) Chart {
+	c := s.Chart
+	e, ok := s.Environment(env)
+	if !ok || e.Chart == nil {
+		return c
+	}
+	o := *e.Chart
+	switch {
+	case o.Path != "":
+		return Chart{Path: o.Path, Name: o.Name, Version: o.Version}
+	case o.Repo != "":
+		c = Chart{Repo: o.Repo, Name: c.Name, Version: c.Version}
+	}
+	if o.Name != "" {
+		c.Name = o.Name
+	}
+	if o.Version != "" {
+		c.Version = o.Version
+	}
+	return c
+}
+
+// ChartDirOf is the chart folder environment env deploys, relative to the
+// repository root, or "" when its chart comes from a chart repository.
+func (s *Service) ChartDirOf(env string) string {
+	if c := s.ChartOf(env); c.Path != "" {
+		return path.Clean(c.Path)
+	}
+	return ""
 }
 
 // validateSource checks an environment's kustomize or manifests block.

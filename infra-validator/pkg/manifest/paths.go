@@ -168,6 +168,14 @@ func (s *Service) CheckPaths(repoRoot string) error {
 			check("chart.path", path.Join(d, "Chart.yaml"), false, "chart file")
 		}
 	}
+	for i, e := range s.Environments {
+		if d := s.ChartDirOf(e.Name); e.Chart != nil && d != "" && d != s.ChartDir() {
+			at := fmt.Sprintf("environments[%d].chart.path", i)
+			if check(at, d, true, "chart folder") {
+				check(at, path.Join(d, "Chart.yaml"), false, "chart file")
+			}
+		}
+	}
 	if d := s.TerraformDir(); d != "" {
 		check("terraform.dir", d, true, "terraform folder")
 	}
@@ -214,6 +222,11 @@ func (s *Service) Inputs(repoRoot string) ([]string, error) {
 	queue := []string{dir}
 	if d := s.ChartDir(); d != "" {
 		queue = append(queue, d)
+	}
+	for _, e := range s.Environments {
+		if d := s.ChartDirOf(e.Name); e.Chart != nil && d != "" {
+			queue = append(queue, d)
+		}
 	}
 	if d := s.TerraformDir(); d != "" {
 		mods, err := TerraformModules(repoRoot, d)

@@ -236,6 +236,9 @@ func sectionItems(s *Section) []item {
 		b.WriteString(" · nothing applied yet")
 	}
 	b.WriteString("\n\n")
+	for _, c := range s.HelmCharts {
+		fmt.Fprintf(&b, "**helmCharts: %s**\n\n", esc(c.Line()))
+	}
 	if s.Chart != nil {
 		fmt.Fprintf(&b, "**%s**\n\n", esc(s.Chart.Line()))
 	}

@@ -48,6 +48,9 @@ type Input struct {
 	// for the chart version diff of a chart from a chart repository (nil
 	// when nothing was applied or it had no such chart).
 	PreviousChart *sluicev1.ChartSource
+	// PreviousHelmCharts are the charts the last applied change's overlay
+	// inflated (spec.source.helmCharts), for their version diffs.
+	PreviousHelmCharts []sluicev1.ChartSource
 	// PlanSecrets, when not nil, are the secret strings the validator's
 	// policy engine found in this plan's whole document
 	// (validate.PlanCheck.Secrets): Build takes them instead of walking
@@ -83,6 +86,9 @@ type Section struct {
 	// Chart is the chart from a chart repository the change installs,
 	// with the applied one; nil for charts in the repository.
 	Chart *ChartChange `json:",omitempty"`
+	// HelmCharts are the charts the overlay's helmCharts entries inflate,
+	// each with the applied one of the same repository and name.
+	HelmCharts []*ChartChange `json:",omitempty"`
 	// Verification is the verification after apply as the operator
 	// recorded it; nil before the change is verified (and for previews,
 	// which are never applied).
@@ -203,6 +209,18 @@ func Build(in Input) (*Section, error) {
 		s.Chart = &ChartChange{Repo: src.Chart.Repo, Name: src.Chart.Name, Version: src.Chart.Version, Digest: string(src.Chart.Digest)}
 		if p := in.PreviousChart; p != nil && p.Repo == src.Chart.Repo && p.Name == src.Chart.Name {
 			s.Chart.PreviousVersion, s.Chart.PreviousDigest = p.Version, string(p.Digest)
+		}
+	}
+	if src := cr.Spec.Source; src != nil {
+		for _, c := range src.HelmCharts {
+			cc := &ChartChange{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: string(c.Digest)}
+			for _, p := range in.PreviousHelmCharts {
+				if p.Repo == c.Repo && p.Name == c.Name {
+					cc.PreviousVersion, cc.PreviousDigest = p.Version, string(p.Digest)
+					break
+				}
+			}
+			s.HelmCharts = append(s.HelmCharts, cc)
 		}
 	}
 	for _, r := range in.RiskReasons {

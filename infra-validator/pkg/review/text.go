@@ -24,6 +24,9 @@ const (
 func Text(w io.Writer, s *Section, color bool) error {
 	p := &printer{w: w, color: color}
 	p.line(ansiBold, fmt.Sprintf("Change %s (%s of release %s at %s): verdict %s, risk %s", s.Change, s.Operation, s.Release, sluicev1.ShortSHA(s.Revision), s.Verdict, s.Risk))
+	for _, c := range s.HelmCharts {
+		p.line("", "helmCharts: "+c.Line())
+	}
 	if s.Chart != nil {
 		p.line("", s.Chart.Line())
 	}

@@ -24,6 +24,12 @@ var errReadOnly = errors.New("the repository is read-only for a Kustomize build"
 type confinedFS struct {
 	root string // real (symlink-free) absolute repository root
 	disk filesys.FileSystem
+	// virtual holds the files only the build sees, by absolute path: the
+	// rendered helmCharts entries (inflate.go).
+	virtual map[string][]byte
+	// inflateErr keeps why a kustomization's helmCharts did not render
+	// (Kustomize reports an unreadable kustomization as a missing one).
+	inflateErr *error
 }
 
 var _ filesys.FileSystem = confinedFS{}
@@ -37,7 +43,7 @@ func newConfinedFS(repoRoot string) (confinedFS, error) {
 	if err != nil {
 		return confinedFS{}, fmt.Errorf("repository root: %w", err)
 	}
-	return confinedFS{root: root, disk: filesys.MakeFsOnDisk()}, nil
+	return confinedFS{root: root, disk: filesys.MakeFsOnDisk(), virtual: map[string][]byte{}, inflateErr: new(error)}, nil
 }
 
 // check refuses p unless it is inside the root: an existing path after
@@ -121,6 +127,9 @@ func (c confinedFS) CleanedAbs(p string) (filesys.ConfirmedDir, string, error) {
 }
 
 func (c confinedFS) Exists(p string) bool {
+	if _, ok := c.virtual[filepath.Clean(p)]; ok {
+		return true
+	}
 	return c.check(p) == nil && c.disk.Exists(p)
 }
 
@@ -145,6 +154,9 @@ func (c confinedFS) ReadFile(p string) ([]byte, error) {
 	if err := c.check(p); err != nil {
 		return nil, err
 	}
+	if data, ok := c.virtual[filepath.Clean(p)]; ok {
+		return data, nil
+	}
 	fi, err := os.Stat(p)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.rel(p), unwrapPathError(err))
@@ -156,8 +168,16 @@ func (c confinedFS) ReadFile(p string) ([]byte, error) {
 	if err != nil || !slices.Contains(manifest.KustomizationFiles, filepath.Base(p)) {
 		return data, err
 	}
-	// A remote base is read from its fetched folder, never the network.
-	return manifest.RewriteRemoteBases(data, c.rel(filepath.Dir(p)))
+	// A remote base is read from its fetched folder, never the network,
+	// and a helmCharts entry from the chart fetched into the content.
+	if data, err = manifest.RewriteRemoteBases(data, c.rel(filepath.Dir(p))); err != nil {
+		return nil, err
+	}
+	out, err := c.inflate(data, p)
+	if err != nil && *c.inflateErr == nil {
+		*c.inflateErr = fmt.Errorf("%s: %w", c.rel(p), err)
+	}
+	return out, err
 }
 
 func (c confinedFS) Walk(p string, walkFn filepath.WalkFunc) error {

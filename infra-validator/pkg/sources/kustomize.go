@@ -18,14 +18,29 @@ import (
 //
 // The overlay is first walked by manifest.KustomizeInputs, which refuses
 // with file and line a path that is absolute, leaves the repository or
-// does not exist, a remote base, Helm chart inflation and exec or
-// container KRM functions. The build then runs with every plugin but
-// Kustomize's builtins off, Helm inflation off, and a read-only file system
-// that refuses any path outside the repository (symlinks resolved), so a
-// path the walk missed still cannot leave it.
+// does not exist, a remote base or helmCharts chart not fetched, and exec
+// or container KRM functions; each helmCharts entry's fetched chart is
+// checked against its digest. The build then runs with every plugin but
+// Kustomize's builtins off, Kustomize's Helm inflation off (the entries
+// are rendered with the Helm SDK by the file system, inflate.go), and a
+// read-only file system that refuses any path outside the repository
+// (symlinks resolved), so a path the walk missed still cannot leave it.
 func Kustomize(repoRoot, dir string) (File, error) {
 	if _, err := manifest.KustomizeInputs(repoRoot, dir); err != nil {
 		return File{}, err
+	}
+	// Each helmCharts entry's fetched chart must be the one the entry
+	// names, with the bytes of its recorded digest.
+	var problems []manifest.Problem
+	for _, h := range manifest.KustomizeHelmCharts(repoRoot, dir) {
+		if _, _, err := KustomizeChart(repoRoot, h.HelmChart); err != nil {
+			at := h.At
+			at.Message = fmt.Sprintf("helmCharts %s: %v", h.HelmChart, err)
+			problems = append(problems, at)
+		}
+	}
+	if len(problems) > 0 {
+		return File{}, &manifest.Error{Problems: problems}
 	}
 	dir = path.Clean(dir)
 	file := path.Join(dir, manifest.KustomizationFiles[0])
@@ -49,6 +64,9 @@ func Kustomize(repoRoot, dir string) (File, error) {
 	k := krusty.MakeKustomizer(opts)
 	m, err := k.Run(fsys, filepath.Join(fsys.root, filepath.FromSlash(dir)))
 	if err != nil {
+		if *fsys.inflateErr != nil {
+			err = *fsys.inflateErr
+		}
 		return File{}, &manifest.Error{Problems: []manifest.Problem{{File: file, Message: "kustomize build: " + scrub(err, fsys.root)}}}
 	}
 	out, err := m.AsYaml()

@@ -53,11 +53,12 @@ func RemoteChartFiles(c *chartrepo.Chart) (map[string][]byte, error) {
 	return files, nil
 }
 
-// RemoteChart loads the fetched chart of svc from the content at root:
-// resolved.json must name svc's repository and chart at a version in its
+// RemoteChart loads the fetched chart of svc's environment env
+// (Service.ChartOf) from the content at root: resolved.json must name its repository and chart at a version in its
 // range, and the bytes must match the digest (chartrepo.Verify); the
 // archive is checked (no "../", no links, bounded) before Helm loads it.
-func RemoteChart(root string, svc *manifest.Service) (*chart.Chart, *chartrepo.Resolved, error) {
+func RemoteChart(root string, svc *manifest.Service, env string) (*chart.Chart, *chartrepo.Resolved, error) {
+	want := svc.ChartOf(env)
 	read := func(name string, max int64) ([]byte, error) {
 		p := filepath.Join(root, filepath.FromSlash(RemoteChartDir), name)
 		fi, err := os.Lstat(p)
@@ -74,7 +75,7 @@ func RemoteChart(root string, svc *manifest.Service) (*chart.Chart, *chartrepo.R
 	}
 	raw, err := read(RemoteResolvedFile, 64<<10)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, fmt.Errorf("service %s chart %s from %s: %w", svc.Name, svc.Chart.Name, svc.Chart.Repo, ErrRemoteChartMissing)
+		return nil, nil, fmt.Errorf("service %s chart %s from %s: %w", svc.Name, want.Name, want.Repo, ErrRemoteChartMissing)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -83,7 +84,7 @@ func RemoteChart(root string, svc *manifest.Service) (*chart.Chart, *chartrepo.R
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, nil, fmt.Errorf("%s/%s: %v", RemoteChartDir, RemoteResolvedFile, err)
 	}
-	if err := CheckResolved(svc.Chart, &r); err != nil {
+	if err := CheckResolved(want, &r); err != nil {
 		return nil, nil, err
 	}
 	tgz, err := read(RemoteChartFile, chartrepo.DefaultMaxChartSize)

@@ -23,9 +23,17 @@
 //	const TemplatePrefix = "templates/"
 //	const RemoteChartDir = ".sluice/chart"  // a fetched chart in the artifact (remote.go)
 //	func RemoteChartFiles(c *chartrepo.Chart) (map[string][]byte, error)
-//	func RemoteChart(root string, svc *manifest.Service) (*chart.Chart, *chartrepo.Resolved, error)
+//	func RemoteChart(root string, svc *manifest.Service, env string) (*chart.Chart, *chartrepo.Resolved, error)
 //	func CheckResolved(c manifest.Chart, r *chartrepo.Resolved) error
 //	var ErrRemoteChartMissing
+//	func KustomizeChartFiles(h manifest.HelmChart, c *chartrepo.Chart) (map[string][]byte, error)  // inflate.go
+//	func KustomizeChart(root string, h manifest.HelmChart) (*chart.Chart, *chartrepo.Resolved, error)
+//
+// A Kustomize overlay's helmCharts entries are rendered with the Helm SDK
+// (as `helm template`) from the charts the syncer fetched into the content
+// (manifest.KustomizeChartsDir), checked against their recorded digests,
+// and fed to the build in place of each entry; helm never runs and nothing
+// is fetched.
 package sources
 
 import (

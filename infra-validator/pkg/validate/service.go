@@ -170,12 +170,12 @@ func serviceChart(req ServiceRequest) (*manifest.Service, *manifest.Environment,
 	if err != nil {
 		return nil, nil, ChartRequest{}, err
 	}
-	chartDir := svc.ChartDir()
+	chartDir := svc.ChartDirOf(env.Name)
 	var remote *chart.Chart
 	if chartDir == "" {
 		// A chart from a chart repository: the syncer fetched it into the
 		// content (sources.RemoteChartDir), checked here against its digest.
-		ch, r, err := sources.RemoteChart(req.RepoRoot, svc)
+		ch, r, err := sources.RemoteChart(req.RepoRoot, svc, env.Name)
 		if err != nil {
 			if errors.Is(err, sources.ErrRemoteChartMissing) {
 				return nil, nil, ChartRequest{}, fmt.Errorf("service %s: %w: %w", svc.Name, ErrChartRepository, err)

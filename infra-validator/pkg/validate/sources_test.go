@@ -166,7 +166,7 @@ func TestCheckService_hostileOverlaysAreRefusedWithFileAndLine(t *testing.T) {
 		{name: "an absolute path", kustomization: "resources:\n  - /etc/passwd\n", want: "absolute path", line: 2},
 		{name: "a remote base", kustomization: "resources:\n  - https://github.com/kubernetes-sigs/kustomize//examples/helloWorld?ref=v5.0.0\n", want: "remote base", line: 2},
 		{name: "a git remote base", kustomization: "resources:\n  - github.com/org/repo/base?ref=main\n", want: "remote base", line: 2},
-		{name: "a helmCharts entry", kustomization: "helmCharts:\n  - name: nginx\n    repo: https://charts.example\n", want: "Helm chart inflation", line: 1},
+		{name: "a helmCharts entry whose chart is not fetched", kustomization: "helmCharts:\n  - name: nginx\n    repo: https://charts.example\n    version: 1.0.0\n    releaseName: x\n", want: "it is not fetched", line: 2},
 		{name: "an exec plugin", kustomization: "resources: [../../../../bases/web]\ntransformers:\n  - plugin.yaml\n", want: "exec", line: 3,
 			setup: func(t *testing.T, root string) {
 				os.WriteFile(filepath.Join(root, "services/shop/overlays/staging/plugin.yaml"),

@@ -363,6 +363,16 @@ type ChangeSource struct {
 	// Chart is the Helm chart.
 	Chart ChartSource `json:"chart"`
 
+	// HelmCharts are the charts the Kustomize overlay's helmCharts entries
+	// resolved to (repository, name, exact version and digest), fetched by
+	// the syncer into the artifact (.sluice/kustomize-charts/), so the
+	// contentDigest binds their bytes. A record for the review, rollbacks
+	// and rebuilds: builds read the artifact's bytes only.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	HelmCharts []ChartSource `json:"helmCharts,omitempty"`
+
 	// Values are the values files in order, relative to the service folder.
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic

@@ -100,7 +100,8 @@ type RepositorySpec struct {
 	// its services' charts come from: credentials as Flux's
 	// HelmRepository secretRef (the Secret's username and password keys),
 	// and a signature every chart from there must carry. A service folder
-	// never carries credentials or keys.
+	// never carries credentials or keys. Kustomize overlays may inflate
+	// charts (helmCharts) only from the repositories listed here.
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	// +optional
@@ -358,8 +359,9 @@ type KustomizeRemoteBase struct {
 // ChartRepository is what the Repository says about the chart
 // repositories whose URL starts with URL (the longest matching URL
 // applies): the credentials that go with requests to them, and the
-// signature their charts must carry before they enter an artifact.
-// +kubebuilder:validation:XValidation:rule="has(self.secretRef) || has(self.verify)",message="a chart repository entry needs secretRef, verify or both"
+// signature their charts must carry before they enter an artifact. An
+// entry (a URL alone for a public repository) is also what lets the
+// overlays' Kustomize helmCharts inflate charts from there.
 // +kubebuilder:validation:XValidation:rule="!has(self.verify) || self.verify.provider != 'cosign' || self.url.startsWith('oci://')",message="cosign verifies charts from oci:// registries only; use provider provenance for a Helm repository"
 type ChartRepository struct {
 	// URL is a chart repository URL or a prefix of several.

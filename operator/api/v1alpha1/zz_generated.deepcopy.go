@@ -456,6 +456,13 @@ func (in *ChangeRequestStatus) DeepCopy() *ChangeRequestStatus {
 func (in *ChangeSource) DeepCopyInto(out *ChangeSource) {
 	*out = *in
 	in.Chart.DeepCopyInto(&out.Chart)
+	if in.HelmCharts != nil {
+		in, out := &in.HelmCharts, &out.HelmCharts
+		*out = make([]ChartSource, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
 	if in.Values != nil {
 		in, out := &in.Values, &out.Values
 		*out = make([]RelativePath, len(*in))

@@ -85,12 +85,12 @@ func Load(dir string, cr *sluicev1.ChangeRequest, src *sluicev1.ChangeSource, de
 	chartDir := string(src.Chart.Path)
 	var remote *chart.Chart
 	if chartDir == "" {
-		ch, err := remoteChart(dir, svc, src.Chart)
+		ch, err := remoteChart(dir, svc, env.Name, src.Chart)
 		if err != nil {
 			return nil, err
 		}
 		remote = ch
-	} else if d := svc.ChartDir(); d != chartDir {
+	} else if d := svc.ChartDirOf(env.Name); d != chartDir {
 		return nil, invalid("chart %q differs from the change's %q", d, chartDir)
 	}
 	values := make([]string, 0, len(src.Values))
@@ -133,14 +133,14 @@ func Load(dir string, cr *sluicev1.ChangeRequest, src *sluicev1.ChangeSource, de
 // exact version and digest, and hash to that digest. It never fetches:
 // a tag moved or bytes changed in the repository since the approval
 // change nothing that is delivered.
-func remoteChart(dir string, svc *manifest.Service, want sluicev1.ChartSource) (*chart.Chart, error) {
+func remoteChart(dir string, svc *manifest.Service, env string, want sluicev1.ChartSource) (*chart.Chart, error) {
 	if want.Repo == "" || want.Digest == "" {
 		return nil, applier.Permanent(sluicev1.ReasonInvalidSpec, "the approved change names no chart folder and no chart repository with a digest")
 	}
-	if svc.Chart.Repo != want.Repo || svc.Chart.Name != want.Name {
-		return nil, invalid("chart %s from %s differs from the change's %s from %s", svc.Chart.Name, svc.Chart.Repo, want.Name, want.Repo)
+	if c := svc.ChartOf(env); c.Repo != want.Repo || c.Name != want.Name {
+		return nil, invalid("chart %s from %s differs from the change's %s from %s", c.Name, c.Repo, want.Name, want.Repo)
 	}
-	ch, got, err := sources.RemoteChart(dir, svc)
+	ch, got, err := sources.RemoteChart(dir, svc, env)
 	if err != nil {
 		return nil, applier.Permanent(sluicev1.ReasonChartMismatch, "the approved content: %v", ScrubPath(err, dir))
 	}

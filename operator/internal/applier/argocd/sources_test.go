@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -255,4 +256,48 @@ func TestRenderApproved_refusesContentThatIsNotWhatWasApproved(t *testing.T) {
 			require.NotContains(t, err.Error(), tt.dir, "names repository paths only")
 		})
 	}
+}
+
+// The plugin's render step on its own: an overlay whose helmCharts entry's
+// chart the syncer fetched into the artifact renders, from those bytes,
+// the objects the validator approved; the chart's bytes swapped in the
+// content render nothing.
+func TestRenderApproved_anOverlayInflatingAChartRendersFromTheFetchedBytes(t *testing.T) {
+	const ns = "web-prod"
+	repoURL := "https://charts.example/stable"
+	entry := manifest.HelmChart{Repo: repoURL, Name: "web", Version: "1.1.0"}
+	f := &fixture{t: t, target: ns, release: &sluicev1.Release{}}
+	f.release.Name = "web-prod"
+	tree := func(marker string) map[string][]byte {
+		files := f.overlayTree("hello")
+		files["services/web/overlays/prod/kustomization.yaml"] = []byte("resources: [../../../../bases/web]\nnamePrefix: prod-\nhelmCharts:\n  - name: web\n    repo: " + repoURL + "\n    version: 1.1.0\n    releaseName: cache\n")
+		tgz := chartrepotest.MarkedChart(t, "1.1.0", marker)
+		fetched, err := sources.KustomizeChartFiles(entry, &chartrepo.Chart{Resolved: chartrepo.Resolved{Repo: repoURL, Name: "web", Version: "1.1.0", Digest: chartrepo.Digest(tgz)}, TarGz: tgz})
+		require.NoError(t, err)
+		for k, v := range fetched {
+			files[k] = v
+		}
+		return files
+	}
+	good := tree("approved")
+	cr := &sluicev1.ChangeRequest{Spec: sluicev1.ChangeRequestSpec{
+		Release: "web-prod", Revision: appliertest.RandomSHA(), TargetNamespace: ns, Delivery: sluicev1.DeliveryArgoCD,
+		ManifestDigest: f.overlayDigest(good),
+		Source: &sluicev1.ChangeSource{Service: "web", Environment: "prod", Path: "services/web",
+			Chart: sluicev1.ChartSource{Kustomize: &sluicev1.KustomizeSource{Path: "services/web/overlays/prod"}}},
+	}}
+	out, err := renderApproved(context.Background(), writeTree(t, good), cr, "")
+	require.NoError(t, err)
+	require.Contains(t, out, "name: prod-cache-remote")
+	require.Contains(t, out, "marker: approved")
+
+	// Other bytes under the approved chart's record: refused before
+	// anything renders.
+	evil := tree("approved")
+	evil[path.Join(entry.Root(), sources.RemoteChartFile)] = chartrepotest.MarkedChart(t, "1.1.0", "evil")
+	dir := writeTree(t, evil)
+	_, err = renderApproved(context.Background(), dir, cr, "")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), chartrepo.ErrDigestMismatch.Error())
+	require.NotContains(t, err.Error(), dir)
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
+	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo/chartrepotest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/manifest"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/sources"
@@ -147,4 +151,83 @@ func TestApply_anOverlayWithAFetchedRemoteBaseIsInstalledFromTheArtifact(t *test
 	var cm corev1.ConfigMap
 	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.target, Name: "staging-remote"}, &cm))
 	require.Equal(t, "the-pinned-commit", cm.Data["from"])
+}
+
+// TestApply_anOverlayInflatingAChartIsInstalledFromTheApprovedBytesEvenAfterItsTagMoved:
+// a helmCharts entry's chart, fetched by the syncer into the artifact
+// (.sluice/kustomize-charts), is rendered with the Helm SDK from those
+// bytes by the Helm applier as by the validator; the registry's tag moved
+// after the approval changes nothing, and an artifact whose chart is not
+// the bytes its record names installs nothing.
+func TestApply_anOverlayInflatingAChartIsInstalledFromTheApprovedBytesEvenAfterItsTagMoved(t *testing.T) {
+	srv, push := chartrepotest.OCIRegistry(t)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	repoURL := "oci://" + host + "/charts"
+	_, err := push.Push(chartrepotest.MarkedChart(t, "1.1.0", "approved"), host+"/charts/web:1.1.0")
+	require.NoError(t, err)
+	opts := chartrepo.Options{HTTPClient: srv.Client()}
+	approved, err := chartrepo.Pull(context.Background(), chartrepo.Ref{Repo: repoURL, Name: "web", Version: "~1.1"}, opts)
+	require.NoError(t, err)
+	entry := manifest.HelmChart{Repo: repoURL, Name: "web", Version: "~1.1"}
+	tree := func(f *fixture, c *chartrepo.Chart) map[string][]byte {
+		files := f.overlayTree("hello")
+		files["services/web/overlays/staging/kustomization.yaml"] = []byte(fmt.Sprintf(
+			"resources: [../../../../bases/web]\nnamePrefix: staging-\nhelmCharts:\n  - name: web\n    repo: %s\n    version: \"~1.1\"\n    releaseName: cache\n    valuesFile: chart-values.yaml\n", repoURL))
+		files["services/web/overlays/staging/chart-values.yaml"] = []byte("greeting: from-the-overlay\n")
+		fetched, err := sources.KustomizeChartFiles(entry, c)
+		require.NoError(t, err)
+		for k, v := range fetched {
+			files[k] = v
+		}
+		return files
+	}
+	change := func(f *fixture, files map[string][]byte, digest sluicev1.Digest) *sluicev1.ChangeRequest {
+		tb := artifacttest.Tarball(files)
+		gz := artifacttest.Gzip(tb)
+		rev := appliertest.RandomSHA()
+		cr := &sluicev1.ChangeRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: sluicev1.ChangeRequestName(f.release.Name, rev, 1), Namespace: f.ctl},
+			Spec: sluicev1.ChangeRequestSpec{
+				Release: f.release.Name, Revision: rev, Attempt: 1, TargetNamespace: f.target, Delivery: sluicev1.DeliveryHelm,
+				Source: &sluicev1.ChangeSource{Service: "web", Environment: "staging", Path: "services/web",
+					Chart:      sluicev1.ChartSource{Kustomize: &sluicev1.KustomizeSource{Path: "services/web/overlays/staging"}},
+					HelmCharts: []sluicev1.ChartSource{{Repo: repoURL, Name: "web", Version: approved.Version, Digest: sluicev1.Digest(approved.Digest)}}},
+				Artifact:       sluicev1.ArtifactReference{URL: server.Put(f.ctl+"/"+rev+".tar.gz", gz), SHA256: sluicev1.SHA256Digest(gz)},
+				ContentDigest:  sluicev1.SHA256Digest(tb),
+				ManifestDigest: digest,
+				Verdict:        sluicev1.Verdict{Result: sluicev1.VerdictPass, Risk: sluicev1.RiskLow},
+			},
+		}
+		cr.Spec.ApprovalDigest = cr.ExpectedApprovalDigest()
+		return cr
+	}
+
+	t.Run("installed from the approved bytes", func(t *testing.T) {
+		f := newFixture(t)
+		files := tree(f, approved)
+		cr := change(f, files, generatedDigest(t, files, f.release.Name, f.target))
+		// The tag moves after the approval.
+		_, err := push.Push(chartrepotest.MarkedChart(t, "1.1.0", "moved"), host+"/charts/web:1.1.0")
+		require.NoError(t, err)
+		moved, err := chartrepo.Resolve(context.Background(), chartrepo.Ref{Repo: repoURL, Name: "web", Version: "~1.1"}, opts)
+		require.NoError(t, err)
+		require.NotEqual(t, approved.Digest, moved.Digest)
+
+		_, err = f.apply(cr)
+		require.NoError(t, err)
+		var cm corev1.ConfigMap
+		require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.target, Name: "staging-cache-remote"}, &cm))
+		require.Equal(t, "approved", cm.Data["marker"])
+		require.Equal(t, "from-the-overlay", cm.Data["greeting"], "the overlay's valuesFile applies to the chart")
+		require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.target, Name: "staging-web"}, &cm), "the overlay's own resources too")
+	})
+	t.Run("other bytes than the recorded digest install nothing", func(t *testing.T) {
+		f := newFixture(t)
+		files := tree(f, approved)
+		digest := generatedDigest(t, files, f.release.Name, f.target)
+		files[path.Join(entry.Root(), sources.RemoteChartFile)] = chartrepotest.MarkedChart(t, "1.1.0", "evil")
+		_, err := f.apply(change(f, files, digest))
+		appliertest.RequireFailure(t, err, sluicev1.ReasonInvalidSpec)
+		f.requireNothingInstalled()
+	})
 }
