@@ -171,7 +171,7 @@ helmCharts:
 	first := fixture.Commit("shop one", "alice@example.com")
 	startSyncer(t, ns, "", chartsFrom(reg))
 	repo := newRepository(t, ns, "infra", fixture.FileURL(), withChartCredentials(t, ns, reg.repoURL(), registryUser, registryPass), func(r *sluicev1.Repository) {
-		r.Spec.KustomizeRemoteBases = []string{platform.FileURL()}
+		r.Spec.KustomizeRemoteBases = []sluicev1.KustomizeRemoteBase{{URL: platform.FileURL()}}
 	})
 	waitHandled(t, repo, requestReconcile(t, repo))
 	v1, ok := changeRequests(t, ns)[sluicev1.ChangeRequestName("shop-staging", first, 1)]
