@@ -43,7 +43,7 @@ func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts contro
 		// Namespaces as metadata only: their labels are all the gate reads.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.changesForNamespace), builder.OnlyMetadata, builder.WithPredicates(namespaceLabelsChanged())).
 		Watches(&sluicev1.Person{}, handler.EnqueueRequestsFromMapFunc(r.changesForPerson)).
-		Watches(&corev1.Pod{}, nowAndLater(r.applyingChangeOfPod, WorkloadFollowDelay), builder.WithPredicates(podReadinessChanged())).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.applyingChangeOfPod), builder.WithPredicates(podReadinessChanged())).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -410,37 +410,6 @@ func changePhaseChanged() predicate.Predicate {
 // release ready by kstatus (its workloads' status follows its pods).
 func podReadinessChanged() predicate.Predicate {
 	return podEvents(func(o, n *corev1.Pod) bool { return podReady(o) != podReady(n) })
-}
-
-// WorkloadFollowDelay is how long after a pod's readiness changed its
-// change is looked at once more: the Deployment (or StatefulSet, DaemonSet)
-// counts a pod ready only once its controller has seen it, a moment after
-// the pod's own event, and kstatus judges the workload's status.
-const WorkloadFollowDelay = time.Second
-
-// nowAndLater enqueues the objects fn maps an event to at once and again
-// after delay (the queue keeps one entry per object).
-func nowAndLater(fn handler.MapFunc, delay time.Duration) handler.EventHandler {
-	add := func(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		if o == nil {
-			return
-		}
-		for _, req := range fn(ctx, o) {
-			q.Add(req)
-			q.AddAfter(req, delay)
-		}
-	}
-	return handler.Funcs{
-		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.Object, q)
-		},
-		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.ObjectNew, q)
-		},
-		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.Object, q)
-		},
-	}
 }
 
 // podReady is the status of a pod's Ready condition.
