@@ -118,6 +118,14 @@ const (
 	// ReasonWaitingForArgoCD: Argo CD has not finished syncing (or
 	// pruning) yet; nothing failed.
 	ReasonWaitingForArgoCD = "WaitingForArgoCD"
+	// ReasonWaitingForReadiness: the Helm applier installed the change's
+	// revision and waits for its objects to be ready (kstatus Current),
+	// as Helm's wait would, without holding a worker; nothing failed.
+	ReasonWaitingForReadiness = "WaitingForReadiness"
+	// ReasonReadyTimeout: the objects a Helm change installed were not
+	// ready within the Helm timeout; the revision was marked failed and
+	// rolled back (or a first install uninstalled).
+	ReasonReadyTimeout = "ReadyTimeout"
 	// ReasonBinaryNotFound: a program the applier runs (terraform) is not
 	// installed where the operator looks for it.
 	ReasonBinaryNotFound = "BinaryNotFound"

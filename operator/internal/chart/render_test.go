@@ -412,6 +412,7 @@ func TestChart_schemaRejectsBadValues(t *testing.T) {
 		{"an unknown tokens key", "tokens: {runnerToken: hunter2}\n"},
 		{"a shard name that cannot name a Lease", "shards: [{name: EU_1}]\n"},
 		{"an API server CIDR that is not one", "networkPolicy: {apiServer: {cidrs: [kubernetes.default]}}\n"},
+		{"a Helm timeout that is not a duration", "operator: {helm: {wait: true, timeout: soon}}\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -454,6 +455,7 @@ func TestChart_componentsAgreeOnKubeVersionAndArtifactURL(t *testing.T) {
 		op := args(find[*appsv1.Deployment](t, r, "sluice-operator").Spec.Template.Spec.Containers[0])
 		sy := args(find[*appsv1.Deployment](t, r, "sluice-syncer").Spec.Template.Spec.Containers[0])
 		assert.Equal(t, tc.want, op["helm-kube-version"])
+		assert.Equal(t, "5m", op["helm-timeout"], "Helm's own default")
 		assert.Equal(t, tc.want, sy["kube-version"])
 		assert.Equal(t, "http://sluice-syncer."+releaseNS+".svc:9090", sy["artifact-base-url"])
 		assert.Equal(t, sy["artifact-base-url"], op["artifact-base-url"])

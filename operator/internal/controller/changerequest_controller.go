@@ -44,7 +44,7 @@ const maxMessage = 1024
 // +kubebuilder:rbac:groups=gitops.sluice.dev,resources=people,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets,verbs=list
 type ChangeRequestReconciler struct {
 	// Client reads from the cache and writes to the API server.

@@ -86,13 +86,19 @@ func PodCache() cache.ByObject {
 // that change what is stuck in it (podhealth.Key): a restart count or a
 // back-off message moving on does not wake the Release.
 func podHealthChanged() predicate.Predicate {
+	return podEvents(func(o, n *corev1.Pod) bool { return podhealth.Key(o) != podhealth.Key(n) })
+}
+
+// podEvents passes the creations and deletions of pods with an instance
+// label, and their updates for which changed holds.
+func podEvents(changed func(old, new *corev1.Pod) bool) predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc: func(e event.CreateEvent) bool { return hasInstance(e.Object) },
 		DeleteFunc: func(e event.DeleteEvent) bool { return hasInstance(e.Object) },
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*corev1.Pod)
 			n, ok2 := e.ObjectNew.(*corev1.Pod)
-			return ok1 && ok2 && hasInstance(n) && podhealth.Key(o) != podhealth.Key(n)
+			return ok1 && ok2 && hasInstance(n) && changed(o, n)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
@@ -106,17 +112,25 @@ func hasInstance(o client.Object) bool {
 // operator watches) named by its instance label that target its
 // namespace.
 func (r *ReleaseReconciler) releasesOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+	rels := podReleases(ctx, r.Client, o)
+	out := make([]reconcile.Request, 0, len(rels))
+	for i := range rels {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&rels[i])})
+	}
+	return out
+}
+
+// podReleases lists (from the cache, not deep-copied: read only) the
+// Releases named by a pod's instance label that target its namespace,
+// through the IndexReleaseTarget index; none when the list fails (logged).
+func podReleases(ctx context.Context, c client.Reader, o client.Object) []sluicev1.Release {
 	var list sluicev1.ReleaseList
 	key := o.GetNamespace() + "/" + o.GetLabels()[podhealth.InstanceLabel]
-	if err := r.Client.List(ctx, &list, client.MatchingFields{IndexReleaseTarget: key}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.List(ctx, &list, client.MatchingFields{IndexReleaseTarget: key}, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "Listing the Releases of a pod failed", "pod", client.ObjectKeyFromObject(o))
 		return nil
 	}
-	out := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return out
+	return list.Items
 }
 
 // workloadNamespace is where the Release's workload runs: where the

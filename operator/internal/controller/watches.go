@@ -27,7 +27,10 @@ import (
 
 // SetupWithManager watches ChangeRequests, and maps Approvals (by digest),
 // Releases, ApprovalPolicies, target Namespaces (labels) and Persons to
-// the changes they decide.
+// the changes they decide, and the readiness of a release's pods to its
+// change in Applying (an applier waiting for readiness looks again at
+// once). The pods come from the Release reconciler's informer (one cache,
+// label-selected and slimmed: health.go), not an informer of their own.
 func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("changerequest").
@@ -40,6 +43,7 @@ func (r *ChangeRequestReconciler) SetupWithManager(mgr ctrl.Manager, opts contro
 		// Namespaces as metadata only: their labels are all the gate reads.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.changesForNamespace), builder.OnlyMetadata, builder.WithPredicates(namespaceLabelsChanged())).
 		Watches(&sluicev1.Person{}, handler.EnqueueRequestsFromMapFunc(r.changesForPerson)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.applyingChangeOfPod), builder.WithPredicates(podReadinessChanged())).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -399,4 +403,43 @@ func changePhaseChanged() predicate.Predicate {
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// podReadinessChanged passes pod creations and deletions and the updates
+// that change whether a pod is ready: what may make the objects of a
+// release ready by kstatus (its workloads' status follows its pods).
+func podReadinessChanged() predicate.Predicate {
+	return podEvents(func(o, n *corev1.Pod) bool { return podReady(o) != podReady(n) })
+}
+
+// podReady is the status of a pod's Ready condition.
+func podReady(p *corev1.Pod) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}
+
+// applyingChangeOfPod maps a pod to the change in Applying that holds the
+// apply lock of a Release it belongs to (its namespace and instance
+// label, the IndexReleaseTarget index): the one change that may be
+// waiting for it. Pods of releases with no such change wake nothing.
+func (r *ChangeRequestReconciler) applyingChangeOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+	rels := podReleases(ctx, r.Client, o)
+	var out []reconcile.Request
+	for i := range rels {
+		rel := &rels[i]
+		if rel.Status.CurrentChange == "" {
+			continue
+		}
+		holder := client.ObjectKey{Namespace: rel.Namespace, Name: rel.Status.CurrentChange}
+		cr := &sluicev1.ChangeRequest{}
+		if err := r.Client.Get(ctx, holder, cr); err != nil || cr.Status.Phase != sluicev1.PhaseApplying || cr.Spec.TargetNamespace != o.GetNamespace() {
+			continue
+		}
+		out = append(out, reconcile.Request{NamespacedName: holder})
+	}
+	return out
 }

@@ -28,7 +28,10 @@
 //     Helm stores before it creates anything or runs a hook must hash,
 //     manifests and hooks, to the approved manifestDigest
 //     (ManifestMismatch); on failure uninstall a first install or roll
-//     back to the previous deployed revision.
+//     back to the previous deployed revision;
+//  7. with Wait, Helm does not wait: the revision stays pending and the
+//     change waits for its objects to be ready without holding a worker
+//     (ready.go), resumed at step 2 by every later call.
 package helm
 
 import (
@@ -46,8 +49,12 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage"
 	"helm.sh/helm/v3/pkg/storage/driver"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/helmcheck"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -82,10 +89,17 @@ type Options struct {
 	// be the validator's, or every digest differs. Empty means
 	// DefaultKubeVersion.
 	KubeVersion string
-	// Wait makes Helm wait for the installed objects to be ready.
+	// Wait makes a change applied only once the objects it installed are
+	// ready (kstatus Current). Helm itself does not wait (except for a
+	// chart with post-install or post-upgrade hooks): Apply returns an
+	// *applier.Waiting until they are, or fails the change after Timeout
+	// (ready.go).
 	Wait bool
 	// Timeout bounds hooks and Wait; zero means DefaultTimeout.
 	Timeout time.Duration
+	// ReadyPoll is how soon a change waiting for readiness is looked at
+	// again when nothing wakes it earlier; zero means DefaultReadyPoll.
+	ReadyPoll time.Duration
 	// MaxHistory is how many revisions Helm keeps; zero means
 	// DefaultMaxHistory.
 	MaxHistory int
@@ -97,6 +111,10 @@ type Options struct {
 type Applier struct {
 	opts Options
 	caps *chartutil.Capabilities
+	// mapper maps the kinds of a revision's objects to resources for the
+	// readiness looks, with discovery read once for all of them (each
+	// session's own is read again per apply).
+	mapper meta.ResettableRESTMapper
 }
 
 var (
@@ -118,11 +136,19 @@ func New(opts Options) (*Applier, error) {
 	if opts.MaxHistory == 0 {
 		opts.MaxHistory = DefaultMaxHistory
 	}
+	if opts.ReadyPoll == 0 {
+		opts.ReadyPoll = DefaultReadyPoll
+	}
 	caps, err := renderCapabilities(opts.KubeVersion)
 	if err != nil {
 		return nil, fmt.Errorf("helm applier: %w", err)
 	}
-	return &Applier{opts: opts, caps: caps}, nil
+	dc, err := discovery.NewDiscoveryClientForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("helm applier: %w", err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	return &Applier{opts: opts, caps: caps, mapper: mapper}, nil
 }
 
 // Name implements applier.Applier.
@@ -184,6 +210,11 @@ func (a *Applier) Apply(ctx context.Context, req applier.Request) (applier.Resul
 		log.V(1).Info("Change already deployed", "revision", last.Version)
 		return result(ns, last, "already deployed"), nil
 	}
+	if awaitingReadiness(last, cr) {
+		// Installed by an earlier call (before a restart, too): never
+		// again, only looked at.
+		return a.awaitReady(ctx, s, name, cr, last, hist, log)
+	}
 
 	content, err := a.opts.Fetcher.FetchChange(ctx, cr)
 	if err != nil {
@@ -226,7 +257,7 @@ func (a *Applier) install(ctx context.Context, s *session, name string, cr *slui
 	newInstall := func() *action.Install {
 		in := action.NewInstall(s.cfg)
 		in.ReleaseName, in.Namespace = name, s.namespace
-		in.Wait, in.Timeout = a.opts.Wait, a.opts.Timeout
+		in.Timeout = a.opts.Timeout
 		in.Description = marker(cr)
 		in.Labels = map[string]string{LabelApproval: approvalLabel(cr.Spec.ApprovalDigest)}
 		in.PostRenderer = gate
@@ -246,12 +277,14 @@ func (a *Applier) install(ctx context.Context, s *session, name string, cr *slui
 			return applier.Result{}, s.explain("check the chart before installing its CRDs", err)
 		}
 	}
+	in := newInstall()
+	a.deferWait(gate, release.HookPostInstall, func() { in.Wait = true })
 	s.guard.arm(gate)
-	r, err := newInstall().RunWithContext(ctx, ch, vals)
+	r, err := in.RunWithContext(ctx, ch, vals)
 	s.guard.disarm()
 	if err == nil {
 		log.Info("Installed Helm release", "revision", r.Version)
-		return result(s.namespace, r, "installed"), nil
+		return a.appliedOrWaiting(s, name, r, gate, "installed")
 	}
 	failure := s.explain("install", err)
 	if !refused(err) {
@@ -266,17 +299,18 @@ func (a *Applier) install(ctx context.Context, s *session, name string, cr *slui
 func (a *Applier) upgrade(ctx context.Context, s *session, name string, cr *sluicev1.ChangeRequest, ch *chart.Chart, vals map[string]any, gate *applyGate, deployed *release.Release, log logr.Logger) (applier.Result, error) {
 	up := action.NewUpgrade(s.cfg)
 	up.Namespace = s.namespace
-	up.Wait, up.Timeout = a.opts.Wait, a.opts.Timeout
+	up.Timeout = a.opts.Timeout
 	up.MaxHistory = a.opts.MaxHistory
 	up.Description = marker(cr)
 	up.Labels = map[string]string{LabelApproval: approvalLabel(cr.Spec.ApprovalDigest)}
 	up.PostRenderer = gate
+	a.deferWait(gate, release.HookPostUpgrade, func() { up.Wait = true })
 	s.guard.arm(gate)
 	r, err := up.RunWithContext(ctx, name, ch, vals)
 	s.guard.disarm()
 	if err == nil {
 		log.Info("Upgraded Helm release", "revision", r.Version)
-		return result(s.namespace, r, "upgraded"), nil
+		return a.appliedOrWaiting(s, name, r, gate, "upgraded")
 	}
 	failure := s.explain("upgrade", err)
 	if refused(err) || deployed == nil {
@@ -295,6 +329,24 @@ func (a *Applier) upgrade(ctx context.Context, s *session, name string, cr *slui
 		f.Message += fmt.Sprintf("; rolled back to revision %d", deployed.Version)
 	}
 	return applier.Result{}, failure
+}
+
+// deferWait sets how the run waits for readiness: with Options.Wait, Sluice
+// waits after Helm returns (ready.go) unless the record Helm creates has
+// post hooks of event, which Helm runs only after its own wait: then
+// blocking switches Helm's wait on, before Helm starts applying.
+func (a *Applier) deferWait(gate *applyGate, event release.HookEvent, blocking func()) {
+	gate.deferWait, gate.postHook, gate.blockingWait = a.opts.Wait, event, blocking
+}
+
+// appliedOrWaiting is the outcome of a run that succeeded: applied, or,
+// when Sluice waits for readiness, the first Waiting of the wait (the
+// objects were created a moment ago).
+func (a *Applier) appliedOrWaiting(s *session, name string, r *release.Release, gate *applyGate, what string) (applier.Result, error) {
+	if !gate.waitsItself() {
+		return result(s.namespace, r, what), nil
+	}
+	return applier.Result{}, a.waiting(s, name, r, a.opts.ReadyPoll)
 }
 
 // recover makes an interrupted release usable again. When nothing was ever

@@ -3,6 +3,7 @@ package helm
 import (
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
@@ -23,8 +24,14 @@ type Flags struct {
 	// KubeVersion is the Kubernetes version charts are rendered for (the
 	// validator's).
 	KubeVersion string
-	// Wait makes Helm wait for the installed objects to be ready.
+	// Wait makes a change applied only once the objects it installed are
+	// ready (Options.Wait).
 	Wait bool
+	// Timeout bounds hooks and the wait for readiness (Options.Timeout).
+	Timeout time.Duration
+	// ReadyPoll is how often a change waiting for readiness is looked at
+	// when no pod of its release wakes it first (Options.ReadyPoll).
+	ReadyPoll time.Duration
 }
 
 // Bind registers the flags on fs.
@@ -32,7 +39,9 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.ArtifactBaseURL, "artifact-base-url", "", "Base URL of the syncer's artifact server (http(s)://host[:port]/path/); artifacts are downloaded from below it only. Empty leaves delivery helm without an applier.")
 	fs.StringVar(&f.ArtifactTokenFile, "artifact-token-file", "", "File holding the bearer token the syncer's artifact server requires (the syncer's --artifact-token-file); re-read at each download.")
 	fs.StringVar(&f.KubeVersion, "helm-kube-version", "", "Kubernetes version charts are rendered for; must be the validator's (default: Helm's default, as the validator's).")
-	fs.BoolVar(&f.Wait, "helm-wait", false, "Wait for the objects a Helm release installs to be ready before a change counts as applied.")
+	fs.BoolVar(&f.Wait, "helm-wait", false, "Wait for the objects a Helm release installs to be ready (kstatus) before a change counts as applied; the change waits without holding a worker, and fails and is rolled back after --helm-timeout.")
+	fs.DurationVar(&f.Timeout, "helm-timeout", DefaultTimeout, "How long Helm hooks and the wait for readiness (--helm-wait) may take.")
+	fs.DurationVar(&f.ReadyPoll, "helm-ready-poll", DefaultReadyPoll, "How often a change waiting for readiness (--helm-wait) is looked at when no pod of its release changes readiness first.")
 }
 
 // Register adds the Helm applier for delivery helm to reg, acting through
@@ -50,7 +59,7 @@ func (f *Flags) Register(reg applier.Registry, cfg *rest.Config, log logr.Logger
 	if err != nil {
 		return fmt.Errorf("--artifact-base-url: %w", err)
 	}
-	a, err := New(Options{Config: cfg, Fetcher: fetcher, KubeVersion: f.KubeVersion, Wait: f.Wait, Log: log})
+	a, err := New(Options{Config: cfg, Fetcher: fetcher, KubeVersion: f.KubeVersion, Wait: f.Wait, Timeout: f.Timeout, ReadyPoll: f.ReadyPoll, Log: log})
 	if err != nil {
 		return err
 	}

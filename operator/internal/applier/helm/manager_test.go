@@ -56,6 +56,14 @@ type childConfig struct {
 	BearerToken  string `json:"bearerToken"`
 	ArtifactBase string `json:"artifactBase"`
 	Namespace    string `json:"namespace"`
+	// Also are more control namespaces to watch.
+	Also []string `json:"also,omitempty"`
+	// Wait, Timeout, ReadyPoll: the Helm applier's flags.
+	Wait      bool          `json:"wait,omitempty"`
+	Timeout   time.Duration `json:"timeout,omitempty"`
+	ReadyPoll time.Duration `json:"readyPoll,omitempty"`
+	// Concurrency is the reconcilers' (the operator's default when 0).
+	Concurrency int `json:"concurrency,omitempty"`
 }
 
 // runChildOperator is the child process: the operator's manager with the
@@ -78,7 +86,8 @@ func runChildOperator(file string) int {
 	defer cancel()
 	// Registered exactly as cmd/operator registers it.
 	reg := applier.Registry{}
-	if err := (&Flags{ArtifactBaseURL: cc.ArtifactBase}).Register(reg, cfg, log.WithName("helm")); err != nil {
+	flags := &Flags{ArtifactBaseURL: cc.ArtifactBase, Wait: cc.Wait, Timeout: cc.Timeout, ReadyPoll: cc.ReadyPoll}
+	if err := flags.Register(reg, cfg, log.WithName("helm")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
@@ -86,9 +95,10 @@ func runChildOperator(file string) int {
 		Options: controller.Options{
 			Appliers:          reg,
 			LockRetryInterval: time.Second,
+			Concurrency:       cc.Concurrency,
 		},
 		MetricsAddr: "0", ProbeAddr: "0", PprofAddr: "0",
-		Namespaces: []string{cc.Namespace},
+		Namespaces: append([]string{cc.Namespace}, cc.Also...),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -105,15 +115,27 @@ func runChildOperator(file string) int {
 type childOperator struct {
 	cmd  *exec.Cmd
 	done chan struct{}
+	// log is the file the child logs to (at V(1)).
+	log string
 }
 
 // startOperator starts the operator in a child process watching f.ctl.
 func startOperator(t *testing.T, f *fixture, name string) *childOperator {
 	t.Helper()
+	return startOperatorWith(t, f, name, nil)
+}
+
+// startOperatorWith starts the operator in a child process watching f.ctl,
+// with the settings set changes.
+func startOperatorWith(t *testing.T, f *fixture, name string, set func(*childConfig)) *childOperator {
+	t.Helper()
 	dir := t.TempDir()
 	cc := childConfig{
 		Host: env.Config.Host, CAData: env.Config.CAData, CertData: env.Config.CertData, KeyData: env.Config.KeyData,
 		BearerToken: env.Config.BearerToken, ArtifactBase: server.BaseURL(), Namespace: f.ctl,
+	}
+	if set != nil {
+		set(&cc)
 	}
 	b, err := json.Marshal(cc)
 	require.NoError(t, err)
@@ -127,7 +149,7 @@ func startOperator(t *testing.T, f *fixture, name string) *childOperator {
 	cmd.Env = append(os.Environ(), childEnv+"="+file)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	require.NoError(t, cmd.Start())
-	op := &childOperator{cmd: cmd, done: make(chan struct{})}
+	op := &childOperator{cmd: cmd, done: make(chan struct{}), log: logFile.Name()}
 	go func() {
 		_ = cmd.Wait()
 		_ = logFile.Close()

@@ -42,6 +42,18 @@ type applyGate struct {
 
 	mu       sync.Mutex
 	manifest []byte
+
+	// deferWait: Sluice, not Helm, waits for this run's objects to be
+	// ready (ready.go), so the record Helm finishes as deployed is kept
+	// pending and the revision before it deployed until then. The record
+	// Helm creates says which run it is (version, pending status) and
+	// whether post hooks need Helm's own wait (then blockingWait is
+	// called and nothing is deferred).
+	deferWait     bool
+	blockingWait  func()
+	postHook      release.HookEvent
+	version       int
+	pendingStatus release.Status
 }
 
 // newApplyGate returns the gate of one change: the approved digest, the
@@ -171,8 +183,72 @@ func (d *guardedDriver) Create(key string, rls *release.Release) error {
 		if err := g.checkRelease(rls); err != nil {
 			return err
 		}
+		g.created(rls)
 	}
 	return d.Driver.Create(key, rls)
+}
+
+// Update implements driver.Updator: while a gate that defers the wait is
+// armed, the run's record Helm finishes as deployed is stored as pending
+// (with the change's marker as its description), and the deployed
+// revision Helm would supersede is left deployed, as they stand while
+// Helm's own wait runs (ready.go finishes them).
+func (d *guardedDriver) Update(key string, rls *release.Release) error {
+	if g := d.gate.Load(); g != nil {
+		var skip bool
+		if rls, skip = g.deferred(rls); skip {
+			return nil
+		}
+	}
+	return d.Driver.Update(key, rls)
+}
+
+// created notes the record of this run, which Helm stores before it runs
+// anything (synchronously, before the goroutine that applies and waits):
+// a record with post hooks keeps Helm's blocking wait.
+func (g *applyGate) created(rls *release.Release) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.deferWait || rls.Info == nil {
+		return
+	}
+	if hasPostHooks(rls, g.postHook) {
+		g.deferWait = false
+		if g.blockingWait != nil {
+			g.blockingWait()
+		}
+		return
+	}
+	g.version, g.pendingStatus = rls.Version, rls.Info.Status
+}
+
+// deferred is the record to store for an update Helm makes while the wait
+// is deferred (a copy; Helm's own object is left alone), or skip to store
+// nothing.
+func (g *applyGate) deferred(rls *release.Release) (_ *release.Release, skip bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.deferWait || g.version == 0 || rls.Info == nil {
+		return rls, false
+	}
+	switch {
+	case rls.Version == g.version && rls.Info.Status == release.StatusDeployed:
+		cp, info := *rls, *rls.Info
+		info.Status = g.pendingStatus
+		cp.Info = &info
+		return &cp, false
+	case rls.Version != g.version && rls.Info.Status == release.StatusSuperseded:
+		return rls, true
+	}
+	return rls, false
+}
+
+// waitsItself reports whether this run left the wait for readiness to
+// Sluice (ready.go): its record is stored pending.
+func (g *applyGate) waitsItself() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.deferWait && g.version != 0
 }
 
 // arm makes g check every release record created until disarm.
