@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -217,6 +218,8 @@ func FuzzExtract(f *testing.F) {
 func FuzzParsePath(f *testing.F) {
 	for _, s := range []string{
 		"/artifacts/team/infra/0123456789abcdef0123456789abcdef01234567/checkout-staging.tar.gz",
+		"/artifacts/team/infra/0123456789abcdef0123456789abcdef01234567/checkout-staging/" + strings.Repeat("ab", 32) + ".tar.gz",
+		"/artifacts/team/infra/0123456789abcdef0123456789abcdef01234567/checkout-staging/.tar.gz",
 		"/artifacts/../../x.tar.gz", "/artifacts/a/b/c/d", "/", "",
 	} {
 		f.Add(s)
@@ -227,4 +230,45 @@ func FuzzParsePath(f *testing.F) {
 			t.Fatalf("ParsePath(%q) = %+v, which prints as %q", p, k, k.Path())
 		}
 	})
+}
+
+// TestStore_artifactsOfOneReleaseAndCommitAreKeptByTheirSHA256: two
+// changes at one commit (a chart re-resolved to other bytes) each keep
+// their own artifact; a key naming a sha256 takes only those bytes and
+// its path round-trips; keys of the older form still work.
+func TestStore_artifactsOfOneReleaseAndCommitAreKeptByTheirSHA256(t *testing.T) {
+	store := &artifact.Store{Dir: t.TempDir()}
+	base := artifact.Key{Namespace: "team", Repository: "infra", Revision: "0123456789abcdef0123456789abcdef01234567", Release: "checkout-staging"}
+	one, two := []byte("first change's bytes"), []byte("second change's bytes")
+	k1, k2 := base.WithDigest(artifact.Digest(one)), base.WithDigest(artifact.Digest(two))
+	require.NoError(t, store.Put(k1, one))
+	require.NoError(t, store.Put(k2, two))
+	for k, want := range map[artifact.Key][]byte{k1: one, k2: two} {
+		got, err := store.Get(k)
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+		parsed, err := artifact.ParsePath(k.Path())
+		require.NoError(t, err)
+		assert.Equal(t, k, parsed)
+	}
+	assert.NotEqual(t, k1.Path(), k2.Path())
+
+	err := store.Put(k1, two)
+	require.ErrorContains(t, err, "the bytes are "+artifact.Digest(two))
+	got, _ := store.Get(k1)
+	assert.Equal(t, one, got, "a refused Put leaves the stored bytes")
+
+	require.NoError(t, store.Put(base, one))
+	got, err = store.Get(base)
+	require.NoError(t, err)
+	assert.Equal(t, one, got)
+
+	for _, bad := range []string{"ABAB", strings.Repeat("g", 64), strings.Repeat("a", 63), "../" + strings.Repeat("a", 61)} {
+		k := base
+		k.SHA256 = bad
+		require.Error(t, k.Validate(), bad)
+		require.Error(t, store.Put(k, one), bad)
+	}
+	_, err = artifact.ParsePath("/artifacts/team/infra/0123456789abcdef0123456789abcdef01234567/checkout-staging/.tar.gz")
+	require.Error(t, err)
 }

@@ -15,17 +15,28 @@ import (
 	"github.com/go-logr/logr"
 )
 
-// Key names one artifact: the release of a Repository at a revision.
+// Key names one artifact: the release of a Repository at a revision,
+// and, for a change's artifact, its sha256. One commit can give a release
+// several artifacts (a chart from a chart repository re-resolved to a new
+// version or a moved tag makes a second change, -r2, at the same
+// commit): each is kept under its own sha256, so a later one never
+// replaces the bytes an earlier change was approved on. Keys without a
+// SHA256 (pull-request previews, and the changes recorded before the
+// sha256 was in the key) name one artifact per release and revision.
 type Key struct {
 	Namespace  string
 	Repository string
 	Revision   string
 	Release    string
+	// SHA256 is the hex sha256 of the .tar.gz; empty for a key of the
+	// older form.
+	SHA256 string
 }
 
 var (
-	dnsName  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
-	revision = regexp.MustCompile(`^[a-f0-9]{40}([a-f0-9]{24})?$`)
+	dnsName   = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+	revision  = regexp.MustCompile(`^[a-f0-9]{40}([a-f0-9]{24})?$`)
+	hexSHA256 = regexp.MustCompile(`^[a-f0-9]{64}$`)
 )
 
 // Validate refuses keys that are not Kubernetes names and a full commit
@@ -39,12 +50,26 @@ func (k Key) Validate() error {
 	if !revision.MatchString(k.Revision) {
 		return fmt.Errorf("artifact revision %q is not a full commit hash", k.Revision)
 	}
+	if k.SHA256 != "" && !hexSHA256.MatchString(k.SHA256) {
+		return fmt.Errorf("artifact sha256 %q is not 64 lowercase hex digits", k.SHA256)
+	}
 	return nil
+}
+
+// WithDigest is k naming the artifact whose sha256 is digest
+// ("sha256:<hex>", as Digest gives).
+func (k Key) WithDigest(digest string) Key {
+	k.SHA256 = strings.TrimPrefix(digest, "sha256:")
+	return k
 }
 
 // Path is the URL path of the artifact, below the artifact base URL.
 func (k Key) Path() string {
-	return "/artifacts/" + k.Namespace + "/" + k.Repository + "/" + k.Revision + "/" + k.Release + ".tar.gz"
+	p := "/artifacts/" + k.Namespace + "/" + k.Repository + "/" + k.Revision + "/" + k.Release
+	if k.SHA256 != "" {
+		p += "/" + k.SHA256
+	}
+	return p + ".tar.gz"
 }
 
 // URL is the download URL under base (e.g. http://gitops-syncer.sluice:9090).
@@ -57,10 +82,18 @@ func ParsePath(p string) (Key, error) {
 		return Key{}, errors.New("not an artifact path")
 	}
 	parts := strings.Split(rest, "/")
-	if len(parts) != 4 || !strings.HasSuffix(parts[3], ".tar.gz") {
-		return Key{}, errors.New("artifact path must be /artifacts/<namespace>/<repository>/<revision>/<release>.tar.gz")
+	last := len(parts) - 1
+	if (len(parts) != 4 && len(parts) != 5) || !strings.HasSuffix(parts[last], ".tar.gz") {
+		return Key{}, errors.New("artifact path must be /artifacts/<namespace>/<repository>/<revision>/<release>[/<sha256>].tar.gz")
 	}
-	k := Key{Namespace: parts[0], Repository: parts[1], Revision: parts[2], Release: strings.TrimSuffix(parts[3], ".tar.gz")}
+	parts[last] = strings.TrimSuffix(parts[last], ".tar.gz")
+	k := Key{Namespace: parts[0], Repository: parts[1], Revision: parts[2], Release: parts[3]}
+	if len(parts) == 5 {
+		k.SHA256 = parts[4]
+		if k.SHA256 == "" {
+			return Key{}, errors.New("artifact path names an empty sha256")
+		}
+	}
 	return k, k.Validate()
 }
 
@@ -71,13 +104,20 @@ type Store struct {
 }
 
 func (s *Store) file(k Key) string {
+	if k.SHA256 != "" {
+		return filepath.Join(s.Dir, k.Namespace, k.Repository, k.Revision, k.Release, k.SHA256+".tar.gz")
+	}
 	return filepath.Join(s.Dir, k.Namespace, k.Repository, k.Revision, k.Release+".tar.gz")
 }
 
-// Put writes an artifact atomically.
+// Put writes an artifact atomically. A key naming a sha256 takes only
+// those bytes.
 func (s *Store) Put(k Key, tgz []byte) error {
 	if err := k.Validate(); err != nil {
 		return err
+	}
+	if k.SHA256 != "" && Digest(tgz) != "sha256:"+k.SHA256 {
+		return fmt.Errorf("store artifact %s: the bytes are %s", k.Path(), Digest(tgz))
 	}
 	dst := s.file(k)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {

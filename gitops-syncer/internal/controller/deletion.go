@@ -207,7 +207,7 @@ func (r *RepositoryReconciler) describeDelete(ctx context.Context, repo *sluicev
 	if err != nil {
 		return nil, fmt.Errorf("build artifact at %s: %w", sluicev1.ShortSHA(basis), err)
 	}
-	key := artifact.Key{Namespace: repo.Namespace, Repository: repo.Name, Revision: basis, Release: rel.Name}
+	key := artifact.Key{Namespace: repo.Namespace, Repository: repo.Name, Revision: basis, Release: rel.Name}.WithDigest(art.SHA256)
 	if err := r.Store.Put(key, art.TarGz); err != nil {
 		return nil, err
 	}

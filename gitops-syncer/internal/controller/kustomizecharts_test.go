@@ -117,6 +117,11 @@ func TestSync_aHelmChartOfAnOverlayIsPinnedIntoTheArtifactAndReResolvedWithoutAP
 	again := changeRequests(t, ns)[first.Name]
 	assert.Equal(t, first.Spec.ApprovalDigest, again.Spec.ApprovalDigest)
 	assert.Equal(t, first.Spec.Artifact, again.Spec.Artifact, "the approved change still names the artifact (sha256) with the approved bytes")
+	// ... and its URL still serves those bytes: the second change's
+	// artifact at the same commit is stored beside it, not over it.
+	_, served := download(t, first.Spec.Artifact.URL)
+	assert.Equal(t, string(first.Spec.Artifact.SHA256), served, "the first change's artifact was replaced by the second's")
+	assert.NotEqual(t, first.Spec.Artifact.URL, moved.Spec.Artifact.URL)
 
 	// 1.1.1 is in the range: a change without a push, whose review shows
 	// the inflated chart's version against the applied one.

@@ -111,7 +111,9 @@ func (run *planRun) storeArtifact() error {
 		}
 	}
 	run.art = art
-	run.key = artifact.Key{Namespace: run.repo.Namespace, Repository: run.repo.Name, Revision: plan.revision, Release: plan.release.Name}
+	// Under its sha256: a second change at this commit (a new chart
+	// version) must not replace what the first was approved on.
+	run.key = artifact.Key{Namespace: run.repo.Namespace, Repository: run.repo.Name, Revision: plan.revision, Release: plan.release.Name}.WithDigest(art.SHA256)
 	return run.r.Store.Put(run.key, art.TarGz)
 }
 

@@ -50,6 +50,14 @@ func (r *RepositoryReconciler) RebuildArtifact(ctx context.Context, k artifact.K
 			}
 		}
 	}
+	if k.SHA256 != "" {
+		// A key with its sha256 names exactly one recorded artifact.
+		d := sluicev1.Digest("sha256:" + k.SHA256)
+		if !want[d] {
+			return nil, artifact.ErrUnknownArtifact
+		}
+		want = map[sluicev1.Digest]bool{d: true}
+	}
 	if len(want) == 0 {
 		return nil, artifact.ErrUnknownArtifact
 	}
