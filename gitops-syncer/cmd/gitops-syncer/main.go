@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -39,6 +40,7 @@ func main() {
 	flag.StringVar(&opts.Shard, "shard", "", "Shard key served: only Repositories labelled sharding.sluice.dev/key=<shard> (and their Releases, ChangeRequests, Approvals) are watched, cached and synced, and the leader election Lease is named after it. Empty serves the objects without the label.")
 	common.Bind(flag.CommandLine, "Comma-separated namespaces to watch (default: all).")
 	flag.IntVar(&opts.Concurrency, "concurrency", 4, "Repositories synced at once.")
+	flag.DurationVar(&opts.ChartDigestRecheck, "chart-digest-recheck", 10*time.Minute, "How long the digest a chart's version range resolved to in an OCI registry is taken again while the range picks the same version, so a re-sync asks only for the tag list (0: ask for the digest every pass). A tag moved in the registry is noticed within it.")
 	tfFlags.Bind(flag.CommandLine)
 	flag.StringVar(&kubeVersion, "kube-version", "", "Kubernetes version charts are rendered for.")
 	var hooks install.Options

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing/fstest"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +42,44 @@ type ChartCache struct {
 	// and the keys that verified it (verifiedKey): a re-sync of an
 	// unchanged range asks the registry for no signature again.
 	verified map[string]bool
+	// resolved holds the last full resolution of each range, by
+	// Repository, credentials and chart reference (resolutionKey), and
+	// when the registry last gave its digest.
+	resolved map[string]knownResolution
+}
+
+// knownResolution is a range's last resolution and when its digest was
+// last asked of the registry.
+type knownResolution struct {
+	res *chartrepo.Resolved
+	at  time.Time
+}
+
+// resolutionKey names ref resolved for repo with creds.
+func resolutionKey(repo *sluicev1.Repository, creds *chartrepo.Credentials, ref chartrepo.Ref) string {
+	return sessionKey(repo, ref.Repo, creds) + "\n" + ref.Name + "\n" + ref.Version
+}
+
+// known is the resolution of key whose digest was asked of the registry
+// within maxAge, or nil.
+func (c *ChartCache) known(key string, maxAge time.Duration, now time.Time) *chartrepo.Resolved {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k, ok := c.resolved[key]
+	if !ok || now.Sub(k.at) >= maxAge {
+		return nil
+	}
+	return k.res
+}
+
+// remember records res as key's resolution, asked of the registry at at.
+func (c *ChartCache) remember(key string, res *chartrepo.Resolved, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resolved == nil || len(c.resolved) >= 4*maxCachedCharts {
+		c.resolved = map[string]knownResolution{}
+	}
+	c.resolved[key] = knownResolution{res: res, at: at}
 }
 
 // verifiedKey names a chart digest verified by the keys of v.
@@ -68,14 +107,19 @@ func (c *ChartCache) markVerified(key string) {
 	c.verified[key] = true
 }
 
-// session is the Session of repo's credentials creds for chartURL.
-func (c *ChartCache) session(repo *sluicev1.Repository, chartURL string, creds *chartrepo.Credentials) *chartrepo.Session {
+// sessionKey names repo's credentials creds for chartURL.
+func sessionKey(repo *sluicev1.Repository, chartURL string, creds *chartrepo.Credentials) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s/%s\n%s\n", repo.Namespace, repo.Name, chartURL)
 	if creds != nil {
 		fmt.Fprintf(h, "%q\n%q\n", creds.Username, creds.Password)
 	}
-	key := hex.EncodeToString(h.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// session is the Session of repo's credentials creds for chartURL.
+func (c *ChartCache) session(repo *sluicev1.Repository, chartURL string, creds *chartrepo.Credentials) *chartrepo.Session {
+	key := sessionKey(repo, chartURL, creds)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.sessions == nil {
@@ -150,9 +194,19 @@ func (r *RepositoryReconciler) resolveChart(ctx context.Context, repo *sluicev1.
 	opts.Credentials = creds
 	opts.Session = r.Charts.session(repo, ref.Repo, creds)
 	what := fmt.Sprintf("chart %s %s from %s", ref.Name, ref.Version, ref.Repo)
+	// Within ChartDigestRecheck of asking the registry for a range's
+	// digest, a re-sync whose range still picks that version takes the
+	// digest it had (one request: the tag list).
+	key, now := resolutionKey(repo, creds, ref), time.Now()
+	if r.ChartDigestRecheck > 0 {
+		opts.Known = r.Charts.known(key, r.ChartDigestRecheck, now)
+	}
 	resolved, err := chartrepo.Resolve(ctx, ref, opts)
 	if err != nil {
 		return nil, chartFailure(what, err)
+	}
+	if opts.Known == nil || *resolved != *opts.Known {
+		r.Charts.remember(key, resolved, now)
 	}
 	verify, err := r.chartVerification(ctx, repo, ref.Repo)
 	if err != nil {

@@ -208,6 +208,42 @@ func TestSync_aChartFromAnOCIRegistryIsResolvedPinnedAndReResolvedWithoutAPush(t
 	assert.Contains(t, s.Chart.Line(), "web 1.1.0 → 1.1.1 from "+reg.repoURL())
 }
 
+// TestSync_aReSyncOfAnUnchangedRangeAsksTheRegistryOnlyForItsTags: with
+// the deployed syncer's digest recheck (--chart-digest-recheck), a range
+// that still picks the same version takes the digest it resolved to
+// without asking again: one registry request, the tag list. A new version
+// in the range is still a change on the next pass.
+func TestSync_aReSyncOfAnUnchangedRangeAsksTheRegistryOnlyForItsTags(t *testing.T) {
+	ns := newNamespace(t)
+	reg := newChartRegistry(t)
+	reg.pushChart(t, "1.1.0")
+	fixture := gittest.NewRepo(t, t.TempDir(), "infra")
+	remoteService(fixture, reg.repoURL(), "~1.1")
+	head := fixture.Commit("web from the registry", "alice@example.com")
+	startSyncer(t, ns, "", chartsFrom(reg), func(s *syncer.Syncer) { s.Reconciler.ChartDigestRecheck = time.Hour })
+	repo := newRepository(t, ns, "infra", fixture.FileURL(), withChartCredentials(t, ns, reg.repoURL(), registryUser, registryPass))
+	waitHandled(t, repo, requestReconcile(t, repo))
+	first, ok := changeRequests(t, ns)[sluicev1.ChangeRequestName("web-staging", head, 1)]
+	require.True(t, ok, "a ChangeRequest for the chart")
+
+	for range 2 {
+		before := reg.requests.Load()
+		waitHandled(t, repo, requestReconcile(t, repo))
+		resync := reg.requests.Load() - before
+		t.Logf("FIGURE: re-sync of an unchanged range ~1.1 with the digest recheck: %d registry requests", resync)
+		assert.Equal(t, int64(1), resync, "the tag list only")
+	}
+	assert.Len(t, changeRequests(t, ns), 1)
+
+	markAppliedIn(t, ns, first, "web-staging")
+	reg.pushChart(t, "1.1.1")
+	waitHandled(t, repo, requestReconcile(t, repo))
+	second, ok := changeRequests(t, ns)[sluicev1.ChangeRequestName("web-staging", head, 2)]
+	require.True(t, ok, "1.1.1 in the range is a change")
+	assert.Equal(t, "1.1.1", second.Spec.Source.Chart.Version)
+	assert.NotEqual(t, first.Spec.Source.Chart.Digest, second.Spec.Source.Chart.Digest)
+}
+
 // TestSync_aChartThatCannotBeHadProposesNothingAndLeavesTheOthers: wrong
 // credentials and a range with no match stall that release with a clear
 // reason and no credential in it, while another service syncs.

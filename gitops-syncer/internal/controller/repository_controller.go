@@ -79,6 +79,11 @@ type RepositoryReconciler struct {
 	// (credentials come from each Repository); Charts keeps fetched
 	// charts by digest.
 	ChartOptions chartrepo.Options
+	// ChartDigestRecheck is how long the digest a range of an OCI
+	// registry resolved to is taken again, without asking the registry,
+	// while the range still picks the same version (zero: asked every
+	// pass). A tag moved in the registry is noticed within it.
+	ChartDigestRecheck time.Duration
 	Charts       ChartCache
 
 	memoMu sync.Mutex

@@ -64,6 +64,10 @@ type Options struct {
 	// ("" serves those without the label), and the leader election Lease is
 	// named after it.
 	Shard string
+	// ChartDigestRecheck: how long a chart range's digest from an OCI
+	// registry is taken again while the range picks the same version
+	// (RepositoryReconciler.ChartDigestRecheck; zero asks every pass).
+	ChartDigestRecheck time.Duration
 	// Registry takes the sluice_* metrics; controller-runtime's global
 	// registry (served on the metrics endpoint) when nil. Tests running
 	// syncers of several shards in one process give each its own.
@@ -206,6 +210,7 @@ func New(cfg *rest.Config, opts Options) (*Syncer, error) {
 		Trigger:                 controller.NewTrigger(),
 		MaxConcurrentReconciles: opts.Concurrency,
 		SkipNameValidation:      opts.SkipNameValidation,
+		ChartDigestRecheck:      opts.ChartDigestRecheck,
 	}
 	if err := rec.SetupWithManager(mgr); err != nil {
 		ln.Close()

@@ -103,6 +103,14 @@ type Options struct {
 	// Session, when set, carries a registry's auth challenge from one
 	// call to the next (for Credentials only).
 	Session *Session
+	// Known is an earlier resolution of the same Ref. Resolving a range
+	// from an OCI registry whose highest matching tag is still Known's
+	// version then takes Known's digest instead of asking the registry
+	// for the tag's manifest again: a re-sync of an unchanged range is
+	// one request (the tag list). The caller decides how long a known
+	// digest is trusted (a tag moved in the registry is noticed only once
+	// it stops passing one).
+	Known *Resolved
 }
 
 func (o Options) timeout() time.Duration {

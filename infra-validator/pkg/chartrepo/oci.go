@@ -68,6 +68,10 @@ func resolveOCI(ctx context.Context, ref Ref, opts Options) (*Resolved, error) {
 			return nil, err
 		}
 	}
+	if k := opts.Known; k != nil && k.Digest != "" && k.Repo == ref.Repo && k.Name == ref.Name && k.Version == version && version != ref.Version {
+		known := *k
+		return &known, nil
+	}
 	tag := strings.ReplaceAll(version, "+", "_")
 	desc, err := r.Resolve(ctx, tag)
 	if err != nil {
