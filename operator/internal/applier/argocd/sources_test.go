@@ -258,6 +258,101 @@ func TestRenderApproved_refusesContentThatIsNotWhatWasApproved(t *testing.T) {
 	}
 }
 
+// inflatingTree is overlayTree's overlay, in the Release's namespace,
+// inflating chart web from repoURL at version (an exact version or a
+// range) as release cache, with the entry's values file saying greeting:
+// what git holds.
+func (f *fixture) inflatingTree(repoURL, version, greeting string) map[string][]byte {
+	files := f.overlayTree("hello")
+	files["services/web/overlays/prod/kustomization.yaml"] = []byte(fmt.Sprintf("resources: [../../../../bases/web]\nnamespace: %s\nnamePrefix: prod-\nhelmCharts:\n  - name: web\n    repo: %s\n    version: %q\n    releaseName: cache\n    valuesFile: chart-values.yaml\n", f.target, repoURL, version))
+	files["services/web/overlays/prod/chart-values.yaml"] = []byte("greeting: " + greeting + "\n")
+	return files
+}
+
+// withInflated adds to files (a tree of inflatingTree) the chart fetched
+// for each helmCharts entry the overlay reaches, as the syncer packs the
+// artifact (.sluice/kustomize-charts/<key>/): c, which must be in the
+// entry's range. It returns the fetched charts as the change records them.
+func (f *fixture) withInflated(files map[string][]byte, c *chartrepo.Chart) []sluicev1.ChartSource {
+	f.t.Helper()
+	entries := manifest.KustomizeHelmCharts(writeTree(f.t, files), "services/web/overlays/prod")
+	require.Len(f.t, entries, 1)
+	var recorded []sluicev1.ChartSource
+	for _, e := range entries {
+		require.NoError(f.t, sources.CheckResolved(manifest.Chart{Repo: e.Repo, Name: e.Name, Version: e.Version}, &c.Resolved))
+		fetched, err := sources.KustomizeChartFiles(e.HelmChart, c)
+		require.NoError(f.t, err)
+		for k, v := range fetched {
+			files[k] = v
+		}
+		recorded = append(recorded, sluicev1.ChartSource{Repo: c.Repo, Name: c.Name, Version: c.Version, Digest: sluicev1.Digest(c.Digest)})
+	}
+	return recorded
+}
+
+// inflatingChange pushes the inflating overlay saying greeting and records
+// its change as the syncer does: c, the chart its entry (range ~1.1)
+// resolved to, fetched into the artifact and recorded in
+// spec.source.helmCharts, and the validator's render approved.
+func (f *fixture) inflatingChange(repoURL, greeting string, c *chartrepo.Chart) *sluicev1.ChangeRequest {
+	f.t.Helper()
+	files := f.inflatingTree(repoURL, "~1.1", greeting)
+	commit := f.git.Commit(files)
+	recorded := f.withInflated(files, c)
+	return f.changeFor(commit, files, f.overlayDigest(files), func(cr *sluicev1.ChangeRequest) {
+		cr.Spec.Source.Chart = sluicev1.ChartSource{Kustomize: &sluicev1.KustomizeSource{Path: "services/web/overlays/prod"}}
+		cr.Spec.Source.HelmCharts = recorded
+		cr.Spec.Source.Values = nil
+	})
+}
+
+// A real Argo CD syncs an overlay inflating a chart from an OCI registry
+// from the bytes the syncer fetched into the approved artifact, rendered
+// by the Sluice plugin as the validator rendered them (the entry's values,
+// the overlay's namespace and prefix); after the tag moved and the
+// registry went away, the next change is synced from the approved bytes
+// still.
+func TestArgoCD_anOverlayInflatingAChartIsSyncedFromTheApprovedBytes(t *testing.T) {
+	f := newFixture(t, true)
+	f.release.Spec.Chart = sluicev1.ChartSource{Kustomize: &sluicev1.KustomizeSource{Path: "services/web/overlays/prod"}}
+	srv, push := chartrepotest.OCIRegistry(t)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	repoURL := "oci://" + host + "/charts"
+	_, err := push.Push(chartrepotest.MarkedChart(t, "1.1.0", "approved"), host+"/charts/web:1.1.0")
+	require.NoError(t, err)
+	ref := chartrepo.Ref{Repo: repoURL, Name: "web", Version: "~1.1"}
+	opts := chartrepo.Options{HTTPClient: srv.Client()}
+	pulled, err := chartrepo.Pull(context.Background(), ref, opts)
+	require.NoError(t, err)
+
+	synced := func(cr *sluicev1.ChangeRequest, greeting string) {
+		t.Helper()
+		res, err := f.apply(cr)
+		require.NoError(t, err, argo.Logs())
+		require.Contains(t, res.Message, "synced revision "+cr.Spec.Revision[:10]+" and is Healthy")
+		cm := f.configMap("prod-cache-remote")
+		require.NotNil(t, cm, "Argo CD applied the inflated chart, named with the overlay's prefix")
+		require.Equal(t, f.target, cm.Namespace)
+		require.Equal(t, "approved", cm.Data["marker"], "the approved chart's bytes")
+		require.Equal(t, greeting, cm.Data["greeting"], "the entry's values apply to the chart")
+		require.NotNil(t, f.configMap("prod-web"), "the overlay's own resources too")
+	}
+	synced(f.inflatingChange(repoURL, "first", pulled), "first")
+	src := f.application().Object["spec"].(map[string]any)["source"].(map[string]any)
+	require.Equal(t, map[string]any{"name": PluginName}, src["plugin"], "rendered by the Sluice plugin, not by Argo CD's Kustomize")
+
+	// The tag moves, then the registry goes away. The next change's
+	// artifact holds the chart the syncer had fetched by its digest: the
+	// plugin renders those bytes and fetches nothing.
+	_, err = push.Push(chartrepotest.MarkedChart(t, "1.1.0", "moved"), host+"/charts/web:1.1.0")
+	require.NoError(t, err)
+	moved, err := chartrepo.Resolve(context.Background(), ref, opts)
+	require.NoError(t, err)
+	require.NotEqual(t, pulled.Digest, moved.Digest)
+	srv.Close()
+	synced(f.inflatingChange(repoURL, "second", pulled), "second")
+}
+
 // The plugin's render step on its own: an overlay whose helmCharts entry's
 // chart the syncer fetched into the artifact renders, from those bytes,
 // the objects the validator approved; the chart's bytes swapped in the
@@ -269,14 +364,9 @@ func TestRenderApproved_anOverlayInflatingAChartRendersFromTheFetchedBytes(t *te
 	f := &fixture{t: t, target: ns, release: &sluicev1.Release{}}
 	f.release.Name = "web-prod"
 	tree := func(marker string) map[string][]byte {
-		files := f.overlayTree("hello")
-		files["services/web/overlays/prod/kustomization.yaml"] = []byte("resources: [../../../../bases/web]\nnamePrefix: prod-\nhelmCharts:\n  - name: web\n    repo: " + repoURL + "\n    version: 1.1.0\n    releaseName: cache\n")
+		files := f.inflatingTree(repoURL, entry.Version, "hello")
 		tgz := chartrepotest.MarkedChart(t, "1.1.0", marker)
-		fetched, err := sources.KustomizeChartFiles(entry, &chartrepo.Chart{Resolved: chartrepo.Resolved{Repo: repoURL, Name: "web", Version: "1.1.0", Digest: chartrepo.Digest(tgz)}, TarGz: tgz})
-		require.NoError(t, err)
-		for k, v := range fetched {
-			files[k] = v
-		}
+		f.withInflated(files, &chartrepo.Chart{Resolved: chartrepo.Resolved{Repo: repoURL, Name: "web", Version: "1.1.0", Digest: chartrepo.Digest(tgz)}, TarGz: tgz})
 		return files
 	}
 	good := tree("approved")
