@@ -109,12 +109,21 @@ func Start(t testing.TB, opts Options) *Registry {
 
 	r.cmd = exec.Command(bin, "serve", filepath.Join(dir, "config.yml"))
 	r.cmd.Stdout, r.cmd.Stderr = (*logWriter)(r), (*logWriter)(r)
+	// No OpenTelemetry exporter: there is no collector to send traces to.
+	r.cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none")
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = r.cmd.Wait(); close(r.done) }()
 	t.Cleanup(func() {
+		if t.Failed() {
+			logs := r.Logs()
+			if len(logs) > 16<<10 {
+				logs = "…" + logs[len(logs)-16<<10:]
+			}
+			t.Logf("the registry's log:\n%s", logs)
+		}
 		_ = r.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-r.done:
