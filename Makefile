@@ -10,6 +10,7 @@ K8S_VERSION  ?= 1.37.2
 ETCD_VERSION ?= 3.6.6
 ARGOCD_VERSION ?= v2.14.21
 GITEA_VERSION ?= v1.27.3
+REGISTRY_VERSION ?= v3.1.2
 ENVTEST_DIR  := $(CURDIR)/bin/k8s/$(K8S_VERSION)-$(GOOS)-$(GOARCH)
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 
@@ -60,6 +61,10 @@ argocd: ## Build Argo CD's controller, repo-server and plugin server for tests (
 .PHONY: gitea
 gitea: ## Build Gitea for the real-forge tests (once; cached in bin/gitea).
 	@GITEA_VERSION=$(GITEA_VERSION) hack/gitea/build.sh
+
+.PHONY: registry
+registry: ## Build the CNCF distribution registry for the real-registry tests (once; cached in bin/registry).
+	@REGISTRY_VERSION=$(REGISTRY_VERSION) hack/registry/build.sh
 
 .PHONY: prometheus
 prometheus: ## Install prometheus (Debian package) for the verification tests when it is missing.
@@ -181,6 +186,7 @@ test: ## Lint, check generated files, run every module's tests against a real co
 	@$(call step,envtest)
 	@$(call step,argocd)
 	@$(call step,gitea)
+	@$(call step,registry)
 	@$(call step,redis)
 	@$(call step,prometheus)
 	@$(call step,verify-generate)
