@@ -75,6 +75,11 @@ var (
 	ErrUnauthorized = errors.New("the repository refused the credentials")
 	// ErrNotFound: the repository has no such chart or version.
 	ErrNotFound = errors.New("not found in the repository")
+	// ErrTagNotReady: the registry lists a tag it does not serve yet (a
+	// registry notifies a push once the manifest is stored, before the
+	// tag points at it): asking again shortly is the answer, not a
+	// person.
+	ErrTagNotReady = errors.New("the registry lists the tag but does not serve it yet")
 )
 
 // Ref names a chart as service.yaml does: a repository URL (https:// or

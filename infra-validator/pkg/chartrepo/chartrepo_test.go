@@ -438,3 +438,68 @@ func TestResolve_refusesLinkLocalAndMetadataAddresses(t *testing.T) {
 		require.ErrorIs(t, err, chartrepo.ErrForbiddenAddress, repoURL)
 	}
 }
+
+// TestResolve_aListedTagTheRegistryDoesNotServeYetIsToBeAskedAgain: a
+// registry notifies a push once the manifest is stored, before the tag
+// points at it; a range resolved in between finds the tag listed but not
+// served. That is ErrTagNotReady (ask again soon), not ErrNotFound (a
+// person must act), and the next resolve gets the tag.
+func TestResolve_aListedTagTheRegistryDoesNotServeYetIsToBeAskedAgain(t *testing.T) {
+	o := newOCIRegistry(t, "", "")
+	o.push(t, "web", "1.1.0", packChart(t, "web", "1.1.0", "a"))
+	o.push(t, "web", "1.1.1", packChart(t, "web", "1.1.1", "b"))
+	var hidden atomic.Bool
+	hidden.Store(true)
+	o.mu.Lock()
+	o.tamper = func(w http.ResponseWriter, r *http.Request) bool {
+		if hidden.Load() && strings.HasSuffix(r.URL.Path, "/manifests/1.1.1") {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}`))
+			return true
+		}
+		return false
+	}
+	o.mu.Unlock()
+	ctx := context.Background()
+	ref := chartrepo.Ref{Repo: o.repoURL(), Name: "web", Version: "~1.1"}
+	_, err := chartrepo.Resolve(ctx, ref, o.opts())
+	require.ErrorIs(t, err, chartrepo.ErrTagNotReady)
+	require.NotErrorIs(t, err, chartrepo.ErrNotFound)
+	// An exact version the registry does not serve is still not found.
+	_, err = chartrepo.Resolve(ctx, chartrepo.Ref{Repo: o.repoURL(), Name: "web", Version: "1.1.1"}, o.opts())
+	require.ErrorIs(t, err, chartrepo.ErrNotFound)
+
+	hidden.Store(false)
+	got, err := chartrepo.Resolve(ctx, ref, o.opts())
+	require.NoError(t, err)
+	require.Equal(t, "1.1.1", got.Version)
+}
+
+// TestResolve_aKnownResolutionSavesTheTagDigestRequest: with Known (the
+// last resolution of the same range), a range still picking Known's
+// version asks only for the tag list; one picking another version asks
+// for that tag's digest as always.
+func TestResolve_aKnownResolutionSavesTheTagDigestRequest(t *testing.T) {
+	o := newOCIRegistry(t, "", "")
+	o.push(t, "web", "1.1.0", packChart(t, "web", "1.1.0", "a"))
+	ctx := context.Background()
+	ref := chartrepo.Ref{Repo: o.repoURL(), Name: "web", Version: "~1.1"}
+	first, err := chartrepo.Resolve(ctx, ref, o.opts())
+	require.NoError(t, err)
+
+	opts := o.opts()
+	opts.Known = first
+	before := o.requests.Load()
+	again, err := chartrepo.Resolve(ctx, ref, opts)
+	require.NoError(t, err)
+	require.Equal(t, *first, *again)
+	require.Equal(t, int64(1), o.requests.Load()-before, "the tag list only")
+
+	o.push(t, "web", "1.1.1", packChart(t, "web", "1.1.1", "b"))
+	before = o.requests.Load()
+	newer, err := chartrepo.Resolve(ctx, ref, opts)
+	require.NoError(t, err)
+	require.Equal(t, "1.1.1", newer.Version)
+	require.NotEqual(t, first.Digest, newer.Digest)
+	require.Equal(t, int64(2), o.requests.Load()-before, "the tag list and the new tag's digest")
+}

@@ -75,7 +75,12 @@ func resolveOCI(ctx context.Context, ref Ref, opts Options) (*Resolved, error) {
 	tag := strings.ReplaceAll(version, "+", "_")
 	desc, err := r.Resolve(ctx, tag)
 	if err != nil {
-		return nil, ociErr(fmt.Sprintf("chart %s %s in %s", ref.Name, version, ref.Repo), err, opts)
+		err = ociErr(fmt.Sprintf("chart %s %s in %s", ref.Name, version, ref.Repo), err, opts)
+		if version != ref.Version && errors.Is(err, ErrNotFound) {
+			// Picked from the tag list a moment ago.
+			return nil, fmt.Errorf("chart %s %s in %s: %w", ref.Name, version, ref.Repo, ErrTagNotReady)
+		}
+		return nil, err
 	}
 	return &Resolved{Repo: ref.Repo, Name: ref.Name, Version: version, Digest: desc.Digest.String()}, nil
 }
