@@ -84,7 +84,7 @@ type RepositoryReconciler struct {
 	// while the range still picks the same version (zero: asked every
 	// pass). A tag moved in the registry is noticed within it.
 	ChartDigestRecheck time.Duration
-	Charts       ChartCache
+	Charts             ChartCache
 
 	memoMu sync.Mutex
 	memo   map[types.NamespacedName]syncMemo
