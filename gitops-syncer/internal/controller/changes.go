@@ -51,16 +51,12 @@ type changePlan struct {
 	// source is the change's source (changespec.SourceOf); nil for an
 	// invalid manifest.
 	source *sluicev1.ChangeSource
-	// pushes are the Repository's recorded pushes (freshPushes).
-	pushes []sluicev1.PushRecord
-	// previews are the Repository's previews, oldest first, read at the
-	// start of the pass (passReads).
-	previews []sluicev1.ChangeRequest
-	// changes, when changesRead, are the names of the release's
-	// ChangeRequests read at the start of the pass (passReads);
-	// resumePoint lists them itself otherwise.
-	changes     []metav1.PartialObjectMetadata
-	changesRead bool
+	// reads are the sync pass's fresh reads (the recorded pushes, the
+	// previews, the names of the ChangeRequests), under way while the
+	// artifact is built and validated. Nil for a rollback: resumePoint
+	// lists the release's ChangeRequests itself, and a rollback records
+	// no pushers or merged pull requests.
+	reads *pendingReads
 	// rollback, when set, makes the change the rollback the operator
 	// asked for, rebuilt at target's revision (rollback.go).
 	rollback *sluicev1.RollbackSpec
@@ -218,14 +214,20 @@ func (r *RepositoryReconciler) unchangedFromApplied(ctx context.Context, plan *c
 // It works from fresh reads of the API server, but only of the names of
 // the release's ChangeRequests (a metadata list: the full list grows with
 // the release's history, ~60 ms a sync after 40 changes), read at the
-// start of the sync pass beside the fetch (plan.changes) or here (a
+// start of the sync pass beside the fetch (plan.reads) or here (a
 // rollback); only those named as an attempt of this change
 // (changeAttemptNames) are read in full and checked as before. A name
 // created after the read is not missed: creating it finds it (Creator),
 // and the change resumes there.
 func (r *RepositoryReconciler) resumePoint(ctx context.Context, plan *changePlan) (*sluicev1.ChangeRequest, int, error) {
-	names := plan.changes
-	if !plan.changesRead {
+	var names []metav1.PartialObjectMetadata
+	if plan.reads != nil {
+		reads, err := plan.reads.get()
+		if err != nil {
+			return nil, 0, err
+		}
+		names = reads.changesOf(plan.release.Name)
+	} else {
 		var err error
 		if names, err = r.listChangeNames(ctx, plan.release.Namespace, client.MatchingLabels{sluicev1.LabelRelease: plan.release.Name}); err != nil {
 			return nil, 0, err

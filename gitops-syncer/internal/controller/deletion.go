@@ -51,7 +51,11 @@ func (p *syncPass) pruneOne(ctx context.Context, rel *sluicev1.Release, wanted b
 		}
 		return true
 	}
-	name, err := p.r.proposeDelete(ctx, p.repo, p.cache, p.head, rel, p.pushes)
+	reads, err := p.reads.get()
+	name := ""
+	if err == nil {
+		name, err = p.r.proposeDelete(ctx, p.repo, p.cache, p.head, rel, reads.pushes)
+	}
 	if err != nil {
 		p.fail(ctx, rel.Name, err)
 		return false

@@ -32,6 +32,36 @@ type passReads struct {
 	err     error
 }
 
+// pendingReads are a pass's passReads while they are read. They are
+// started before the fetch and first needed only when a change is recorded
+// (its people, where an earlier pass stopped) or at the pass's end: the
+// fetch, the catalog, the artifacts and the validations run meanwhile.
+// That matters beyond the reads' own time: a fresh list is served by the
+// API server's watch cache once that cache has caught up with etcd, which
+// after any write (the push the webhook just recorded) can take up to the
+// cache's progress-request period, 100 ms, when another client read the
+// same kind shortly before.
+type pendingReads struct {
+	done  chan struct{}
+	reads passReads
+}
+
+// startReads starts reading the pass's passReads.
+func (r *RepositoryReconciler) startReads(ctx context.Context, repo *sluicev1.Repository) *pendingReads {
+	p := &pendingReads{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.reads = r.readForPass(ctx, repo)
+	}()
+	return p
+}
+
+// get waits for the reads and returns them, or why they failed.
+func (p *pendingReads) get() (passReads, error) {
+	<-p.done
+	return p.reads, p.reads.err
+}
+
 // readForPass reads the pass's passReads side by side.
 func (r *RepositoryReconciler) readForPass(ctx context.Context, repo *sluicev1.Repository) passReads {
 	var (
@@ -86,8 +116,8 @@ func (r *RepositoryReconciler) listChangeNames(ctx context.Context, namespace st
 	return names.Items, nil
 }
 
-// changesOf returns the pass's ChangeRequest names of release.
-func (p *syncPass) changesOf(release string) []metav1.PartialObjectMetadata {
+// changesOf returns the ChangeRequest names of release among those read.
+func (p passReads) changesOf(release string) []metav1.PartialObjectMetadata {
 	out := []metav1.PartialObjectMetadata{}
 	for _, m := range p.changes {
 		if m.Labels[sluicev1.LabelRelease] == release {

@@ -312,9 +312,15 @@ func (run *planRun) people(ctx context.Context) (changePeople, error) {
 	if err != nil {
 		return changePeople{}, err
 	}
+	var reads passReads
+	if plan.reads != nil {
+		if reads, err = plan.reads.get(); err != nil {
+			return changePeople{}, err
+		}
+	}
 	base := authorsBase(rel, cache)
 	if plan.pullRequests == nil {
-		plan.pullRequests = mergedPullRequests(plan.previews, cache, plan.revision, base)
+		plan.pullRequests = mergedPullRequests(reads.previews, cache, plan.revision, base)
 	}
 	emails, err := cache.Authors(plan.revision, base, 1000)
 	if err != nil {
@@ -324,7 +330,7 @@ func (run *planRun) people(ctx context.Context) (changePeople, error) {
 	// Whoever pushed the commits since the applied revision (all recorded
 	// pushes when nothing was applied), as the provider authenticated
 	// them: they are authors for the gate.
-	p.pushers = pushersBetween(plan.pushes, cache, plan.revision, rel.Status.AppliedRevision)
+	p.pushers = pushersBetween(reads.pushes, cache, plan.revision, rel.Status.AppliedRevision)
 	for _, pr := range plan.pullRequests {
 		p.merged = append(p.merged, pr.number)
 		if pr.author != "" && !slices.Contains(p.authors, pr.author) {

@@ -214,14 +214,10 @@ func (p *syncPass) syncRelease(ctx context.Context, e *catalog.Entry, envName st
 		inputsErr: e.InputsErr,
 		spec:      &want.Spec,
 		source:    src,
-		pushes:    p.pushes,
-		previews:  p.previews,
+		reads:     p.reads,
 		chart:     remote,
 		bases:     bases,
 		kcharts:   kcharts,
-
-		changes:     p.changesOf(rel.Name),
-		changesRead: true,
 	}
 	return p.plan(ctx, plan)
 }
@@ -263,7 +259,7 @@ func (p *syncPass) syncInvalid(ctx context.Context, e *catalog.Entry, rel *sluic
 		return nil
 	}
 	plan := &changePlan{release: rel, revision: p.head, inputs: inputs, tree: tree, env: string(rel.Spec.Environment), replan: replanRequested(rel),
-		spec: rel.Spec.DeepCopy(), pushes: p.pushes, previews: p.previews, changes: p.changesOf(rel.Name), changesRead: true,
+		spec: rel.Spec.DeepCopy(), reads: p.reads,
 		invalid: manifestFindings(e.Err, path.Join(e.Dir, manifest.FileName))}
 	return p.plan(ctx, plan)
 }

@@ -115,22 +115,22 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) 
 		attribute.String("sluice.repository", key.String()), attribute.String("vcs.ref.head.revision", head)))
 	defer span.End()
 	// What the pass reads from the API server is read fresh while git
-	// fetches: neither waits on the other (passReads).
-	readsc := make(chan passReads, 1)
-	go func() { readsc <- r.readForPass(ctx, repo) }()
+	// fetches and the releases are validated (pendingReads).
+	pending := r.startReads(ctx, repo)
 	cache, err := r.Git.Fetch(ctx, remote, ref, head)
-	reads := <-readsc
 	if err != nil {
 		span.SetStatus(codes.Error, "fetch failed")
 		return gitFailure(s, err)
 	}
 	repo.Status.LastFetchedCommit = head
-	if reads.err != nil {
-		span.SetStatus(codes.Error, "sync failed")
-		return reconcile.Failure(reads.err)
+	pass := &syncPass{repoScope: s, r: r, cache: cache, head: head, owned: owned.Items, reads: pending}
+	err = pass.run(ctx)
+	// Every path waits for the reads: none outlives its pass.
+	reads, rerr := pending.get()
+	if err == nil {
+		err = rerr
 	}
-	pass := &syncPass{repoScope: s, r: r, cache: cache, head: head, owned: owned.Items, passReads: reads}
-	if err := pass.run(ctx); err != nil {
+	if err != nil {
 		span.SetStatus(codes.Error, "sync failed")
 		return reconcile.Failure(err)
 	}
@@ -193,9 +193,9 @@ type syncPass struct {
 	// mu guards trees and createdBy while releases sync side by side.
 	mu        sync.Mutex
 	createdBy map[string][]string
-	// passReads are what the pass read from the API server at its start,
-	// beside the fetch.
-	passReads
+	// reads are what the pass reads from the API server, started beside
+	// the fetch (pendingReads).
+	reads *pendingReads
 	// remote says a release's chart comes from a chart repository.
 	remote bool
 }
