@@ -53,7 +53,12 @@ func KustomizeChart(root string, h manifest.HelmChart) (*chart.Chart, *chartrepo
 }
 
 // loadFetched loads a fetched chart from the repo-relative folder dir of
-// the content at root; a missing resolved.json is fs.ErrNotExist.
+// the content at root, checked against want: the repository and chart at a
+// version in its range (CheckResolved), bytes that hash to the recorded
+// digest (chartrepo.Verify), a safe archive (chartrepo.Load), each file a
+// regular file within its bound. A missing resolved.json is
+// fs.ErrNotExist (nothing fetched); a missing archive beside it is not
+// (an incomplete fetch, notExistIsMissing).
 func loadFetched(root, dir string, want manifest.Chart) (*chart.Chart, *chartrepo.Resolved, error) {
 	read := func(name string, max int64) ([]byte, error) {
 		p, err := manifest.ConfinedPath(root, path.Join(dir, name))

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 
 	"github.com/Masterminds/semver/v3"
 	"helm.sh/helm/v3/pkg/chart"
@@ -59,55 +57,11 @@ func RemoteChartFiles(c *chartrepo.Chart) (map[string][]byte, error) {
 // archive is checked (no "../", no links, bounded) before Helm loads it.
 func RemoteChart(root string, svc *manifest.Service, env string) (*chart.Chart, *chartrepo.Resolved, error) {
 	want := svc.ChartOf(env)
-	read := func(name string, max int64) ([]byte, error) {
-		p := filepath.Join(root, filepath.FromSlash(RemoteChartDir), name)
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return nil, err
-		}
-		if !fi.Mode().IsRegular() {
-			return nil, fmt.Errorf("%s/%s is not a regular file", RemoteChartDir, name)
-		}
-		if fi.Size() > max {
-			return nil, fmt.Errorf("%s/%s: %w of %d bytes", RemoteChartDir, name, chartrepo.ErrTooLarge, max)
-		}
-		return os.ReadFile(p)
-	}
-	raw, err := read(RemoteResolvedFile, 64<<10)
+	ch, r, err := loadFetched(root, RemoteChartDir, want)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("service %s chart %s from %s: %w", svc.Name, want.Name, want.Repo, ErrRemoteChartMissing)
 	}
-	if err != nil {
-		return nil, nil, err
-	}
-	var r chartrepo.Resolved
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, nil, fmt.Errorf("%s/%s: %v", RemoteChartDir, RemoteResolvedFile, err)
-	}
-	if err := CheckResolved(want, &r); err != nil {
-		return nil, nil, err
-	}
-	tgz, err := read(RemoteChartFile, chartrepo.DefaultMaxChartSize)
-	if err != nil {
-		return nil, nil, err
-	}
-	var man []byte
-	if chartrepo.IsOCI(r.Repo) {
-		if man, err = read(RemoteOCIManifestFile, 4<<20); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := chartrepo.Verify(r.Digest, tgz, man); err != nil {
-		return nil, nil, fmt.Errorf("chart %s %s from %s: %w", r.Name, r.Version, r.Repo, err)
-	}
-	ch, err := chartrepo.Load(tgz, chartrepo.DefaultMaxUnpacked)
-	if err != nil {
-		return nil, nil, fmt.Errorf("chart %s %s from %s: %w", r.Name, r.Version, r.Repo, err)
-	}
-	if ch.Metadata.Name != r.Name || ch.Metadata.Version != r.Version {
-		return nil, nil, fmt.Errorf("chart %s %s from %s: the archive holds chart %s %s", r.Name, r.Version, r.Repo, ch.Metadata.Name, ch.Metadata.Version)
-	}
-	return ch, &r, nil
+	return ch, r, err
 }
 
 // CheckResolved checks that r is a resolution of the manifest's chart: the

@@ -115,6 +115,18 @@ func TestCheckService_aFetchedChartThatIsNotTheApprovedOneIsRefused(t *testing.T
 			t.Fatalf("want ErrChartRepository, got %v", err)
 		}
 	})
+	t.Run("an archive missing beside resolved.json", func(t *testing.T) {
+		root := remoteRepo(t, good)
+		if err := os.Remove(filepath.Join(root, sources.RemoteChartDir, sources.RemoteChartFile)); err != nil {
+			t.Fatal(err)
+		}
+		// An incomplete fetch, not "nothing fetched": the same error as
+		// an inflated chart's (sources.KustomizeChart).
+		err := check(root)
+		if err == nil || !strings.Contains(err.Error(), "incomplete fetched chart") || errors.Is(err, ErrChartRepository) {
+			t.Fatalf("want an incomplete fetch, got %v", err)
+		}
+	})
 	t.Run("a link instead of the archive", func(t *testing.T) {
 		root := remoteRepo(t, good)
 		p := filepath.Join(root, sources.RemoteChartDir, sources.RemoteChartFile)
@@ -122,7 +134,10 @@ func TestCheckService_aFetchedChartThatIsNotTheApprovedOneIsRefused(t *testing.T
 		if err := os.Symlink("/etc/passwd", p); err != nil {
 			t.Fatal(err)
 		}
-		if err := check(root); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		// Refused as the confined path it resolves to (out of the
+		// content) before it is read; a link within would be "not a
+		// regular file".
+		if err := check(root); err == nil || !strings.Contains(err.Error(), "chart.tgz: path leaves the repository") {
 			t.Fatalf("want the link refused, got %v", err)
 		}
 	})
