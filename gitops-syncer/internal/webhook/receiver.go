@@ -280,18 +280,13 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	prov = string(p)
-	if req.ContentLength > MaxBodyBytes {
-		reply(http.StatusRequestEntityTooLarge, resultTooLarge, "body too large")
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			reply(http.StatusRequestEntityTooLarge, resultTooLarge, "body too large")
-			return
+	body, status := readBody(w, req)
+	if status != 0 {
+		if status == http.StatusRequestEntityTooLarge {
+			reply(status, resultTooLarge, "body too large")
+		} else {
+			reply(status, resultBadRequest, "could not read the body")
 		}
-		reply(http.StatusBadRequest, resultBadRequest, "could not read the body")
 		return
 	}
 
@@ -351,6 +346,24 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 var tracer = tracing.Tracer("gitops-syncer/webhook")
+
+// readBody reads a delivery's body, at most MaxBodyBytes: a longer one
+// (announced or not) is http.StatusRequestEntityTooLarge, one that cannot
+// be read http.StatusBadRequest, and 0 means read.
+func readBody(w http.ResponseWriter, req *http.Request) ([]byte, int) {
+	if req.ContentLength > MaxBodyBytes {
+		return nil, http.StatusRequestEntityTooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, http.StatusRequestEntityTooLarge
+		}
+		return nil, http.StatusBadRequest
+	}
+	return body, 0
+}
 
 // repositoryFor finds the Repository whose status.webhookPath is path.
 func (r *Receiver) repositoryFor(ctx context.Context, path string) (*sluicev1.Repository, error) {

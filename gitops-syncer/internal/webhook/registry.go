@@ -36,7 +36,6 @@ package webhook
 import (
 	"context"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -102,18 +101,13 @@ func (g *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		reply(http.StatusMethodNotAllowed, resultBadRequest, "only POST")
 		return
 	}
-	if req.ContentLength > MaxBodyBytes {
-		reply(http.StatusRequestEntityTooLarge, resultTooLarge, "body too large")
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			reply(http.StatusRequestEntityTooLarge, resultTooLarge, "body too large")
-			return
+	body, status := readBody(w, req)
+	if status != 0 {
+		if status == http.StatusRequestEntityTooLarge {
+			reply(status, resultTooLarge, "body too large")
+		} else {
+			reply(status, resultBadRequest, "could not read the body")
 		}
-		reply(http.StatusBadRequest, resultBadRequest, "could not read the body")
 		return
 	}
 	ctx := req.Context()
