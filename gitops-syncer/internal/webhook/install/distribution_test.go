@@ -2,7 +2,6 @@ package install_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -12,18 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/artifact"
 	"github.com/sluice-gitops/sluice/gitops-syncer/internal/distregtest"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/gittest"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/syncer"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook"
-	"github.com/sluice-gitops/sluice/gitops-syncer/internal/webhook/install"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo"
 	"github.com/sluice-gitops/sluice/infra-validator/pkg/chartrepo/chartrepotest"
-	"github.com/sluice-gitops/sluice/kit/testenv"
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
 )
 
@@ -36,7 +28,6 @@ import (
 // Secret. The FIGURE is push -> ChangeRequest.
 func TestDistributionRegistry_itsOwnPushNotificationIsAChangeWithoutWaitingForThePoll(t *testing.T) {
 	ctx := context.Background()
-	ns := env.Namespace(t, "distreg-")
 	// The receiver's listener first: the registry's config names it.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -50,59 +41,12 @@ func TestDistributionRegistry_itsOwnPushNotificationIsAChangeWithoutWaitingForTh
 	}
 	pushChart("1.1.0")
 
-	g := gittest.NewRepo(t, t.TempDir(), "infra")
-	g.WriteFile("services/web/service.yaml", fmt.Sprintf(`apiVersion: sluice.dev/v1alpha1
-kind: Service
-name: web
-chart: {repo: "oci://%s/charts", name: web, version: "~1.1"}
-environments:
-  - name: staging
-    namespace: web-staging
-    approval: {required: 1, autoApproveRisk: low}
-`, reg.Host))
-	head := g.Commit("web from the distribution registry", "alice@example.com")
-
-	s, err := syncer.New(env.Config, syncer.Options{ArtifactAddr: "127.0.0.1:0", ArtifactToken: artifact.StaticToken("artifact-token-of-the-webhook-tests"), DataDir: t.TempDir(), AllowFileURLs: true,
-		Namespaces: []string{ns}, Validator: validator, SkipNameValidation: true})
-	require.NoError(t, err)
-	s.Reconciler.ChartOptions = chartrepo.Options{HTTPClient: reg.Client, Timeout: time.Minute}
-	require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "registry-token"},
-		Data: map[string][]byte{webhook.SecretKey: []byte(token)}}))
-	require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "registry-creds"},
-		Data: map[string][]byte{"username": []byte(reg.User), "password": []byte(reg.Password)}}))
-	_, err = install.Install(s, install.Options{Listener: ln, SkipNameValidation: true, RegistrySecret: types.NamespacedName{Namespace: ns, Name: "registry-token"}})
-	require.NoError(t, err)
-	testenv.Go(t, s)
-
-	repo := &sluicev1.Repository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "infra"}, Spec: sluicev1.RepositorySpec{
-		URL: g.FileURL(), TargetNamespaces: []string{"web-*"}, ServiceAccountName: "deployer",
-		Interval:          &metav1.Duration{Duration: time.Hour},
+	w := startChartWorld(t, chartWorldOptions{Host: reg.Host, Client: reg.Client, Listener: ln, Token: token,
 		ChartRepositories: []sluicev1.ChartRepository{{URL: "oci://" + reg.Host + "/charts", SecretRef: &sluicev1.LocalObjectReference{Name: "registry-creds"}}},
-	}}
-	require.NoError(t, k8s.Create(ctx, repo))
-	crFor := func(n int32, version string) func() bool {
-		return func() bool {
-			var list sluicev1.ChangeRequestList
-			if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
-				return false
-			}
-			for _, cr := range list.Items {
-				if cr.Name == sluicev1.ChangeRequestName("web-staging", head, n) && cr.Spec.Source.Chart.Version == version {
-					return true
-				}
-			}
-			return false
-		}
-	}
-	require.Eventually(t, crFor(1, "1.1.0"), 2*time.Minute, 50*time.Millisecond, "the first sync at the Repository's creation")
-	// Wait for the Release (the receiver finds the Repository through it)
-	// and for the first pass to end, so nothing but the webhook runs one.
-	require.Eventually(t, func() bool {
-		rel := &sluicev1.Release{}
-		got := &sluicev1.Repository{}
-		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-staging"}, rel) == nil && rel.Spec.Chart.Repo != "" &&
-			k8s.Get(ctx, client.ObjectKeyFromObject(repo), got) == nil && got.Status.LastSyncedCommit == head
-	}, 2*time.Minute, 50*time.Millisecond)
+		Secrets: []*corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: "registry-creds"},
+			Data: map[string][]byte{"username": []byte(reg.User), "password": []byte(reg.Password)}}},
+	})
+	ns, crFor := w.ns, w.crFor
 
 	// The push is all the test does: the registry notifies the receiver.
 	// Known race (left to fix, see README): distribution sends the

@@ -53,7 +53,6 @@ func distributionPush(host, repository, tag string) []byte {
 // the poll (interval 20 s) for the next version.
 func TestRegistryWebhook_aPushedChartVersionInRangeIsAChangeWithoutWaitingForThePoll(t *testing.T) {
 	ctx := context.Background()
-	ns := env.Namespace(t, "reg-")
 	// An in-memory OCI registry over TLS that counts what it is asked.
 	var requests atomic.Int64
 	reg := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
@@ -72,60 +71,12 @@ func TestRegistryWebhook_aPushedChartVersionInRangeIsAChangeWithoutWaitingForThe
 	}
 	pushChart("1.1.0")
 
-	g := gittest.NewRepo(t, t.TempDir(), "infra")
-	g.WriteFile("services/web/service.yaml", fmt.Sprintf(`apiVersion: sluice.dev/v1alpha1
-kind: Service
-name: web
-chart: {repo: "oci://%s/charts", name: web, version: "~1.1"}
-environments:
-  - name: staging
-    namespace: web-staging
-    approval: {required: 1, autoApproveRisk: low}
-`, host))
-	head := g.Commit("web from the registry", "alice@example.com")
-
-	s, err := syncer.New(env.Config, syncer.Options{ArtifactAddr: "127.0.0.1:0", ArtifactToken: artifact.StaticToken("artifact-token-of-the-webhook-tests"), DataDir: t.TempDir(), AllowFileURLs: true,
-		Namespaces: []string{ns}, Validator: validator, SkipNameValidation: true})
-	require.NoError(t, err)
-	s.Reconciler.ChartOptions = chartrepo.Options{HTTPClient: srv.Client(), Timeout: time.Minute}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	const token = "registry-token-of-the-e2e-test"
-	require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "registry-token"},
-		Data: map[string][]byte{webhook.SecretKey: []byte(token)}}))
-	_, err = install.Install(s, install.Options{Listener: ln, SkipNameValidation: true, RegistrySecret: types.NamespacedName{Namespace: ns, Name: "registry-token"}})
-	require.NoError(t, err)
-	testenv.Go(t, s)
+	w := startChartWorld(t, chartWorldOptions{Host: host, Client: srv.Client(), Listener: ln, Token: token})
+	repo, crFor := w.repo, w.crFor
 	hook := "http://" + ln.Addr().String() + "/registry/distribution"
-
-	repo := &sluicev1.Repository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "infra"}, Spec: sluicev1.RepositorySpec{
-		URL: g.FileURL(), TargetNamespaces: []string{"web-*"}, ServiceAccountName: "deployer",
-		Interval: &metav1.Duration{Duration: time.Hour},
-	}}
-	require.NoError(t, k8s.Create(ctx, repo))
-	crFor := func(n int32, version string) func() bool {
-		return func() bool {
-			var list sluicev1.ChangeRequestList
-			if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
-				return false
-			}
-			for _, cr := range list.Items {
-				if cr.Name == sluicev1.ChangeRequestName("web-staging", head, n) && cr.Spec.Source.Chart.Version == version {
-					return true
-				}
-			}
-			return false
-		}
-	}
-	require.Eventually(t, crFor(1, "1.1.0"), 2*time.Minute, 50*time.Millisecond, "the first sync at the Repository's creation")
-	// Wait for the Release (the receiver finds the Repository through it)
-	// and for the first pass to end, so nothing but the webhook runs one.
-	require.Eventually(t, func() bool {
-		rel := &sluicev1.Release{}
-		got := &sluicev1.Repository{}
-		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-staging"}, rel) == nil && rel.Spec.Chart.Repo != "" &&
-			k8s.Get(ctx, client.ObjectKeyFromObject(repo), got) == nil && got.Status.LastSyncedCommit == head
-	}, 2*time.Minute, 50*time.Millisecond)
 
 	send := func(auth string, body []byte) int {
 		t.Helper()
@@ -170,6 +121,91 @@ environments:
 	onPoll := time.Since(start)
 	t.Logf("FIGURE: registry push -> ChangeRequest: %s on the distribution webhook (poll interval 1h), %s on a 20s poll without a webhook (load average %s)",
 		onWebhook.Round(time.Millisecond), onPoll.Round(time.Millisecond), loadAverage())
+}
+
+// chartWorld is a syncer with the webhook side installed, the registry
+// token in a Secret, and a Repository polling hourly whose web service
+// takes chart ~1.1 from a registry: synced once (its first ChangeRequest
+// and Release exist, the pass has ended), so only a webhook runs the next.
+type chartWorld struct {
+	ns   string
+	head string
+	repo *sluicev1.Repository
+}
+
+type chartWorldOptions struct {
+	// Host serves oci://Host/charts/web; Client reaches it.
+	Host   string
+	Client *http.Client
+	// Listener is the receiver's; Token the registry webhook's.
+	Listener net.Listener
+	Token    string
+	// ChartRepositories and Secrets are the Repository's, if any.
+	ChartRepositories []sluicev1.ChartRepository
+	Secrets           []*corev1.Secret
+}
+
+func startChartWorld(t *testing.T, o chartWorldOptions) *chartWorld {
+	t.Helper()
+	ctx := context.Background()
+	ns := env.Namespace(t, "reg-")
+	g := gittest.NewRepo(t, t.TempDir(), "infra")
+	g.WriteFile("services/web/service.yaml", fmt.Sprintf(`apiVersion: sluice.dev/v1alpha1
+kind: Service
+name: web
+chart: {repo: "oci://%s/charts", name: web, version: "~1.1"}
+environments:
+  - name: staging
+    namespace: web-staging
+    approval: {required: 1, autoApproveRisk: low}
+`, o.Host))
+	w := &chartWorld{ns: ns, head: g.Commit("web from the registry", "alice@example.com")}
+
+	s, err := syncer.New(env.Config, syncer.Options{ArtifactAddr: "127.0.0.1:0", ArtifactToken: artifact.StaticToken("artifact-token-of-the-webhook-tests"), DataDir: t.TempDir(), AllowFileURLs: true,
+		Namespaces: []string{ns}, Validator: validator, SkipNameValidation: true})
+	require.NoError(t, err)
+	s.Reconciler.ChartOptions = chartrepo.Options{HTTPClient: o.Client, Timeout: time.Minute}
+	secrets := append([]*corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: "registry-token"}, Data: map[string][]byte{webhook.SecretKey: []byte(o.Token)}}}, o.Secrets...)
+	for _, sec := range secrets {
+		sec.Namespace = ns
+		require.NoError(t, k8s.Create(ctx, sec))
+	}
+	_, err = install.Install(s, install.Options{Listener: o.Listener, SkipNameValidation: true, RegistrySecret: types.NamespacedName{Namespace: ns, Name: "registry-token"}})
+	require.NoError(t, err)
+	testenv.Go(t, s)
+
+	w.repo = &sluicev1.Repository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "infra"}, Spec: sluicev1.RepositorySpec{
+		URL: g.FileURL(), TargetNamespaces: []string{"web-*"}, ServiceAccountName: "deployer",
+		Interval:          &metav1.Duration{Duration: time.Hour},
+		ChartRepositories: o.ChartRepositories,
+	}}
+	require.NoError(t, k8s.Create(ctx, w.repo))
+	require.Eventually(t, w.crFor(1, "1.1.0"), 2*time.Minute, 50*time.Millisecond, "the first sync at the Repository's creation")
+	// The Release (the receiver finds the Repository through it) and the
+	// end of the first pass.
+	require.Eventually(t, func() bool {
+		rel := &sluicev1.Release{}
+		got := &sluicev1.Repository{}
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-staging"}, rel) == nil && rel.Spec.Chart.Repo != "" &&
+			k8s.Get(ctx, client.ObjectKeyFromObject(w.repo), got) == nil && got.Status.LastSyncedCommit == w.head
+	}, 2*time.Minute, 50*time.Millisecond)
+	return w
+}
+
+// crFor reports whether ChangeRequest n of the head exists for version.
+func (w *chartWorld) crFor(n int32, version string) func() bool {
+	return func() bool {
+		var list sluicev1.ChangeRequestList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(w.ns)); err != nil {
+			return false
+		}
+		for _, cr := range list.Items {
+			if cr.Name == sluicev1.ChangeRequestName("web-staging", w.head, n) && cr.Spec.Source.Chart.Version == version {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // loadAverage is the machine's 1-minute load average, for figures.
