@@ -83,11 +83,12 @@ func TestBenchReleasesThroughSluiceVsBareHelm(t *testing.T) {
 	cfg := benchFromEnv()
 	repo := c.serveGit(t)
 	c.benchNamespaces(t)
+	hook := c.benchWebhook(t)
 	var sl, bare benchTotals
 	for i, round := 0, 0; i < cfg.n; i, round = i+cfg.batch, round+1 {
 		k := min(cfg.batch, cfg.n-i)
 		ways := []func(){
-			func() { c.benchSluiceBatch(t, repo, i, k, &sl) },
+			func() { c.benchSluiceBatch(t, repo, hook, i, k, &sl) },
 			func() { c.benchBareBatch(t, i, k, &bare) },
 		}
 		if round%2 == 1 {
@@ -104,7 +105,7 @@ func TestBenchReleasesThroughSluiceVsBareHelm(t *testing.T) {
 	}
 	ratio := sl.wall.Seconds() / bare.wall.Seconds()
 	lines := []string{
-		fmt.Sprintf("bench: N=%d, batches of %d, alternating", cfg.n, cfg.batch),
+		fmt.Sprintf("bench: N=%d, batches of %d, alternating; pushes announced by %s", cfg.n, cfg.batch, map[bool]string{true: "a signed push webhook (the poll as fallback)", false: "the Repository's 3 s poll alone (SLUICE_BENCH_POLL=1)"}[hook != nil]),
 		"bench: " + report("through Sluice (push → Applied, pods Ready)", sl),
 		"bench: " + report("bare helm install --wait (Helm SDK)", bare),
 		fmt.Sprintf("bench: ratio Sluice/bare %.2f× (goal ≤ 1.3×)", ratio),
@@ -148,8 +149,9 @@ func (c *cluster) benchNamespaces(t *testing.T) {
 func benchName(i int) string { return fmt.Sprintf("b%02d", i) }
 
 // benchSluiceBatch pushes k auto-approved services (from index first) in
-// one commit and waits until each change is Applied.
-func (c *cluster) benchSluiceBatch(t *testing.T, repo *gitServer, first, k int, tot *benchTotals) {
+// one commit, announces it with hook (benchWebhook) and waits until each
+// change is Applied.
+func (c *cluster) benchSluiceBatch(t *testing.T, repo *gitServer, hook *benchHook, first, k int, tot *benchTotals) {
 	t.Helper()
 	for i := first; i < first+k; i++ {
 		writeBenchService(t, repo.work, c.root, benchName(i))
@@ -160,6 +162,7 @@ func (c *cluster) benchSluiceBatch(t *testing.T, repo *gitServer, first, k int, 
 	}
 	m := startMeter(t, c)
 	head := repo.commit(t, fmt.Sprintf("bench: services %s to %s", benchName(first), benchName(first+k-1)))
+	hook.push(t, head)
 	var crs []string
 	for i := first; i < first+k; i++ {
 		crs = append(crs, benchName(i)+"-bench-"+head[:10])
