@@ -68,7 +68,11 @@ func TestMain(m *testing.M) {
 	} else {
 		fmt.Printf("e2e: charts/sluice installed and Ready in %s\n", time.Since(start).Round(time.Second))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if c.git != nil {
+		_ = os.RemoveAll(c.git.dir) // the served repositories and their clones
+	}
+	os.Exit(code)
 }
 
 // need returns the cluster, skipping the test when the e2e suite is off and

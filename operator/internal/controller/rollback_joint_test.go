@@ -43,6 +43,9 @@ func buildSyncer(t testing.TB) string {
 			syncerBinErr = err
 			return
 		}
+		// The binary (~165 MB) goes with the test binary's control plane,
+		// not with the test that built it: later tests run it too.
+		env.Cleanup(func() { _ = os.RemoveAll(dir) })
 		cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./gitops-syncer/cmd/gitops-syncer")
 		cmd.Dir = "../../.."
 		cmd.Env = append(os.Environ(), "GOWORK=")
