@@ -280,13 +280,8 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	prov = string(p)
-	body, status := readBody(w, req)
-	if status != 0 {
-		if status == http.StatusRequestEntityTooLarge {
-			reply(status, resultTooLarge, "body too large")
-		} else {
-			reply(status, resultBadRequest, "could not read the body")
-		}
+	body, ok := readBody(w, req, reply)
+	if !ok {
 		return
 	}
 
@@ -347,22 +342,25 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 var tracer = tracing.Tracer("gitops-syncer/webhook")
 
-// readBody reads a delivery's body, at most MaxBodyBytes: a longer one
-// (announced or not) is http.StatusRequestEntityTooLarge, one that cannot
-// be read http.StatusBadRequest, and 0 means read.
-func readBody(w http.ResponseWriter, req *http.Request) ([]byte, int) {
+// readBody reads the request body, at most MaxBodyBytes. When it cannot,
+// it answers through reply (413 for a body over the limit, 400 otherwise)
+// and returns false.
+func readBody(w http.ResponseWriter, req *http.Request, reply func(code int, result, msg string)) ([]byte, bool) {
 	if req.ContentLength > MaxBodyBytes {
-		return nil, http.StatusRequestEntityTooLarge
+		reply(http.StatusRequestEntityTooLarge, resultTooLarge, "body too large")
+		return nil, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, http.StatusRequestEntityTooLarge
+			reply(http.StatusRequestEntityTooLarge, resultTooLarge, "body too large")
+		} else {
+			reply(http.StatusBadRequest, resultBadRequest, "could not read the body")
 		}
-		return nil, http.StatusBadRequest
+		return nil, false
 	}
-	return body, 0
+	return body, true
 }
 
 // repositoryFor finds the Repository whose status.webhookPath is path.

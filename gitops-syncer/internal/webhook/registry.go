@@ -101,13 +101,8 @@ func (g *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		reply(http.StatusMethodNotAllowed, resultBadRequest, "only POST")
 		return
 	}
-	body, status := readBody(w, req)
-	if status != 0 {
-		if status == http.StatusRequestEntityTooLarge {
-			reply(status, resultTooLarge, "body too large")
-		} else {
-			reply(status, resultBadRequest, "could not read the body")
-		}
+	body, ok := readBody(w, req, reply)
+	if !ok {
 		return
 	}
 	ctx := req.Context()
