@@ -119,6 +119,7 @@ func (r *RepositoryReconciler) reconcileSync(ctx context.Context, s *repoScope) 
 	pending := r.startReads(ctx, repo)
 	cache, err := r.Git.Fetch(ctx, remote, ref, head)
 	if err != nil {
+		_, _ = pending.get() // none outlives its pass
 		span.SetStatus(codes.Error, "fetch failed")
 		return gitFailure(s, err)
 	}
