@@ -26,6 +26,14 @@ if ! flock -n 9; then
   echo "e2e: another make e2e is using this machine's node; waiting for it to finish"
   flock 9
 fi
+# With the lock held, a node state found here was left by a run that was
+# killed before its teardown (a machine snapshot, a lost session): when none
+# of its processes is alive, tear its leftovers down instead of refusing.
+# A node brought up by hand (its processes alive) is still refused below.
+if [ -e "$RN/up" ] && ! pgrep -f "$RN/" >/dev/null; then
+  echo "e2e: $RN holds a node left by an interrupted run, none of its processes alive: tearing it down first"
+  "$here/down.sh"
+fi
 # Refuse before touching anything (exit 3 with the reason): a second node,
 # or a machine that cannot host one, must not be torn down by our trap.
 "$here/up.sh" --check
