@@ -172,11 +172,39 @@ func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.
 		}
 	}
 	rel.Status.CurrentChange = cr.Name
+	r.summarizeTakenLock(ctx, rel, cr)
 	if err := r.Client.Status().Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
 		return nil, false, "", fmt.Errorf("take the apply lock of Release %s: %w", rel.Name, err)
 	}
 	log.FromContext(ctx).V(1).Info("Took the apply lock", "release", rel.Name)
 	return rel, true, "", nil
+}
+
+// summarizeTakenLock sets, on rel whose lock cr is taking, the
+// Progressing and Ready conditions the Release reconciler would write
+// next (summarizeProgressing, summarizeReady: the lock and the newest
+// change decide them), so the lock write carries the summary of the hold
+// and the Release's own pass after it writes nothing. The newest change
+// comes from the cache, cr as this reconciler has it; should the cache be
+// behind, the Release's next pass corrects the summary.
+func (r *ChangeRequestReconciler) summarizeTakenLock(ctx context.Context, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) {
+	var list sluicev1.ChangeRequestList
+	if err := r.Client.List(ctx, &list, client.InNamespace(rel.Namespace), client.MatchingFields{IndexRelease: rel.Name}); err != nil {
+		return // the Release reconciler summarises the hold
+	}
+	for i := range list.Items {
+		if list.Items[i].Name == cr.Name {
+			list.Items[i] = *cr
+		}
+	}
+	if !slices.ContainsFunc(list.Items, func(c sluicev1.ChangeRequest) bool { return c.Name == cr.Name }) {
+		list.Items = append(list.Items, *cr)
+	}
+	slices.SortFunc(list.Items, newestFirst)
+	newest := newestNonPreview(list.Items)
+	sum := reconcile.Summary{Conditions: &rel.Status.Conditions, Generation: rel.Generation, MaxMessage: maxMessage}
+	summarizeProgressing(sum, rel, newest)
+	summarizeReady(sum, rel, newest)
 }
 
 // takeFreeLock is acquireLock without takeover for a change the cache
@@ -193,6 +221,7 @@ func (r *ChangeRequestReconciler) takeFreeLock(ctx context.Context, s *changeSco
 	rel := cached.DeepCopy()
 	orig := cached.DeepCopy()
 	rel.Status.CurrentChange = s.cr.Name
+	r.summarizeTakenLock(ctx, rel, s.cr)
 	err := r.Client.Status().Patch(ctx, rel, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner))
 	switch {
 	case err == nil:

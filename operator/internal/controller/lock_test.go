@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sluicev1 "github.com/sluice-gitops/sluice/operator/api/v1alpha1"
@@ -137,4 +140,80 @@ func TestLock_changesApprovedTogetherApplyOneAtATimeInLineWithoutPolling(t *test
 	// summary of its own (the Ready of the newest change, a superseded
 	// change in its history).
 	require.LessOrEqual(t, changeWrites+releaseWrites, int64(4*n+2), "writes for %d changes", n)
+}
+
+// heldApplier blocks each apply until released, after telling entered.
+type heldApplier struct {
+	entered chan string
+	release chan struct{}
+}
+
+func (a *heldApplier) Name() string { return "held" }
+
+func (a *heldApplier) Apply(ctx context.Context, req applier.Request) (applier.Result, error) {
+	a.entered <- req.Change.Name
+	select {
+	case <-a.release:
+	case <-ctx.Done():
+		return applier.Result{}, ctx.Err()
+	}
+	return applier.Result{Message: "applied"}, nil
+}
+
+// TestLock_theLockWriteCarriesTheSummaryOfTheHold: the change that takes
+// a free lock writes the Release's Progressing and Ready of the hold in
+// the same write, so the Release says the change holds the lock as soon
+// as its apply starts (not SummaryDelay later in a write of its own), and
+// the Release reconciler's pass during the hold finds nothing to write.
+func TestLock_theLockWriteCarriesTheSummaryOfTheHold(t *testing.T) {
+	f := newFixture(t)
+	ha := &heldApplier{entered: make(chan string, 1), release: make(chan struct{})}
+	op := startOperator(t, f.ns, operatorConfig{applier: ha})
+	rel := f.release("checkout", "staging", autoApprove, nil)
+	require.Eventually(t, func() bool {
+		r := f.getRelease(rel.Name)
+		return len(r.Finalizers) == 1 && r.Status.ObservedGeneration == r.Generation
+	}, waitFor, 50*time.Millisecond, "the Release's set-up")
+
+	cr := f.change(rel, autoApprove)
+	var applying string
+	select {
+	case applying = <-ha.entered:
+	case <-time.After(waitFor):
+		t.Fatalf("the change was never handed to the applier: %s", describe(f.get(cr)))
+	}
+	require.Equal(t, cr.Name, applying)
+	held := f.getRelease(rel.Name)
+	require.Equal(t, cr.Name, held.Status.CurrentChange)
+	progressing := meta.FindStatusCondition(held.Status.Conditions, sluicev1.ConditionProgressing)
+	ready := meta.FindStatusCondition(held.Status.Conditions, sluicev1.ConditionReady)
+	require.NotNil(t, progressing)
+	require.NotNil(t, ready)
+	require.Equal(t, cr.Name+" holds the apply lock", progressing.Message, "Progressing of the hold, written with the lock")
+	require.Equal(t, "the newest change "+cr.Name+" holds the apply lock", ready.Message, "Ready of the hold, written with the lock")
+	require.Equal(t, sluicev1.ReasonApplying, ready.Reason)
+
+	// The Release reconciler's passes during the hold (the change's
+	// Applying, the lock write itself) write nothing, once its cache has
+	// the hold.
+	require.Eventually(t, func() bool {
+		r, c := &sluicev1.Release{}, &sluicev1.ChangeRequest{}
+		require.NoError(t, op.mgr.GetCache().Get(ctx(t), client.ObjectKeyFromObject(rel), r))
+		require.NoError(t, op.mgr.GetCache().Get(ctx(t), client.ObjectKeyFromObject(cr), c))
+		return r.ResourceVersion == held.ResourceVersion && c.Status.Phase == sluicev1.PhaseApplying
+	}, waitFor, 50*time.Millisecond, "the cache has the hold")
+	before := op.releaseClient.writes.Load()
+	for range 3 {
+		_, err := op.release.Reconcile(ctx(t), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rel)})
+		require.NoError(t, err)
+	}
+	require.Equal(t, before, op.releaseClient.writes.Load(), "a Release pass during the hold wrote")
+
+	close(ha.release)
+	f.eventually(cr, "Applied", func(c *sluicev1.ChangeRequest) bool { return c.Status.Phase == sluicev1.PhaseApplied })
+	require.Eventually(t, func() bool {
+		r := f.getRelease(rel.Name)
+		ready := meta.FindStatusCondition(r.Status.Conditions, sluicev1.ConditionReady)
+		return r.Status.CurrentChange == "" && ready != nil && ready.Status == metav1.ConditionTrue
+	}, waitFor, 50*time.Millisecond, "the lock handed back and the Release Ready")
 }

@@ -300,27 +300,10 @@ func (r *ReleaseReconciler) reconcileHistory(_ context.Context, s *releaseScope)
 
 // summarize sets Ready, Progressing and Degraded from the lock, the
 // newest non-preview change and the workload's pods, and
-// observedGeneration, once, at the end of
-// a pass without error.
+// observedGeneration, once, at the end of a pass without error.
 func (s *releaseScope) summarize() {
-	var newest *sluicev1.ChangeRequest
-	for i := range s.all {
-		if !isPreview(&s.all[i]) {
-			newest = &s.all[i]
-			break
-		}
-	}
-	set := s.summary.Set
-
-	// Progressing: a change holds the lock or waits at the gate.
-	switch {
-	case s.rel.Status.CurrentChange != "":
-		set(sluicev1.ConditionProgressing, metav1.ConditionTrue, sluicev1.ReasonApplying, fmt.Sprintf("%s holds the apply lock", s.rel.Status.CurrentChange))
-	case newest != nil && !newest.Status.Phase.IsTerminal():
-		set(sluicev1.ConditionProgressing, metav1.ConditionTrue, changeReason(newest), fmt.Sprintf("%s is %s", newest.Name, phaseOf(newest)))
-	default:
-		set(sluicev1.ConditionProgressing, metav1.ConditionFalse, sluicev1.ReasonSucceeded, "no change in flight")
-	}
+	newest := newestNonPreview(s.all)
+	summarizeProgressing(s.summary, s.rel, newest)
 
 	// Degraded: the newest change that ended for its own sake failed.
 	var lastEnded *sluicev1.ChangeRequest
@@ -338,16 +321,53 @@ func (s *releaseScope) summarize() {
 	// ... or a pod of the applied workload is stuck (health.go).
 	s.setDegraded(lastEnded)
 
-	// Ready: the newest change is applied.
+	summarizeReady(s.summary, s.rel, newest)
+	s.summary.Observe()
+}
+
+// newestNonPreview is the first change of changes (newest first) that is
+// not a preview, or nil.
+func newestNonPreview(changes []sluicev1.ChangeRequest) *sluicev1.ChangeRequest {
+	for i := range changes {
+		if !isPreview(&changes[i]) {
+			return &changes[i]
+		}
+	}
+	return nil
+}
+
+// summarizeProgressing sets Progressing: a change holds the lock or waits
+// at the gate. Only rel's lock and newest (its newest non-preview change,
+// nil when none) decide it, so the change that takes the lock writes the
+// same summary in its lock write (summarizeTakenLock).
+func summarizeProgressing(sum reconcile.Summary, rel *sluicev1.Release, newest *sluicev1.ChangeRequest) {
+	switch {
+	case rel.Status.CurrentChange != "":
+		sum.Set(sluicev1.ConditionProgressing, metav1.ConditionTrue, sluicev1.ReasonApplying, fmt.Sprintf("%s holds the apply lock", rel.Status.CurrentChange))
+	case newest != nil && !newest.Status.Phase.IsTerminal():
+		sum.Set(sluicev1.ConditionProgressing, metav1.ConditionTrue, changeReason(newest), fmt.Sprintf("%s is %s", newest.Name, phaseOf(newest)))
+	default:
+		sum.Set(sluicev1.ConditionProgressing, metav1.ConditionFalse, sluicev1.ReasonSucceeded, "no change in flight")
+	}
+}
+
+// summarizeReady sets Ready: the newest change is applied. Like
+// Progressing, only rel's lock and newest decide it.
+func summarizeReady(sum reconcile.Summary, rel *sluicev1.Release, newest *sluicev1.ChangeRequest) {
 	switch {
 	case newest == nil:
-		set(sluicev1.ConditionReady, metav1.ConditionFalse, sluicev1.ReasonProgressing, "no change yet")
+		sum.Set(sluicev1.ConditionReady, metav1.ConditionFalse, sluicev1.ReasonProgressing, "no change yet")
 	case newest.Status.Phase == sluicev1.PhaseApplied || newest.Status.Phase == sluicev1.PhaseVerified:
-		set(sluicev1.ConditionReady, metav1.ConditionTrue, sluicev1.ReasonSucceeded, fmt.Sprintf("%s applied revision %s", newest.Name, newest.Spec.Revision))
+		sum.Set(sluicev1.ConditionReady, metav1.ConditionTrue, sluicev1.ReasonSucceeded, fmt.Sprintf("%s applied revision %s", newest.Name, newest.Spec.Revision))
+	case newest.Name == rel.Status.CurrentChange && !newest.Status.Phase.IsTerminal():
+		// One summary for the whole hold: the holder's own steps
+		// (Approved, then Applying) are on the ChangeRequest, and a
+		// summary per step would be a Release write per step whenever
+		// an apply outlasts SummaryDelay.
+		sum.Set(sluicev1.ConditionReady, metav1.ConditionFalse, sluicev1.ReasonApplying, fmt.Sprintf("the newest change %s holds the apply lock", newest.Name))
 	default:
-		set(sluicev1.ConditionReady, metav1.ConditionFalse, changeReason(newest), fmt.Sprintf("the newest change %s is %s", newest.Name, phaseOf(newest)))
+		sum.Set(sluicev1.ConditionReady, metav1.ConditionFalse, changeReason(newest), fmt.Sprintf("the newest change %s is %s", newest.Name, phaseOf(newest)))
 	}
-	s.summary.Observe()
 }
 
 func phaseOf(cr *sluicev1.ChangeRequest) sluicev1.ChangeRequestPhase {
