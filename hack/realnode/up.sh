@@ -30,6 +30,12 @@ check() {
   [ -x "$ETCD_BIN" ] || unable "$ETCD_BIN missing (make envtest)"
   [ -d /sys/fs/cgroup/memory ] || [ -f /sys/fs/cgroup/cgroup.controllers ] || unable "no memory cgroup"
   [ ! -e "$RN/up" ] || unable "a node is already up (state in $RN); run hack/realnode/down.sh first"
+  # The images, containerd's snapshots, etcd and the pods' logs live under
+  # $RN: a full disk would show up as pods evicted or stuck mid-test.
+  local free_kib need_kib=$((${REALNODE_MIN_FREE_GIB:-3} * 1024 * 1024))
+  free_kib=$(df -Pk "$(dirname "$RN")" | awk 'NR == 2 {print $4}')
+  [ -z "$free_kib" ] || [ "$free_kib" -ge "$need_kib" ] ||
+    unable "only $((free_kib / 1024)) MiB free on the disk of $(dirname "$RN"); the node needs ${REALNODE_MIN_FREE_GIB:-3} GiB (REALNODE_MIN_FREE_GIB)"
   local port
   for port in 6443 10250 10249 23790 23800; do
     if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then unable "port $port is in use (another cluster on this machine?)"; fi
