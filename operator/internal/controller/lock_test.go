@@ -142,7 +142,8 @@ func TestLock_changesApprovedTogetherApplyOneAtATimeInLineWithoutPolling(t *test
 	require.LessOrEqual(t, changeWrites+releaseWrites, int64(4*n+2), "writes for %d changes", n)
 }
 
-// heldApplier blocks each apply until released, after telling entered.
+// heldApplier blocks each apply until released, after telling entered
+// (the first).
 type heldApplier struct {
 	entered chan string
 	release chan struct{}
@@ -151,7 +152,10 @@ type heldApplier struct {
 func (a *heldApplier) Name() string { return "held" }
 
 func (a *heldApplier) Apply(ctx context.Context, req applier.Request) (applier.Result, error) {
-	a.entered <- req.Change.Name
+	select {
+	case a.entered <- req.Change.Name:
+	default: // only the first apply is awaited; a repeat must not hang
+	}
 	select {
 	case <-a.release:
 	case <-ctx.Done():
