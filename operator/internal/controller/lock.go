@@ -189,19 +189,20 @@ func (r *ChangeRequestReconciler) acquireLock(ctx context.Context, cr *sluicev1.
 // behind, the Release's next pass corrects the summary.
 func (r *ChangeRequestReconciler) summarizeTakenLock(ctx context.Context, rel *sluicev1.Release, cr *sluicev1.ChangeRequest) {
 	var list sluicev1.ChangeRequestList
-	if err := r.Client.List(ctx, &list, client.InNamespace(rel.Namespace), client.MatchingFields{IndexRelease: rel.Name}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(rel.Namespace), client.MatchingFields{IndexRelease: rel.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return // the Release reconciler summarises the hold
 	}
+	// Shallow copies, only read: sorting them leaves the cache's objects
+	// as they are.
+	changes := make([]sluicev1.ChangeRequest, 0, len(list.Items)+1)
+	changes = append(changes, *cr)
 	for i := range list.Items {
-		if list.Items[i].Name == cr.Name {
-			list.Items[i] = *cr
+		if list.Items[i].Name != cr.Name {
+			changes = append(changes, list.Items[i])
 		}
 	}
-	if !slices.ContainsFunc(list.Items, func(c sluicev1.ChangeRequest) bool { return c.Name == cr.Name }) {
-		list.Items = append(list.Items, *cr)
-	}
-	slices.SortFunc(list.Items, newestFirst)
-	newest := newestNonPreview(list.Items)
+	slices.SortFunc(changes, newestFirst)
+	newest := newestNonPreview(changes)
 	sum := reconcile.Summary{Conditions: &rel.Status.Conditions, Generation: rel.Generation, MaxMessage: maxMessage}
 	summarizeProgressing(sum, rel, newest)
 	summarizeReady(sum, rel, newest)
